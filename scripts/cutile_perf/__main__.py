@@ -1,0 +1,3 @@
+from cutile_perf.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,238 @@
+"""Command line: parse, dispatch to ``cutile_perf.commands``, print the outcome, map errors to exit codes.
+
+Nothing else in the package imports argparse, prints results or calls ``sys.exit``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from cutile_perf import __version__
+from cutile_perf.commands import Outcome
+from cutile_perf.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, CutilePerfError
+
+EXIT_CODES_HELP = """\
+Exit codes:
+  0    done (for `try`: the change was kept)
+  1    the change was reverted, or a check said "not ready"
+  2    usage error or bad input
+  3    refused before touching anything (fence violation, dirty tree, lock, no session, missing GPU)
+  4    the iteration crashed (compile error, fault, timeout, wrong result, no record); repo reverted
+  70   unexpected error (traceback in sandbox/cutile-perf.log)
+  130  interrupted
+"""
+
+Handler = Callable[[argparse.Namespace], Outcome]
+
+
+def _sub(subparsers, name: str, help_text: str, epilog: str = "") -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        name,
+        help=help_text,
+        description=help_text,
+        epilog=(epilog + "\n\n" if epilog else "") + EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--repo", type=Path, default=Path("."), help="target kernel repository (default: .)")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    return parser
+
+
+# --- the experiment loop ------------------------------------------------------------------------
+
+
+def _add_init(subparsers) -> None:
+    p = _sub(
+        subparsers,
+        "init",
+        "start a session: branch, locate kernel and tests, classify, check the environment",
+        "Examples:\n  cutile-perf init --kernel rms_norm\n  cutile-perf init --kernel src/pkg/ops/cutile/softmax.py --test tests/ops/test_softmax.py",
+    )
+    p.add_argument("--kernel", required=True, help="kernel name (e.g. rms_norm) or path to the kernel file")
+    p.add_argument("--test", type=Path, help="test file (default: tests/**/test_<kernel>.py)")
+    p.add_argument("--branch", help="branch to create (default: cutile-perf-<kernel>-<YYYYMMDD>)")
+    p.add_argument("--allow", action="append", default=[], metavar="PATH",
+                   help="another file the agent may change (repeatable)")
+    p.add_argument("--timeout", type=float, default=600.0, help="time budget of one iteration in seconds (default 600)")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.init import init
+
+        return init(repo=a.repo, kernel=a.kernel, test=a.test, branch=a.branch, allow=a.allow, timeout_s=a.timeout)
+
+    p.set_defaults(handler=run)
+
+
+def _add_baseline(subparsers) -> None:
+    p = _sub(subparsers, "baseline", "iteration 0: correctness, then perf measured --repeats times for the noise floor",
+             "Example:\n  cutile-perf baseline --repeats 3")
+    p.add_argument("--repeats", type=int, default=3, help="perf runs used to estimate per-shape noise (default 3)")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.baseline import baseline
+
+        return baseline(repo=a.repo, repeats=a.repeats)
+
+    p.set_defaults(handler=run)
+
+
+def _add_try(subparsers) -> None:
+    p = _sub(subparsers, "try", "test, measure and keep or revert the uncommitted change to the fenced files",
+             'Example:\n  cutile-perf try "occupancy 2 -> 4"')
+    p.add_argument("optimization", help="one short phrase naming the single optimization applied")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.try_ import try_
+
+        return try_(repo=a.repo, optimization=a.optimization)
+
+    p.set_defaults(handler=run)
+
+
+def _add_status(subparsers) -> None:
+    p = _sub(subparsers, "status", "the results table, current baseline, stop condition and what to try next")
+    p.add_argument("--all", action="store_true", help="show every row (default: the last 10)")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.status import status
+
+        return status(repo=a.repo, show_all=a.all)
+
+    p.set_defaults(handler=run)
+
+
+def _add_report(subparsers) -> None:
+    p = _sub(subparsers, "report", "write sandbox/report.md and the running-best plot")
+    p.add_argument("--output", type=Path, help="report path (default: <repo>/sandbox/report.md)")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.report import report
+
+        return report(repo=a.repo, output=a.output)
+
+    p.set_defaults(handler=run)
+
+
+def _add_resume(subparsers) -> None:
+    p = _sub(subparsers, "resume", "after a crash or kill: rebuild state from the log and git, leave the repo consistent")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.resume import resume
+
+        return resume(repo=a.repo)
+
+    p.set_defaults(handler=run)
+
+
+def _add_env(subparsers) -> None:
+    p = _sub(subparsers, "env", "check the GPU, compute capability, cuda-tile and tileiras")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.env import env
+
+        return env()
+
+    p.set_defaults(handler=run)
+
+
+def _add_demo(subparsers) -> None:
+    p = _sub(subparsers, "demo", "run the whole loop on a bundled kernel in sandbox/demo/ (needs a GPU)",
+             "Example:\n  cutile-perf demo --kernel rmsnorm")
+    p.add_argument("--kernel", default="rmsnorm", help="bundled kernel to optimize (default rmsnorm)")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.demo import demo
+
+        return demo(kernel=a.kernel)
+
+    p.set_defaults(handler=run)
+
+
+SUBCOMMANDS: list[Callable] = [
+    _add_init,
+    _add_baseline,
+    _add_try,
+    _add_status,
+    _add_report,
+    _add_resume,
+    _add_env,
+    _add_demo,
+    # autotune: probe, ab, prune
+    # tileir: tileir-check, classify-triton, verify-triton
+    # skill: install-skill
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cutile-perf",
+        description="Make a cuTile kernel faster one measured, reversible step at a time.",
+        epilog="Loop:\n  cutile-perf init --kernel rms_norm\n  cutile-perf baseline\n"
+        '  (edit the kernel)\n  cutile-perf try "describe the one change"\n  cutile-perf status\n'
+        "  cutile-perf report\n\n" + EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"cutile-perf {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="<command>", required=True)
+    for add in SUBCOMMANDS:
+        add(subparsers)
+    return parser
+
+
+def subcommand_names() -> list[str]:
+    """Every subcommand, for the docs check."""
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sorted(action.choices)
+
+
+def subcommand_flags(name: str) -> set[str]:
+    """Every option string a subcommand accepts, for the docs check."""
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {opt for act in action.choices[name]._actions for opt in act.option_strings}
+
+
+def _log_unexpected(args: argparse.Namespace) -> Path | None:
+    """Write the traceback and versions next to the session, so a bug report has what it needs."""
+    try:
+        from cutile_perf.envcheck import versions_line
+
+        repo = getattr(args, "repo", None) or Path(".")
+        path = Path(repo) / "sandbox" / "cutile-perf.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(f"cutile-perf {__version__} {versions_line()}\n{traceback.format_exc()}\n")
+        return path
+    except Exception:  # the log is best effort; never hide the original error behind a new one
+        return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        outcome: Outcome = args.handler(args)
+    except CutilePerfError as exc:
+        if getattr(args, "json", False):
+            print(json.dumps({"error": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}))
+        else:
+            print(f"cutile-perf: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("cutile-perf: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug of ours: one line for the user, the traceback in the log
+        log = _log_unexpected(args)
+        where = f"; traceback in {log}" if log else ""
+        print(f"cutile-perf: unexpected error: {type(exc).__name__}: {exc}{where}", file=sys.stderr)
+        return EXIT_UNEXPECTED
+    if getattr(args, "json", False):
+        print(json.dumps(outcome.data, default=str, sort_keys=True))
+    elif outcome.text:
+        print(outcome.text)
+    return outcome.exit_code

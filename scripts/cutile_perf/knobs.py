@@ -1,0 +1,98 @@
+"""The only module that reads ``os.environ``.
+
+Every environment variable that cutile-perf reads is declared in ``OWN_ENV_VARS``; the variables
+that other tools read and that our docs may mention are in ``FOREIGN_ENV_VARS`` with the tool that
+reads them. ``tests/test_docs.py`` rejects any other ``UPPER_CASE`` variable named in the docs.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+OWN_ENV_VARS: dict[str, str] = {
+    "CUTILE_PERF_RECORDS": "file the pytest plugin appends benchmark records to (JSON lines); set by the harness",
+    "CUTILE_PERF_TUNE_CACHE_DIR": "directory of the persistent tuning cache (default: the user cache dir)",
+    "CUTILE_PERF_BENCH_MODE": "timing mode of cutile_perf.bench in perf tests: cold (default), warm or graph",
+    "DISABLE_AUTOTUNE": "1: cutile_perf.tune launches the fixed config without searching",
+    "TILEGYM_DISABLE_AUTOTUNE": "TileGym's switch, honoured like DISABLE_AUTOTUNE",
+}
+
+# Read by cuda-tile 1.7, tileiras, TileGym or the Triton TileIR backend (never by us, except
+# where noted): the docs may name them.
+FOREIGN_ENV_VARS: dict[str, str] = {
+    "CUDA_TILE_CACHE_DIR": "cuda-tile: disk cache directory (0/off/none disables it)",
+    "CUDA_TILE_CACHE_SIZE": "cuda-tile: disk cache size limit in bytes",
+    "CUDA_TILE_COMPILER_TIMEOUT_SEC": "cuda-tile: tileiras timeout",
+    "CUDA_TILE_TEMP_DIR": "cuda-tile: temporary files",
+    "CUDA_TILE_LOGS": "cuda-tile: CUTILEIR and/or TILEIR dumps to stderr",
+    "CUDA_TILE_DUMP_TILEIR": "cuda-tile: directory for .tileir MLIR text",
+    "CUDA_TILE_DUMP_BYTECODE": "cuda-tile: directory for .tileirbc bytecode",
+    "CUDA_TILE_ENABLE_CRASH_DUMP": "cuda-tile: crash bundle on a tileiras error",
+    "EXPERIMENTAL_CUDA_TILE_DEBUG_BUILD": "cuda-tile: -O0 --device-debug builds",
+    "CUDA_HOME": "tileiras: toolkit root (must be unset or match tileiras)",
+    "CUDA_PATH": "tileiras: toolkit root (Windows name, also read on Linux)",
+    "CUDA_ROOT": "tileiras: toolkit root, checked first",
+    "XDG_CACHE_HOME": "cuda-tile and platformdirs: base cache directory",
+    "PATH": "cuda-tile: tileiras lookup",
+    "LD_LIBRARY_PATH": "tileiras: shared libraries",
+    "CUTILE_MAX_LAUNCH_TIMEOUT_SEC": "TileGym tests: tuning watchdog budget",
+    "TILEGYM_DISABLE_CUTILE": "TileGym: hide the cutile backend",
+    "CUPTI": "TileGym tests: 0 switches timing from CUPTI to CUDA events",
+    "CUDAGRAPH": "TileGym tests: 1 times with CUDA graphs (with CUPTI=0)",
+    "ENABLE_TILE": "Triton TileIR backend: 1 selects the TileIR backend",
+    "TILEIR_ENABLE_APPROX": "Triton TileIR backend: approximate math",
+    "TILEIR_ENABLE_FTZ": "Triton TileIR backend: flush denormals to zero",
+    "TRITON_INTERPRET": "triton: 1 runs kernels in the CPU interpreter",
+    "PYTHONPATH": "python: module search path",
+}
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"", "0", "false", "no", "off"}
+
+
+def _flag(name: str) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    # A typo must not silently enable or disable tuning.
+    raise ValueError(f"{name}={os.environ[name]!r}: expected one of 1/true/yes/on or 0/false/no/off")
+
+
+def autotune_disabled() -> bool:
+    """True when DISABLE_AUTOTUNE or TileGym's TILEGYM_DISABLE_AUTOTUNE is set to a true value."""
+    return _flag("DISABLE_AUTOTUNE") or _flag("TILEGYM_DISABLE_AUTOTUNE")
+
+
+def records_path() -> Path | None:
+    value = os.environ.get("CUTILE_PERF_RECORDS")
+    return Path(value) if value else None
+
+
+def tune_cache_dir() -> Path:
+    value = os.environ.get("CUTILE_PERF_TUNE_CACHE_DIR")
+    if value:
+        return Path(value)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("cutile-perf")) / "tune"
+
+
+def bench_mode() -> str:
+    value = os.environ.get("CUTILE_PERF_BENCH_MODE", "cold").strip().lower() or "cold"
+    if value not in {"cold", "warm", "graph"}:
+        raise ValueError(f"CUTILE_PERF_BENCH_MODE={value!r}: expected cold, warm or graph")
+    return value
+
+
+def cuda_env_conflicts() -> dict[str, str]:
+    """CUDA_ROOT/CUDA_HOME/CUDA_PATH values that would make a pip tileiras pick the wrong libnvvm."""
+    return {k: os.environ[k] for k in ("CUDA_ROOT", "CUDA_HOME", "CUDA_PATH") if os.environ.get(k)}
+
+
+def child_env(**overrides: str) -> dict[str, str]:
+    """A copy of the environment for a child process, with ``overrides`` applied."""
+    env = dict(os.environ)
+    env.update(overrides)
+    return env
