@@ -32,7 +32,7 @@ FOREIGN_ENV_VARS: dict[str, str] = {
     "CUDA_HOME": "tileiras: toolkit root (must be unset or match tileiras)",
     "CUDA_PATH": "tileiras: toolkit root (Windows name, also read on Linux)",
     "CUDA_ROOT": "tileiras: toolkit root, checked first",
-    "XDG_CACHE_HOME": "cuda-tile and platformdirs: base cache directory",
+    "XDG_CACHE_HOME": "cuda-tile and cutile-perf: base cache directory",
     "PATH": "cuda-tile: tileiras lookup",
     "LD_LIBRARY_PATH": "tileiras: shared libraries",
     "CUTILE_MAX_LAUNCH_TIMEOUT_SEC": "TileGym tests: tuning watchdog budget",
@@ -74,9 +74,9 @@ def tune_cache_dir() -> Path:
     value = os.environ.get("CUTILE_PERF_TUNE_CACHE_DIR")
     if value:
         return Path(value)
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("cutile-perf")) / "tune"
+    # The XDG rule, as cuda-tile applies it to its own cache: no extra dependency for one path.
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "cutile-perf" / "tune"
 
 
 def bench_mode() -> str:
