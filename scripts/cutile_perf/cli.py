@@ -152,6 +152,25 @@ def _add_demo(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+def _add_install_skill(subparsers) -> None:
+    p = _sub(subparsers, "install-skill",
+             "copy SKILL.md and references/ into <target>/.claude/skills/ and/or <target>/.agents/skills/",
+             "Examples:\n  cutile-perf install-skill --target ~/src/TileGym\n"
+             "  cutile-perf install-skill --target . --agent claude\n\n"
+             "Files you edited since the last install are refused unless --force (then kept as <file>.bak).")
+    p.add_argument("--target", type=Path, help="repository to install into (default: --repo)")
+    p.add_argument("--agent", choices=["claude", "codex", "all"], default="all",
+                   help="claude: .claude/skills/cutile-perf, codex: .agents/skills/cutile-perf, all: both (default)")
+    p.add_argument("--force", action="store_true", help="overwrite files you edited (your versions are saved as .bak)")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.install_skill import install_skill
+
+        return install_skill(target=a.target or a.repo, agent=a.agent, force=a.force)
+
+    p.set_defaults(handler=run)
+
+
 SUBCOMMANDS: list[Callable] = [
     _add_init,
     _add_baseline,
@@ -163,7 +182,7 @@ SUBCOMMANDS: list[Callable] = [
     _add_demo,
     # autotune: probe, ab, prune
     # tileir: tileir-check, classify-triton, verify-triton
-    # skill: install-skill
+    _add_install_skill,
 ]
 
 
