@@ -1,0 +1,1 @@
+"""Operator backends. Only ``cutile`` is bundled; import the op modules directly."""

@@ -1,0 +1,160 @@
+"""THE timing method: every perf test, benchmark and decision in cutile-perf goes through ``bench``.
+
+``bench(fn)`` returns raw per-call GPU times in milliseconds; ``bench_record(fn)`` summarizes them
+into TileGym's record (mean, std, rel_std %, median, min, max, nrep, peak_mem_mb) with
+``stats.summarize``. Statistics live in ``stats.py``; this module only produces samples.
+
+Why it is done this way:
+
+* **CUDA events, not the wall clock.** A kernel launch returns before the kernel runs, so a host
+  timer measures launch and Python overhead, or needs a synchronize per call that adds tens of
+  microseconds. An event pair recorded on the stream around ``fn`` measures what the GPU spent
+  between the two points. All events are read after ONE synchronize at the end, so the host never
+  stalls the queue between samples.
+* **Cold L2 by default.** The H200's L2 is 60 MB; a 2 MB input would stay resident between
+  repetitions and make a memory-bound kernel look faster than it is in a model, where other work
+  evicts it. Before each sample a buffer of twice the L2 size is zeroed (outside the event pair),
+  which evicts the kernel's data. ``mode="warm"`` skips the flush, to study the cache-resident case.
+* **Graph mode removes host gaps.** If ``fn`` launches several kernels with Python work between
+  them (allocation, ``.contiguous()``), the GPU idles in between and events include those gaps.
+  ``mode="graph"`` captures ``fn`` once in a CUDA graph and times ``graph.replay()``, so only device
+  work is measured; L2 is still flushed before each sample.
+* **Time budgets, converted to counts from an estimate.** A few calls estimate the run time; the
+  warm-up and measurement budgets (ms) are turned into counts, clamped to ``[min_reps, max_reps]``.
+  A 3 us kernel gets thousands of samples, a 30 ms kernel gets ``min_reps``. Warm-up runs compile
+  the kernel (cuTile JITs on first launch) and bring clocks up before anything is recorded.
+* **Raw samples, median downstream.** Timings have a long right tail (preemption, clock changes),
+  so decisions use the median and its confidence interval (``stats.median_ci``/``ratio_ci``); the
+  mean is reported only because TileGym's record has it. With >= 10 samples the median's 95 %
+  interval is bounded by order statistics, which is why ``min_reps`` defaults to 10.
+
+Torch is imported lazily: the pure planning functions run on machines without torch or a GPU.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from cutile_perf import knobs, stats
+
+MODES = ("cold", "warm", "graph")
+ESTIMATE_CALLS = 5  # calls timed to estimate the run time before the budgets are turned into counts
+DEFAULT_L2_BYTES = 64 * 2**20  # used only if torch cannot report the L2 size (older torch)
+FLUSH_FACTOR = 2  # flush buffer = FLUSH_FACTOR x L2: one pass of L2 size may leave lines behind
+
+
+def check_mode(mode: str | None) -> str:
+    """The timing mode to use: ``mode`` if given, else ``CUTILE_PERF_BENCH_MODE`` (default cold)."""
+    chosen = knobs.bench_mode() if mode is None else mode
+    if chosen not in MODES:
+        raise ValueError(f"bench mode {chosen!r}: expected one of {', '.join(MODES)}")
+    return chosen
+
+
+def plan_counts(
+    estimate_ms: float, *, warmup_ms: float, rep_ms: float, min_reps: int, max_reps: int
+) -> tuple[int, int]:
+    """(warm-up calls, timed samples) that fill the two budgets for a call of ``estimate_ms``.
+
+    At least one warm-up call; samples are clamped to ``[min_reps, max_reps]``. A zero or negative
+    estimate (a kernel below event resolution) is treated as 1 us so the counts stay finite.
+    """
+    if min_reps < 1 or max_reps < min_reps:
+        raise ValueError(f"need 1 <= min_reps <= max_reps, got min_reps={min_reps}, max_reps={max_reps}")
+    if warmup_ms < 0 or rep_ms < 0:
+        raise ValueError("warmup_ms and rep_ms must be >= 0")
+    per_call = max(estimate_ms, 1e-3)
+    n_warmup = max(1, math.ceil(warmup_ms / per_call))
+    n_rep = min(max_reps, max(min_reps, math.ceil(rep_ms / per_call)))
+    return n_warmup, n_rep
+
+
+def flush_bytes(l2_bytes: int | None) -> int:
+    """Size of the buffer zeroed before each cold sample: twice the L2, or twice 64 MiB if unknown."""
+    base = l2_bytes if l2_bytes and l2_bytes > 0 else DEFAULT_L2_BYTES
+    return FLUSH_FACTOR * base
+
+
+def _torch():
+    import torch  # lazy: importing cutile_perf must not need torch
+
+    if not torch.cuda.is_available():
+        from cutile_perf.errors import EnvMissing
+
+        raise EnvMissing("bench needs a CUDA GPU visible to torch", "run on the GPU machine")
+    return torch
+
+
+def _graph_replay(torch, fn: Callable[[], object]) -> Callable[[], object]:
+    """Capture ``fn`` in a CUDA graph and return its replay. ``fn`` runs once first, so nothing
+    (cuTile's JIT, allocator growth) happens for the first time during capture."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def _timed(torch, call, count: int, flush_buf) -> list[float]:
+    """``count`` event-timed calls; the flush (if any) is enqueued before the start event."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+    for start, end in zip(starts, ends):
+        if flush_buf is not None:
+            flush_buf.zero_()
+        start.record()
+        call()
+        end.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def bench(
+    fn: Callable[[], object],
+    *,
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+    mode: str | None = None,
+    min_reps: int = 10,
+    max_reps: int = 2000,
+) -> list[float]:
+    """Raw GPU times of ``fn()`` in milliseconds, one per sample, in the order they ran.
+
+    ``mode``: ``"cold"`` (flush L2 before each sample), ``"warm"`` (no flush) or ``"graph"`` (replay
+    a CUDA graph of ``fn``, L2 flushed); ``None`` reads ``CUTILE_PERF_BENCH_MODE``. Raises
+    ``errors.EnvMissing`` without a CUDA GPU.
+    """
+    chosen = check_mode(mode)
+    torch = _torch()
+    call = _graph_replay(torch, fn) if chosen == "graph" else fn
+    flush_buf = None
+    if chosen in ("cold", "graph"):
+        l2 = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", None)
+        flush_buf = torch.empty(flush_bytes(l2), dtype=torch.int8, device="cuda")
+    call()  # first call compiles (cuTile JIT) and must not reach the estimate
+    torch.cuda.synchronize()
+    estimate = stats.median(_timed(torch, call, ESTIMATE_CALLS, flush_buf))
+    n_warmup, n_rep = plan_counts(estimate, warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps, max_reps=max_reps)
+    for _ in range(n_warmup):
+        call()
+    return _timed(torch, call, n_rep, flush_buf)
+
+
+def bench_record(fn: Callable[[], object], **bench_kwargs) -> dict[str, float]:
+    """TileGym's benchmark record for ``fn``: ``stats.summarize`` of ``bench`` plus ``peak_mem_mb``.
+
+    ``peak_mem_mb`` is torch's peak allocated memory during one call of ``fn`` (inputs included,
+    the flush buffer excluded), as TileGym reports it.
+    """
+    torch = _torch()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    peak_mb = torch.cuda.max_memory_allocated() / 2**20
+    samples = bench(fn, **bench_kwargs)
+    return stats.summarize(samples, peak_mem_mb=round(peak_mb, 1))
