@@ -33,6 +33,11 @@ def shape_id(shape) -> str:
     return "x".join(str(d) for d in shape)
 
 
+def shape_dtype_params(cases):
+    """``pytest.param(shape, dtype, id="64x1000-float16")`` for each (shape, dtype) case."""
+    return [pytest.param(shape, dtype, id=f"{shape_id(shape)}-{dtype_id(dtype)}") for shape, dtype in cases]
+
+
 def assert_close(actual, expected, dtype=None, *, scale: float = 1.0) -> None:
     """Compare with the dtype's tolerance (``scale`` widens it for ops with longer reductions)."""
     atol, rtol = TOLERANCES[dtype or expected.dtype]

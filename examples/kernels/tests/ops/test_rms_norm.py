@@ -33,16 +33,14 @@ PERF_CASES = [((262144, 1024), torch.float16), ((65536, 4096), torch.bfloat16)]
 
 
 class Test_RMSNorm:
-    @pytest.mark.parametrize("shape, dtype", [pytest.param(s, d, id=f"{common.shape_id(s)}-{common.dtype_id(d)}")
-                                              for s, d in CASES])
+    @pytest.mark.parametrize("shape, dtype", common.shape_dtype_params(CASES))
     @pytest.mark.parametrize("backend", common.BACKENDS)
     def test_op(self, shape, dtype, backend):
         x = common.randn(shape, dtype, seed=1, scale=2.0, shift=0.5)
         weight = common.randn(shape[-1:], dtype, seed=2)
         common.assert_close(cutile_impl()(x, weight, 1e-6), reference(x, weight, 1e-6), dtype)
 
-    @pytest.mark.parametrize("shape, dtype", [pytest.param(s, d, id=f"{common.shape_id(s)}-{common.dtype_id(d)}")
-                                              for s, d in PERF_CASES])
+    @pytest.mark.parametrize("shape, dtype", common.shape_dtype_params(PERF_CASES))
     @pytest.mark.parametrize("framework", common.PERF_FRAMEWORKS)
     def test_perf(self, shape, dtype, framework, record_property):
         x = common.randn(shape, dtype, seed=3)
