@@ -1,0 +1,190 @@
+"""What machine and toolchain a measurement ran on, and what is missing to run cuTile at all.
+
+Never raises: each probe that fails becomes a ``Problem`` with a message saying what to do.
+Probes are cheap (``nvidia-smi`` and package metadata; torch is imported only as a fallback when
+``nvidia-smi`` is absent), so ``snapshot()`` can be recorded with every iteration.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+
+from cutile_perf import knobs
+
+# cuTile needs compute capability 8.0+; tileiras below 13.3 cannot target Hopper (sm_90).
+MIN_COMPUTE_CAPABILITY = (8, 0)
+_SMI_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Problem:
+    what: str
+    message: str
+    fatal_for_measuring: bool = True
+
+
+@dataclass(frozen=True)
+class Environment:
+    gpu: str | None = None
+    compute_capability: str | None = None  # "9.0"
+    driver: str | None = None
+    cuda_tile: str | None = None
+    tileiras: str | None = None
+    torch: str | None = None
+    cuda_env: dict[str, str] = field(default_factory=dict)
+    problems: tuple[Problem, ...] = ()
+
+    @property
+    def can_measure(self) -> bool:
+        return not any(p.fatal_for_measuring for p in self.problems)
+
+    def record(self) -> dict:
+        """The fields stored with every log entry (no problems, which belong to the check)."""
+        data = asdict(self)
+        data.pop("problems")
+        return data
+
+
+def _package_version(*names: str) -> str | None:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        except Exception:  # a corrupt dist-info must not crash the check
+            continue
+    return None
+
+
+def _tileiras_version() -> str | None:
+    pip_version = _package_version("nvidia-cuda-tileiras")
+    if pip_version:
+        return pip_version
+    binary = shutil.which("tileiras")
+    if not binary:
+        return None
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=_SMI_TIMEOUT_S).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    # The last "release X.Y" style token is the version; keep the whole line when the format is unknown.
+    for line in reversed(out.splitlines()):
+        if "release" in line.lower() or "version" in line.lower():
+            return line.strip()
+    return out.strip().splitlines()[-1] if out.strip() else None
+
+
+def _nvidia_smi() -> tuple[str | None, str | None, str | None]:
+    """(gpu name, compute capability, driver) of GPU 0 from nvidia-smi, or Nones."""
+    binary = shutil.which("nvidia-smi")
+    if not binary:
+        return None, None, None
+    query = "--query-gpu=name,compute_cap,driver_version"
+    try:
+        proc = subprocess.run([binary, query, "--format=csv,noheader"], capture_output=True, text=True,
+                              timeout=_SMI_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return None, None, None
+    if proc.returncode != 0 or not proc.stdout.strip():
+        # Old drivers do not know compute_cap: ask again without it.
+        try:
+            proc = subprocess.run([binary, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                                  capture_output=True, text=True, timeout=_SMI_TIMEOUT_S)
+        except (OSError, subprocess.SubprocessError):
+            return None, None, None
+        parts = [p.strip() for p in proc.stdout.splitlines()[0].split(",")] if proc.stdout.strip() else []
+        return (parts[0], None, parts[1]) if len(parts) == 2 else (None, None, None)
+    parts = [p.strip() for p in proc.stdout.splitlines()[0].split(",")]
+    return (parts[0], parts[1], parts[2]) if len(parts) == 3 else (None, None, None)
+
+
+def _torch_gpu() -> tuple[str | None, str | None, str | None, str | None]:
+    """(torch version, gpu name, compute capability, problem) through torch."""
+    try:
+        import torch
+    except Exception as exc:
+        return None, None, None, f"torch is not importable ({type(exc).__name__})"
+    try:
+        if not torch.cuda.is_available():
+            return torch.__version__, None, None, "torch sees no CUDA GPU"
+        major, minor = torch.cuda.get_device_capability(0)
+        return torch.__version__, torch.cuda.get_device_name(0), f"{major}.{minor}", None
+    except Exception as exc:
+        return torch.__version__, None, None, f"torch CUDA query failed ({type(exc).__name__}: {exc})"
+
+
+def _cc_tuple(cc: str | None) -> tuple[int, int] | None:
+    try:
+        major, minor = (cc or "").split(".")
+        return int(major), int(minor)
+    except ValueError:
+        return None
+
+
+def check(*, with_torch: bool = True) -> Environment:
+    """Probe everything; ``with_torch=False`` skips the slow torch import (used per iteration)."""
+    problems: list[Problem] = []
+    gpu, cc, driver = _nvidia_smi()
+    torch_version = None
+    if with_torch:
+        torch_version, torch_gpu, torch_cc, torch_problem = _torch_gpu()
+        gpu, cc = gpu or torch_gpu, cc or torch_cc
+        if torch_version is None:
+            problems.append(Problem("torch", f"{torch_problem}: install a CUDA build of torch"))
+    if gpu is None:
+        problems.append(Problem("gpu", "no NVIDIA GPU found (nvidia-smi absent or failing, torch sees no GPU): "
+                                       "run the loop on a GPU machine"))
+    cc_value = _cc_tuple(cc)
+    if cc_value is not None and cc_value < MIN_COMPUTE_CAPABILITY:
+        problems.append(Problem("compute capability", f"compute capability {cc} is below 8.0; cuTile needs Ampere or newer"))
+    cuda_tile = _package_version("cuda-tile", "cuda_tile")
+    if cuda_tile is None:
+        problems.append(Problem("cuda-tile", "cuda-tile is not installed: pip install 'cuda-tile[tileiras]>=1.7'"))
+    tileiras = _tileiras_version()
+    if tileiras is None:
+        problems.append(Problem("tileiras", "tileiras not found (no nvidia-cuda-tileiras package, none on PATH): "
+                                            "pip install 'cuda-tile[tileiras]'"))
+    conflicts = knobs.cuda_env_conflicts()
+    if conflicts and _package_version("nvidia-cuda-tileiras"):
+        names = ", ".join(f"{k}={v}" for k, v in sorted(conflicts.items()))
+        problems.append(Problem("cuda env", f"{names} is set while tileiras comes from pip; a mismatched toolkit can "
+                                            "break compilation: unset it unless it matches tileiras",
+                                fatal_for_measuring=False))
+    return Environment(gpu=gpu, compute_capability=cc, driver=driver, cuda_tile=cuda_tile, tileiras=tileiras,
+                       torch=torch_version, cuda_env=conflicts, problems=tuple(problems))
+
+
+def snapshot() -> dict:
+    """The environment fields stored with a log entry; fast, no torch import."""
+    return check(with_torch=False).record()
+
+
+def versions_line() -> str:
+    """One line for bug reports: GPU, driver, cuda-tile and tileiras versions."""
+    try:
+        env = check(with_torch=False)
+        return (f"gpu={env.gpu or 'none'} cc={env.compute_capability or '?'} driver={env.driver or '?'} "
+                f"cuda-tile={env.cuda_tile or 'missing'} tileiras={env.tileiras or 'missing'}")
+    except Exception as exc:  # called from the error handler: it must never raise
+        return f"versions unavailable ({type(exc).__name__})"
+
+
+def render(env: Environment) -> str:
+    """A short human report: one line per fact, then one line per problem."""
+    lines = [
+        f"GPU: {env.gpu or 'none found'}" + (f" (compute capability {env.compute_capability})"
+                                             if env.compute_capability else ""),
+        f"driver: {env.driver or 'unknown'}",
+        f"cuda-tile: {env.cuda_tile or 'missing'}",
+        f"tileiras: {env.tileiras or 'missing'}",
+    ]
+    if env.torch:
+        lines.append(f"torch: {env.torch}")
+    for problem in env.problems:
+        kind = "error" if problem.fatal_for_measuring else "warning"
+        lines.append(f"{kind}: {problem.message}")
+    if not env.problems:
+        lines.append("ready to measure")
+    return "\n".join(lines)

@@ -1,0 +1,222 @@
+"""Every git operation cutile-perf performs, as small named functions.
+
+This is the only module that imports GitPython. Each repository handle is pinned to its own
+``.git`` directory, work tree and index (``GIT_DIR``/``GIT_WORK_TREE``/``GIT_INDEX_FILE`` are
+overridden), so a harness started from a git hook or an IDE that exports ``GIT_DIR`` never writes
+into the wrong repository.
+
+Paths exchanged with callers are repository-relative POSIX strings.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import git
+
+from cutile_perf.errors import UsageError
+
+SANDBOX_DIR = "sandbox"
+# Used only when the target repository has no committer identity (fresh CI machines).
+_FALLBACK_IDENTITY = {
+    "GIT_AUTHOR_NAME": "cutile-perf",
+    "GIT_AUTHOR_EMAIL": "cutile-perf@localhost",
+    "GIT_COMMITTER_NAME": "cutile-perf",
+    "GIT_COMMITTER_EMAIL": "cutile-perf@localhost",
+}
+
+
+def open_repo(path: Path) -> git.Repo:
+    """The repository whose work tree contains ``path``, with a clean git environment."""
+    try:
+        repo = git.Repo(Path(path).resolve(), search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise UsageError(f"{path} is not inside a git repository", "pass --repo <kernel repo>") from None
+    if repo.bare or repo.working_tree_dir is None:
+        raise UsageError(f"{path} is a bare git repository; a work tree is needed")
+    git_dir = Path(repo.git_dir)
+    repo.git.update_environment(
+        GIT_DIR=str(git_dir), GIT_WORK_TREE=str(repo.working_tree_dir), GIT_INDEX_FILE=str(git_dir / "index")
+    )
+    return repo
+
+
+def root(repo: git.Repo) -> Path:
+    return Path(repo.working_tree_dir)
+
+
+def head(repo: git.Repo) -> str:
+    """The full sha of HEAD."""
+    return repo.git.rev_parse("HEAD")
+
+
+def short(repo: git.Repo, sha: str) -> str:
+    return repo.git.rev_parse("--short", sha)
+
+
+def current_branch(repo: git.Repo) -> str | None:
+    """The checked-out branch, or None on a detached HEAD."""
+    name = repo.git.rev_parse("--abbrev-ref", "HEAD")
+    return None if name == "HEAD" else name
+
+
+def branch_exists(repo: git.Repo, name: str) -> bool:
+    return bool(repo.git.branch("--list", name).strip())
+
+
+def create_branch(repo: git.Repo, name: str) -> None:
+    """Create ``name`` at HEAD and check it out (the tree is clean, so nothing moves)."""
+    repo.git.checkout("-b", name)
+
+
+def _status_entries(repo: git.Repo) -> list[tuple[str, str]]:
+    """(two-letter status, path) for every changed, staged or untracked file; renames give both paths."""
+    out = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all", strip_newline_in_stdout=False)
+    fields = out.split("\0")
+    entries: list[tuple[str, str]] = []
+    i = 0
+    while i < len(fields):
+        item = fields[i]
+        i += 1
+        if len(item) < 4:
+            continue
+        code, path = item[:2], item[3:]
+        entries.append((code, path))
+        if code[0] in "RC":  # -z puts the rename source in the next field
+            entries.append((code, fields[i]))
+            i += 1
+    return entries
+
+
+def changed_paths(repo: git.Repo) -> list[str]:
+    """Every path with an uncommitted change, staged or not, including untracked (not ignored) files."""
+    return sorted({path for _, path in _status_entries(repo)})
+
+
+def tracked_changes(repo: git.Repo) -> list[str]:
+    """Paths of tracked files with uncommitted changes (untracked files are not counted)."""
+    return sorted({path for code, path in _status_entries(repo) if code != "??"})
+
+
+def _has_identity(repo: git.Repo) -> bool:
+    try:
+        return bool(repo.git.config("user.email").strip())
+    except git.GitCommandError:
+        return False
+
+
+def commit_paths(repo: git.Repo, paths: Iterable[str], message: str) -> str:
+    """Stage exactly ``paths`` (additions, edits, deletions) and commit them; returns the new sha."""
+    paths = list(paths)
+    repo.git.add("-A", "--", *paths)
+    env = None if _has_identity(repo) else _FALLBACK_IDENTITY
+    # --no-verify: the target's hooks (formatters, linters) must not rewrite the measured change.
+    repo.git.commit("-q", "--no-verify", "--allow-empty", "-m", message, env=env)
+    return head(repo)
+
+
+def diff_patch(repo: git.Repo, base: str, paths: Iterable[str]) -> str:
+    """A binary-safe patch from ``base`` to the work tree for ``paths``, untracked files included.
+
+    The paths are staged first (``git add -A``) so that a new file inside the fence is in the patch;
+    callers use this right before a revert, when the index is about to be reset anyway.
+    """
+    paths = list(paths)
+    if not paths:
+        return ""
+    repo.git.add("-A", "--", *paths)
+    return repo.git.diff("--cached", "--binary", base, "--", *paths, strip_newline_in_stdout=False)
+
+
+def paths_in_commit(repo: git.Repo, sha: str, paths: Iterable[str]) -> list[str]:
+    """Those of ``paths`` that exist as files in commit ``sha``."""
+    paths = list(paths)
+    if not paths:
+        return []
+    out = repo.git.ls_tree("-r", "--name-only", sha, "--", *paths)
+    return [p for p in out.splitlines() if p]
+
+
+def restore_paths(repo: git.Repo, sha: str, paths: Iterable[str]) -> None:
+    """Make ``paths`` in the work tree and index equal to commit ``sha``; files absent there are deleted.
+
+    Touches nothing else, so work outside the fence survives even if it appeared mid-iteration.
+    """
+    paths = list(paths)
+    present = paths_in_commit(repo, sha, paths)
+    if present:
+        repo.git.checkout(sha, "--", *present)
+    work = root(repo)
+    tracked_now = set(repo.git.ls_files("--", *paths).splitlines()) if paths else set()
+    for rel in set(paths) - set(present):
+        target = work / rel
+        if rel in tracked_now:
+            repo.git.rm("-q", "--cached", "--ignore-unmatch", "--", rel)
+        if target.is_file() or target.is_symlink():
+            target.unlink()
+
+
+def reset_to(repo: git.Repo, sha: str, paths: Iterable[str]) -> None:
+    """Move the branch back to ``sha`` and restore ``paths`` to it, leaving every other file alone.
+
+    ``reset --mixed`` moves HEAD and the index only; the fenced files are then checked out. A plain
+    ``reset --hard`` would also wipe an unrelated edit the user made while the iteration ran.
+    """
+    paths = list(paths)
+    repo.git.reset("-q", "--mixed", sha)
+    restore_paths(repo, sha, paths)
+
+
+def changed_between(repo: git.Repo, older: str, newer: str) -> list[str]:
+    out = repo.git.diff("--name-only", older, newer)
+    return [p for p in out.splitlines() if p]
+
+
+def commits_between(repo: git.Repo, older: str, newer: str = "HEAD") -> list[str]:
+    """Shas reachable from ``newer`` but not from ``older``, newest first."""
+    out = repo.git.rev_list(f"{older}..{newer}")
+    return [s for s in out.splitlines() if s]
+
+
+def is_ancestor(repo: git.Repo, older: str, newer: str) -> bool:
+    try:
+        repo.git.merge_base("--is-ancestor", older, newer)
+        return True
+    except git.GitCommandError:
+        return False
+
+
+def commit_exists(repo: git.Repo, sha: str) -> bool:
+    try:
+        repo.git.cat_file("-e", f"{sha}^{{commit}}")
+        return True
+    except git.GitCommandError:
+        return False
+
+
+def commit_message(repo: git.Repo, sha: str) -> str:
+    return repo.git.log("-1", "--format=%B", sha).strip()
+
+
+def exclude_locally(repo: git.Repo, pattern: str) -> bool:
+    """Add ``pattern`` to ``.git/info/exclude`` (never committed); False when it was already there."""
+    exclude = Path(repo.git.rev_parse("--git-common-dir"))
+    if not exclude.is_absolute():
+        exclude = root(repo) / exclude
+    exclude = exclude / "info" / "exclude"
+    existing = exclude.read_text(encoding="utf-8").splitlines() if exclude.exists() else []
+    if pattern in existing:
+        return False
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    prefix = "" if not existing or existing[-1] == "" else "\n"
+    with exclude.open("a", encoding="utf-8") as fh:
+        fh.write(f"{prefix}# cutile-perf session files\n{pattern}\n")
+    return True
+
+
+def is_ignored(repo: git.Repo, path: str) -> bool:
+    try:
+        repo.git.check_ignore("-q", path)
+        return True
+    except git.GitCommandError:
+        return False

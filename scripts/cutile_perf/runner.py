@@ -1,0 +1,172 @@
+"""The only owner of pytest child processes.
+
+Each child runs in its own process group with its output sent to a file (an unread pipe fills up
+and blocks the child forever), and the whole group is killed at the deadline: a hung kernel
+launch, a tileiras compile that never ends or a test that forks workers all stop together.
+``classify`` turns what happened into one crash class.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cutile_perf import knobs
+
+# pytest exit codes (pytest.ExitCode), named here to keep the import of pytest out of the harness.
+PYTEST_OK = 0
+PYTEST_TESTS_FAILED = 1
+PYTEST_INTERRUPTED = 2
+PYTEST_INTERNAL_ERROR = 3
+PYTEST_USAGE_ERROR = 4
+PYTEST_NO_TESTS = 5
+
+# Crash classes, the same words in the log, the table and the docs.
+CRASH_CLASSES = ("compile", "fault", "timeout", "wrong-result", "no-tests", "no-record", "error")
+
+_TERM_GRACE_S = 3.0
+_TAIL_CHARS = 4000
+
+# Checked in this order: a compile error often surfaces as a failed assertion later in the output.
+_SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("compile", re.compile(
+        r"TileError|TileCompilerError|TileSyntaxError|TypeCheckingError|UnsupportedSyntaxError|"
+        r"UnsupportedFeatureError|UnsupportedCallError|StaticAssertionError|StaticEvalError|"
+        r"CompilerExecutionError|CompilerTimeoutError|InternalCompilerError|tileiras.*(error|failed)|"
+        r"\bSyntaxError\b|\bIndentationError\b|ImportError while importing|ModuleNotFoundError")),
+    ("fault", re.compile(
+        r"CUDA error|CUDA_ERROR_\w+|cudaError\w*|illegal memory access|misaligned address|"
+        r"unspecified launch failure|device-side assert|Segmentation fault|core dumped|Fatal Python error|"
+        r"\bSIGSEGV\b|\bSIGABRT\b|\bSIGBUS\b", re.IGNORECASE)),
+    ("wrong-result", re.compile(
+        r"AssertionError|Mismatched elements|are not close|not close|Not equal to tolerance|assert_close|"
+        r"allclose")),
+)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One pytest child: how it ended, how long it took and where its output is."""
+
+    argv: tuple[str, ...]
+    returncode: int | None  # None when it was killed at the deadline
+    timed_out: bool
+    duration_s: float
+    output_path: Path
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and self.returncode == PYTEST_OK
+
+    def tail(self, chars: int = _TAIL_CHARS) -> str:
+        try:
+            text = self.output_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return text[-chars:]
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the child's whole process group, then SIGKILL what is left after a grace period."""
+    for sig, wait_s in ((signal.SIGTERM, _TERM_GRACE_S), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait_s)
+            # The leader is gone; grandchildren (xdist workers, compile helpers) may linger.
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            break
+        except subprocess.TimeoutExpired:
+            continue
+        break
+
+
+def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
+        env_overrides: dict[str, str] | None = None) -> RunResult:
+    """Run ``argv`` in ``cwd`` with its own process group; output goes to ``output_path``.
+
+    Never raises for a failing or hanging child; KeyboardInterrupt kills the group, then propagates.
+    """
+    output_path.parent.mkdir(parents=True, exist_ok=True)
+    env = knobs.child_env(**(env_overrides or {}))
+    # The record plugin must be importable in the child even when cutile-perf runs from a checkout.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(package_parent()), env.get("PYTHONPATH", "")) if p)
+    start = time.monotonic()
+    with output_path.open("wb") as out:
+        out.write(("$ " + " ".join(argv) + "\n").encode())
+        out.flush()
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, start_new_session=True)
+        except OSError as exc:  # the interpreter or command does not exist
+            out.write(f"cannot start: {exc}\n".encode())
+            return RunResult(tuple(argv), 127, False, time.monotonic() - start, output_path)
+        timed_out = False
+        try:
+            proc.wait(timeout=max(timeout_s, 0.001))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+        except BaseException:
+            _kill_group(proc)
+            raise
+        else:
+            # A test that spawned a daemon must not keep running into the next iteration.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    duration = time.monotonic() - start
+    if timed_out:
+        with output_path.open("ab") as out:
+            out.write(f"\ncutile-perf: killed after {timeout_s:.0f} s (iteration time budget)\n".encode())
+    return RunResult(tuple(argv), None if timed_out else proc.returncode, timed_out, duration, output_path)
+
+
+def classify(result: RunResult) -> str | None:
+    """The crash class of a finished child, or None when pytest passed.
+
+    ``no-record`` is decided by the caller, which knows whether records were expected.
+    """
+    if result.timed_out:
+        return "timeout"
+    if result.returncode == PYTEST_OK:
+        return None
+    if result.returncode == PYTEST_NO_TESTS:
+        return "no-tests"
+    text = result.tail(64_000)
+    for name, pattern in _SIGNATURES:
+        if pattern.search(text):
+            return name
+    if result.returncode is not None and result.returncode < 0:  # killed by a signal: segfault, abort
+        return "fault"
+    return "error"
+
+
+def plugin_args() -> list[str]:
+    """The ``-p`` option that loads the record plugin exactly once in a child pytest.
+
+    When cutile-perf is installed, pytest already knows the plugin by its entry-point name
+    ``cutile_perf``; loading it again by module name makes pluggy refuse the second registration.
+    Naming the entry point works with and without PYTEST_DISABLE_PLUGIN_AUTOLOAD.
+    """
+    try:
+        points = importlib.metadata.entry_points(group="pytest11")
+    except Exception:  # a broken distribution must not stop a measurement
+        points = ()
+    if any(ep.name == "cutile_perf" and ep.value.startswith("cutile_perf.pytest_plugin") for ep in points):
+        return ["-p", "cutile_perf"]
+    return ["-p", "cutile_perf.pytest_plugin"]
+
+
+def package_parent() -> Path:
+    """The directory holding the ``cutile_perf`` package, for the child's PYTHONPATH."""
+    return Path(__file__).resolve().parent.parent

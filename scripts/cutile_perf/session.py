@@ -1,0 +1,184 @@
+"""The session: one frozen object loaded once from ``<repo>/sandbox/session.yaml`` and passed explicitly.
+
+Also owns the sandbox layout and the lock that keeps two loop commands off the same repository.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+from cutile_perf.errors import Locked, NoSession, UsageError
+
+SANDBOX = "sandbox"
+SESSION_FILE = "session.yaml"
+LOG_FILE = "experiments.jsonl"
+RESULTS_FILE = "perf_results.md"
+LOCK_FILE = "cutile-perf.lock"
+SCHEMA = 1
+
+# The command templates. ``{python}`` is replaced by the interpreter running cutile-perf, because
+# the record plugin must be importable in the child; edit session.yaml to use another interpreter.
+CORRECTNESS_TEMPLATE = '{python} -m pytest {test} -k "test_ and cutile and not test_perf" -q'
+# "not cutile_rs": `-k cutile` is a substring match and TileGym names the Rust backend cutile_rs.
+PERF_TEMPLATE = '{python} -m pytest {test} -k "test_perf and cutile and not cutile_rs" -q'
+
+
+def sandbox(repo: Path) -> Path:
+    return Path(repo) / SANDBOX
+
+
+@dataclass(frozen=True)
+class Session:
+    repo: Path
+    kernel: str
+    kernel_files: tuple[str, ...]
+    fence: tuple[str, ...]  # files (or directories ending in "/") the agent may change
+    test: str
+    correctness_cmd: str
+    perf_cmd: str
+    thresholds: dict
+    timeout_s: float
+    base_commit: str
+    branch: str
+    created: str
+    classification: dict = field(default_factory=dict)  # kernel_type, ai_estimate, bound
+    schema: int = SCHEMA
+
+    @property
+    def sandbox(self) -> Path:
+        return sandbox(self.repo)
+
+    @property
+    def log_path(self) -> Path:
+        return self.sandbox / LOG_FILE
+
+    @property
+    def results_path(self) -> Path:
+        return self.sandbox / RESULTS_FILE
+
+    def in_fence(self, path: str) -> bool:
+        """True when ``path`` (repo-relative) may be changed by the agent, or is session scratch."""
+        if path == SANDBOX or path.startswith(SANDBOX + "/"):
+            return True
+        return any(path == f or (f.endswith("/") and path.startswith(f)) for f in self.fence)
+
+    def argv(self, which: str) -> list[str]:
+        """The correctness or perf command as an argv list, placeholders filled in."""
+        template = {"correctness": self.correctness_cmd, "perf": self.perf_cmd}[which]
+        try:
+            parts = shlex.split(template)
+        except ValueError as exc:
+            raise UsageError(f"session.yaml: the {which} command cannot be parsed ({exc})") from None
+        values = {"python": sys.executable, "test": self.test}
+        return [p.format(**values) if "{" in p else p for p in parts]
+
+    def to_yaml(self) -> str:
+        data = asdict(self)
+        data.pop("repo")
+        data["kernel_files"] = list(self.kernel_files)
+        data["fence"] = list(self.fence)
+        header = ("# cutile-perf session. The commands, fence, thresholds and timeout may be edited;\n"
+                  "# {python} is the interpreter running cutile-perf, {test} the test file.\n")
+        return header + yaml.safe_dump(data, sort_keys=False)
+
+
+def load(repo: Path) -> Session:
+    """The session of ``repo``; NoSession when init has not run there."""
+    path = sandbox(repo) / SESSION_FILE
+    if not path.is_file():
+        raise NoSession(f"no cutile-perf session in {repo}", "run `cutile-perf init --kernel <name>` first")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: not valid YAML ({exc})") from None
+    known = {f.name for f in fields(Session)} - {"repo"}
+    missing = {"kernel", "kernel_files", "fence", "test", "correctness_cmd", "perf_cmd", "base_commit",
+               "branch"} - set(data)
+    if missing:
+        raise UsageError(f"{path}: missing keys {sorted(missing)}", "re-run init or restore the file")
+    unknown = set(data) - known
+    if unknown:
+        raise UsageError(f"{path}: unknown keys {sorted(unknown)}", f"allowed: {sorted(known)}")
+    try:
+        timeout_s = float(data.get("timeout_s", 600.0))
+    except (TypeError, ValueError):
+        raise UsageError(f"{path}: timeout_s must be a number of seconds") from None
+    if timeout_s <= 0:
+        raise UsageError(f"{path}: timeout_s must be positive")
+    data.update(timeout_s=timeout_s, kernel_files=tuple(data["kernel_files"]), fence=tuple(data["fence"]),
+                thresholds=data.get("thresholds") or {}, created=str(data.get("created", "")))
+    return Session(repo=Path(repo).resolve(), **data)
+
+
+def save(session: Session) -> Path:
+    path = session.sandbox / SESSION_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(session.to_yaml(), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def read_lock(repo: Path) -> dict | None:
+    """The lock's content ({"pid", "command"}), or None when there is no lock."""
+    path = sandbox(repo) / LOCK_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {"pid": -1, "command": "unreadable lock"}
+
+
+def lock_is_stale(info: dict) -> bool:
+    pid = info.get("pid")
+    return not isinstance(pid, int) or pid <= 0 or not _pid_alive(pid)
+
+
+@contextmanager
+def locked(repo: Path, command: str) -> Iterator[None]:
+    """Hold the repository lock for one command; a live holder means Locked, a dead one is replaced.
+
+    The lock is created with O_EXCL so two commands starting at the same moment cannot both win.
+    """
+    path = sandbox(repo) / LOCK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = json.dumps({"pid": os.getpid(), "command": command}).encode()
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            info = read_lock(repo) or {}
+            if not lock_is_stale(info):
+                raise Locked(f"another cutile-perf command ({info.get('command')}, pid {info.get('pid')}) is running "
+                             f"on {repo}", "wait for it to finish") from None
+            # A killed run left its lock behind: its pid is gone, so the lock protects nothing.
+            path.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+        break
+    else:
+        raise Locked(f"could not take the lock {path}", "remove it if no cutile-perf command is running")
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)

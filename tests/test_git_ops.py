@@ -1,0 +1,98 @@
+"""git_ops against real git repositories (the simulated TileGym-shaped one)."""
+from __future__ import annotations
+
+from fixtures_repo import KERNEL_REL, git, tilegym_like_repo  # noqa: F401  (fixture import)
+
+from cutile_perf import git_ops
+
+
+def test_changed_paths_lists_edits_and_untracked_files(tilegym_like_repo):
+    repo = git_ops.open_repo(tilegym_like_repo)
+    assert git_ops.changed_paths(repo) == []
+    (tilegym_like_repo / KERNEL_REL).write_text("x = 1\n")
+    (tilegym_like_repo / "new dir").mkdir()
+    (tilegym_like_repo / "new dir" / "notes.txt").write_text("n")
+    assert git_ops.changed_paths(repo) == sorted([KERNEL_REL, "new dir/notes.txt"])
+    assert git_ops.tracked_changes(repo) == [KERNEL_REL]
+
+
+def test_renames_report_both_paths(tilegym_like_repo):
+    repo = git_ops.open_repo(tilegym_like_repo)
+    git(tilegym_like_repo, "mv", "README.md", "README2.md")
+    assert set(git_ops.changed_paths(repo)) == {"README.md", "README2.md"}
+
+
+def test_reset_to_restores_fenced_files_and_keeps_other_work(tilegym_like_repo):
+    """Regression: a plain reset --hard would wipe an unrelated edit made while the iteration ran."""
+    repo = git_ops.open_repo(tilegym_like_repo)
+    base = git_ops.head(repo)
+    kernel = tilegym_like_repo / KERNEL_REL
+    original = kernel.read_text()
+    kernel.write_text(original + "# candidate\n")
+    extra = tilegym_like_repo / "src/fakegym/ops/cutile/helper.py"
+    extra.write_text("y = 2\n")
+    cand = git_ops.commit_paths(repo, [KERNEL_REL, "src/fakegym/ops/cutile/helper.py"], "candidate")
+    assert cand != base and git_ops.is_ancestor(repo, base, cand)
+    (tilegym_like_repo / "README.md").write_text("user edit\n")  # outside the fence
+    git_ops.reset_to(repo, base, [KERNEL_REL, "src/fakegym/ops/cutile/helper.py"])
+    assert git_ops.head(repo) == base
+    assert kernel.read_text() == original
+    assert not extra.exists()
+    assert (tilegym_like_repo / "README.md").read_text() == "user edit\n"
+    assert git_ops.changed_paths(repo) == ["README.md"]
+
+
+def test_diff_patch_includes_new_files_and_applies_back(tilegym_like_repo):
+    repo = git_ops.open_repo(tilegym_like_repo)
+    base = git_ops.head(repo)
+    (tilegym_like_repo / KERNEL_REL).write_text("changed\n")
+    (tilegym_like_repo / "src/new.py").write_text("new\n")
+    patch = git_ops.diff_patch(repo, base, [KERNEL_REL, "src/new.py"])
+    assert "src/new.py" in patch and "+changed" in patch
+    git_ops.reset_to(repo, base, [KERNEL_REL, "src/new.py"])
+    assert git_ops.changed_paths(repo) == []
+    (tilegym_like_repo / "p.patch").write_text(patch)
+    git(tilegym_like_repo, "apply", "p.patch")
+    assert (tilegym_like_repo / "src/new.py").read_text() == "new\n"
+
+
+def test_git_dir_in_the_environment_is_ignored(tilegym_like_repo, tmp_path, monkeypatch):
+    """Regression: a GIT_DIR exported by a hook or IDE must not redirect our commands to another repo."""
+    other = tmp_path / "other"
+    git(tmp_path, "init", "-q", str(other))
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(other / ".git" / "index"))
+    repo = git_ops.open_repo(tilegym_like_repo)
+    (tilegym_like_repo / KERNEL_REL).write_text("x\n")
+    assert git_ops.changed_paths(repo) == [KERNEL_REL]
+    git_ops.commit_paths(repo, [KERNEL_REL], "c")
+    monkeypatch.delenv("GIT_DIR")
+    monkeypatch.delenv("GIT_INDEX_FILE")
+    assert "c" in git(tilegym_like_repo, "log", "-1", "--format=%s")
+
+
+def test_exclude_locally_is_idempotent_and_commits_nothing(tilegym_like_repo):
+    repo = git_ops.open_repo(tilegym_like_repo)
+    assert git_ops.exclude_locally(repo, "sandbox/")
+    assert not git_ops.exclude_locally(repo, "sandbox/")
+    (tilegym_like_repo / "sandbox").mkdir()
+    (tilegym_like_repo / "sandbox" / "x").write_text("x")
+    assert git_ops.is_ignored(repo, "sandbox/x")
+    assert git_ops.changed_paths(repo) == []
+
+
+def test_branches(tilegym_like_repo):
+    repo = git_ops.open_repo(tilegym_like_repo)
+    assert git_ops.current_branch(repo) == "main"
+    assert not git_ops.branch_exists(repo, "cutile-perf-x")
+    git_ops.create_branch(repo, "cutile-perf-x")
+    assert git_ops.branch_exists(repo, "cutile-perf-x") and git_ops.current_branch(repo) == "cutile-perf-x"
+
+
+def test_not_a_repository_is_a_usage_error(tmp_path):
+    import pytest
+
+    from cutile_perf.errors import UsageError
+
+    with pytest.raises(UsageError, match="not inside a git repository"):
+        git_ops.open_repo(tmp_path)
