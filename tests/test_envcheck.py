@@ -1,0 +1,58 @@
+"""envcheck must report, never crash, whatever is missing."""
+from __future__ import annotations
+
+import subprocess
+
+from cutile_perf import envcheck
+
+
+def test_check_without_gpu_tools_reports_a_gpu_problem(monkeypatch):
+    monkeypatch.setattr(envcheck.shutil, "which", lambda name: None)
+    monkeypatch.setattr(envcheck, "_torch_gpu", lambda: (None, None, None, "torch is not importable (ImportError)"))
+    env = envcheck.check()
+    assert env.gpu is None and not env.can_measure
+    whats = {p.what for p in env.problems}
+    assert {"gpu", "torch"} <= whats
+    text = envcheck.render(env)
+    assert "GPU: none found" in text and "error:" in text
+
+
+def test_nvidia_smi_output_is_parsed(monkeypatch):
+    monkeypatch.setattr(envcheck.shutil, "which", lambda name: "/usr/bin/" + name)
+
+    def fake_run(argv, **kwargs):
+        return subprocess.CompletedProcess(argv, 0, stdout="NVIDIA H200, 9.0, 580.65.06\n", stderr="")
+
+    monkeypatch.setattr(envcheck.subprocess, "run", fake_run)
+    assert envcheck._nvidia_smi() == ("NVIDIA H200", "9.0", "580.65.06")
+
+
+def test_old_compute_capability_is_a_problem(monkeypatch):
+    monkeypatch.setattr(envcheck, "_nvidia_smi", lambda: ("Tesla V100", "7.0", "550"))
+    env = envcheck.check(with_torch=False)
+    assert any("below 8.0" in p.message for p in env.problems)
+
+
+def test_cuda_home_with_pip_tileiras_is_a_warning_not_an_error(monkeypatch):
+    monkeypatch.setattr(envcheck, "_nvidia_smi", lambda: ("NVIDIA H200", "9.0", "580"))
+    monkeypatch.setattr(envcheck, "_package_version", lambda *names: "13.4.92")
+    monkeypatch.setenv("CUDA_HOME", "/usr/local/cuda-12.4")
+    env = envcheck.check(with_torch=False)
+    problems = [p for p in env.problems if p.what == "cuda env"]
+    assert problems and not problems[0].fatal_for_measuring and "CUDA_HOME" in problems[0].message
+    assert env.can_measure
+    assert env.cuda_env == {"CUDA_HOME": "/usr/local/cuda-12.4"}
+
+
+def test_versions_line_and_snapshot_never_raise(monkeypatch):
+    def boom(**kwargs):
+        raise RuntimeError("probe exploded")
+
+    assert "cuda-tile=" in envcheck.versions_line()
+    monkeypatch.setattr(envcheck, "check", boom)
+    assert "versions unavailable" in envcheck.versions_line()
+
+
+def test_snapshot_has_the_logged_fields():
+    snap = envcheck.snapshot()
+    assert set(snap) >= {"gpu", "compute_capability", "driver", "cuda_tile", "tileiras"}

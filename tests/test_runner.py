@@ -1,0 +1,83 @@
+"""runner: real child processes, process-group kill at the deadline, crash classification."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cutile_perf import runner
+
+
+def _run(tmp_path: Path, code: str, timeout_s: float = 20.0) -> runner.RunResult:
+    return runner.run([sys.executable, "-c", code], cwd=tmp_path, timeout_s=timeout_s,
+                      output_path=tmp_path / "out.log")
+
+
+def test_output_goes_to_the_file_even_when_large(tmp_path):
+    """Regression: an unread pipe blocks a child that writes more than the pipe buffer."""
+    result = _run(tmp_path, "print('x' * 1_000_000); print('end')")
+    assert result.ok and result.returncode == 0
+    assert result.tail(10).strip().endswith("end")
+    assert runner.classify(result) is None
+
+
+def test_deadline_kills_the_whole_process_group(tmp_path):
+    """A grandchild that outlives its parent must not keep running after the timeout."""
+    pid_file = tmp_path / "grandchild.pid"
+    code = (
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(60)\n"
+    )
+    start = time.monotonic()
+    result = _run(tmp_path, code, timeout_s=1.5)
+    assert result.timed_out and result.returncode is None
+    assert time.monotonic() - start < 15
+    assert runner.classify(result) == "timeout"
+    grandchild = int(pid_file.read_text())
+    for _ in range(50):
+        try:
+            os.kill(grandchild, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("grandchild survived the deadline")
+    assert "killed after" in result.tail()
+
+
+@pytest.mark.parametrize(
+    ("output", "code", "expected"),
+    [
+        ("E   cuda.tile._exception.TileSyntaxError: break is not supported", 1, "compile"),
+        ("E   SyntaxError: invalid syntax", 2, "compile"),
+        ("RuntimeError: CUDA error: an illegal memory access was encountered", 1, "fault"),
+        ("E   AssertionError: Tensor-likes are not close!", 1, "wrong-result"),
+        ("no tests ran", 5, "no-tests"),
+        ("something else went wrong", 1, "error"),
+        ("", 0, None),
+    ],
+)
+def test_classify_from_output_and_exit_code(tmp_path, output, code, expected):
+    script = f"import sys; print({output!r}); sys.exit({code})"
+    assert runner.classify(_run(tmp_path, script)) == expected
+
+
+def test_killed_by_a_signal_is_a_fault(tmp_path):
+    result = _run(tmp_path, "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    assert result.returncode is not None and result.returncode < 0
+    assert runner.classify(result) == "fault"
+
+
+def test_missing_interpreter_is_reported_not_raised(tmp_path):
+    result = runner.run(["/nonexistent/python"], cwd=tmp_path, timeout_s=5, output_path=tmp_path / "o.log")
+    assert result.returncode == 127 and "cannot start" in result.tail()
+
+
+def test_plugin_args_name_the_plugin_once():
+    args = runner.plugin_args()
+    assert args[0] == "-p" and args[1] in {"cutile_perf", "cutile_perf.pytest_plugin"}
