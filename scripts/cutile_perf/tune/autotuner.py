@@ -1,0 +1,254 @@
+"""Tune once per key, cache the config AND the hinted kernel object, then launch with a dict lookup.
+
+    tuner = Autotuner(rms_norm_kernel, occupancy_space(), fixed=Config(occupancy=1))
+
+    def rms_norm(x, w, out):
+        key = shape_key(x, w)
+        entry = tuner.cache.get(key) or tuner.tune(key, stream, grid_fn, args_fn)
+        ct.launch(stream, grid_fn(entry.config), entry.kernel, args_fn(entry.config))
+
+``tuner.launch(stream, key, grid_fn, args_fn)`` does the same in one call. ``replace_hints`` runs
+once per config (``kernel_for``), never on the hot path. With ``DISABLE_AUTOTUNE=1`` (or TileGym's
+``TILEGYM_DISABLE_AUTOTUNE=1``) ``tune`` returns the fixed config without compiling or timing.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from cutile_perf import knobs
+from cutile_perf.errors import IterationCrashed, UsageError
+from cutile_perf.tune import keys
+from cutile_perf.tune.cache import TuneCache
+from cutile_perf.tune.config import Config, Trial, as_config, as_space, best_trial
+from cutile_perf.tune.precompile import (CompileJob, CompileOutcome, KernelRef, compiler_options, jit_signature,
+                                         run_jobs)
+from cutile_perf.tune.splitbuf import split_buffer
+from cutile_perf.tune.strategies import get_strategy, resolve_options
+from cutile_perf.tune.timing import TIMERS, Candidate, Timer
+
+
+class TuneFailed(IterationCrashed):
+    """Every config failed to compile or launch: there is nothing to launch."""
+
+
+class Tuned(NamedTuple):
+    config: Config
+    kernel: Any
+
+
+@dataclass
+class TuneReport:
+    """What the last ``tune`` of one key did: where the answer came from and what it cost."""
+
+    source: str  # search | disk | disabled
+    trials: list[Trial] = field(default_factory=list)
+    compiled: int = 0  # configs compiled by the workers
+    timed: int = 0  # configs that reached the timing stage
+    compile_s: float = 0.0
+    timing_s: float = 0.0
+    wall_s: float = 0.0
+
+
+class ProcessPrecompiler:
+    """Stage 1 with worker processes (see ``precompile``); needs a GPU to infer signatures."""
+
+    def __init__(self, workers: int | None = None, timeout_s: float = 60.0):
+        self.workers = workers or min(16, os.cpu_count() or 2)
+        self.timeout_s = timeout_s
+
+    def __call__(self, kernel: Any, items: Sequence[tuple[Config, Sequence[tuple]]], sm_arch: str) -> dict[Config, CompileOutcome]:
+        from cuda.tile._cext import default_tile_context
+
+        ref = KernelRef.of(kernel)
+        cache_dir = default_tile_context.config.cache_dir
+        if ref is None or cache_dir is None:
+            why = "kernel defined in a closure" if ref is None else "cuTile disk cache disabled"
+            return {cfg: CompileOutcome(cfg, "unavailable", 0.0, why) for cfg, _ in items}
+        jobs = []
+        for cfg, arg_sets in items:
+            sigs = []
+            for args in arg_sets:
+                sig = jit_signature(kernel, args)
+                if sig not in sigs:
+                    sigs.append(sig)
+            jobs.append(CompileJob(cfg, ref, compiler_options(kernel, cfg.hints()), tuple(sigs), sm_arch,
+                                   str(cache_dir), self.timeout_s))
+        return run_jobs(jobs, workers=self.workers)
+
+
+class Autotuner:
+    """Tune-once / cache / launch for one kernel over one search space.
+
+    ``fixed`` is the config launched when autotuning is disabled; it must be in ``space`` and is
+    always evaluated first. ``timer`` is ``"cutile"`` (``exhaustive_search``'s sampling),
+    ``"bench"`` (``cutile_perf.bench``) or any ``Timer`` (e.g. ``FakeBench`` in tests).
+    ``precompile`` is a callable like ``ProcessPrecompiler`` or None for in-process compilation.
+    """
+
+    def __init__(self, kernel: Any, space: Iterable[Any], *, fixed: Any, name: str | None = None,
+                 strategy: str = "exhaustive", options: Mapping[str, Any] | None = None,
+                 timer: str | Timer = "cutile", precompile: Any = "auto", persistent: bool = True,
+                 cache_dir: Any = None, device: keys.DeviceInfo | None = None,
+                 launcher: Callable[..., Any] | None = None, compile_timeout_s: float = 60.0):
+        self.kernel = kernel
+        self.fixed = as_config(fixed)
+        space = as_space(space)
+        if self.fixed not in space:
+            raise UsageError(f"the fixed config {self.fixed.label()} is not in the search space of "
+                             f"{name or getattr(kernel, '__name__', 'the kernel')}",
+                             hint="add it: the fixed config is what DISABLE_AUTOTUNE launches and the baseline tuning must beat")
+        # The fixed config goes first: every strategy evaluates space[0].
+        self.space = [self.fixed] + [c for c in space if c != self.fixed]
+        self.name = name or getattr(getattr(kernel, "_pyfunc", kernel), "__name__", "kernel")
+        self.strategy = get_strategy(strategy)
+        self.options = resolve_options(strategy, options)
+        self.timer: Timer = TIMERS[timer]() if isinstance(timer, str) else timer
+        self.precompile = ProcessPrecompiler(timeout_s=compile_timeout_s) if precompile == "auto" else precompile
+        self.persistent = persistent
+        self._cache_dir = cache_dir
+        self._device = device
+        self._launcher = launcher
+        self.cache: dict[Any, Tuned] = {}
+        self.reports: dict[Any, TuneReport] = {}
+        self._kernels: dict[Config, Any] = {}
+
+    # --- hot path -------------------------------------------------------------------------------
+
+    def launch(self, stream: Any, key: Any, grid_fn: Callable[[Config], tuple], args_fn: Callable[[Config], tuple],
+               *, inplace: Sequence[int] = ()) -> Config:
+        try:
+            cfg, kernel = self.cache[key]
+        except KeyError:
+            cfg, kernel = self.tune(key, stream, grid_fn, args_fn, inplace=inplace)
+        self.launcher(stream, grid_fn(cfg), kernel, args_fn(cfg))
+        return cfg
+
+    @property
+    def launcher(self) -> Callable[..., Any]:
+        if self._launcher is None:
+            import cuda.tile as ct
+
+            self._launcher = ct.launch
+        return self._launcher
+
+    def kernel_for(self, config: Config) -> Any:
+        """The hinted kernel object of ``config``, created once (a new object has an empty JIT cache)."""
+        k = self._kernels.get(config)
+        if k is None:
+            hints = config.hints()
+            k = self.kernel.replace_hints(**hints) if hints else self.kernel
+            self._kernels[config] = k
+        return k
+
+    # --- tuning ---------------------------------------------------------------------------------
+
+    def tune(self, key: Any, stream: Any, grid_fn: Callable[[Config], tuple], args_fn: Callable[[Config], tuple],
+             *, inplace: Sequence[int] = (), search_args_fn: Callable[[Config], tuple] | None = None) -> Tuned:
+        """Find (or load) the config for ``key``, cache it with its kernel, and return both.
+
+        The search launches with ``search_args_fn`` (default: ``args_fn`` with the ``inplace``
+        argument positions replaced by scratch copies), so the real tensors are only touched by
+        the caller's final launch.
+        """
+        start = time.perf_counter()
+        if knobs.autotune_disabled():
+            tuned = Tuned(self.fixed, self.kernel_for(self.fixed))
+            self.cache[key] = tuned
+            self.reports[key] = TuneReport("disabled")
+            return tuned
+        disk, disk_key, parts = self._disk_lookup(key)
+        if disk is not None:
+            tuned = Tuned(disk.config, self.kernel_for(disk.config))
+            self.cache[key] = tuned
+            self.reports[key] = TuneReport("disk", list(disk.trials), wall_s=time.perf_counter() - start)
+            return tuned
+        if search_args_fn is None:
+            search_args_fn = split_buffer(args_fn, inplace) if inplace else args_fn
+        report = TuneReport("search")
+        trials = self.search(stream, grid_fn, search_args_fn, report, real_args_fn=args_fn)
+        best = best_trial(trials)
+        if best is None:
+            lines = "; ".join(f"{t.config.label()}: {t.error} {t.detail[-200:]}" for t in trials[:5])
+            raise TuneFailed(f"every config of {self.name} failed for key {key!r}: {lines}",
+                             hint="run with DISABLE_AUTOTUNE=1 to launch the fixed config, or fix the kernel")
+        if self.persistent and disk_key is not None:
+            self._store(disk_key, parts, best.config, trials)
+        tuned = Tuned(best.config, self.kernel_for(best.config))
+        self.cache[key] = tuned
+        report.trials, report.wall_s = trials, time.perf_counter() - start
+        self.reports[key] = report
+        return tuned
+
+    def search(self, stream, grid_fn, search_args_fn, report: TuneReport, *, real_args_fn=None) -> list[Trial]:
+        """Run the strategy; each batch is compiled (stage 1), warmed up and timed (stages 2-3)."""
+        done: dict[Config, Trial] = {}
+
+        def evaluate(configs: Sequence[Config]) -> list[Trial]:
+            todo = [c for c in configs if c not in done]
+            if todo:
+                for trial in self._evaluate_batch(todo, stream, grid_fn, search_args_fn, real_args_fn, report):
+                    done[trial.config] = trial
+            return [done[c] for c in configs if c in done]
+
+        self.strategy.search(self.space, evaluate, self.options)
+        return list(done.values())
+
+    def _evaluate_batch(self, configs, stream, grid_fn, search_args_fn, real_args_fn, report) -> list[Trial]:
+        failed: list[Trial] = []
+        compile_s: dict[Config, float] = {}
+        t0 = time.perf_counter()
+        if self.precompile is not None:
+            # The real arguments may specialize differently (strides, alignment): compile both.
+            items = [(c, [search_args_fn(c)] + ([real_args_fn(c)] if real_args_fn else [])) for c in configs]
+            outcomes = self.precompile(self.kernel, items, self.device.sm_arch)
+            for cfg, out in outcomes.items():
+                if out.status == "ok":
+                    report.compiled += 1
+                    compile_s[cfg] = out.seconds
+                elif out.status in ("compile", "timeout"):
+                    failed.append(Trial(cfg, None, out.status, out.detail, out.seconds))
+        report.compile_s += time.perf_counter() - t0
+        bad = {t.config for t in failed}
+        candidates = [Candidate(c, self.kernel_for(c), tuple(grid_fn(c)), tuple(search_args_fn(c)), stream, self.launcher)
+                      for c in configs if c not in bad]
+        t1 = time.perf_counter()
+        trials = self.timer(candidates)
+        report.timing_s += time.perf_counter() - t1
+        report.timed += len(candidates)
+        trials = [Trial(t.config, t.times, t.error, t.detail, compile_s.get(t.config)) for t in trials]
+        return failed + trials
+
+    # --- persistence ----------------------------------------------------------------------------
+
+    @property
+    def device(self) -> keys.DeviceInfo:
+        if self._device is None:
+            self._device = keys.detect_device()
+        return self._device
+
+    @property
+    def disk(self) -> TuneCache:
+        return TuneCache(self._cache_dir or knobs.tune_cache_dir())
+
+    def persistent_parts(self, key: Any) -> dict[str, Any]:
+        return keys.persistent_key_parts(kernel_src=keys.kernel_source_hash(self.kernel), key=key, device=self.device,
+                                         versions=keys.toolchain_versions(), space=self.space,
+                                         extra={"name": self.name, "strategy": self.strategy.__name__.rsplit(".", 1)[-1],
+                                                "options": dict(self.options)})
+
+    def _disk_lookup(self, key):
+        if not self.persistent:
+            return None, None, None
+        parts = self.persistent_parts(key)
+        disk_key = keys.persistent_key(parts)
+        return self.disk.load(disk_key, parts, self.space), disk_key, parts
+
+    def _store(self, disk_key, parts, config, trials) -> None:
+        try:
+            self.disk.store(disk_key, parts, config, trials)
+        except OSError:
+            pass  # a read-only cache dir costs a re-tune next time, never a failed launch

@@ -1,0 +1,186 @@
+"""Stage 1 of a search: compile every candidate in parallel worker processes before any timing.
+
+cuTile compiles under a process-wide lock (``cuda.tile._compile.global_compiler_lock``), so threads
+cannot overlap two tileiras runs. Worker processes (spawned: no CUDA state is inherited) call
+``compile_tile`` with exactly what the JIT will use: the kernel's own Python function (same file,
+so the same debug locations in the bytecode), its compiler options with the config's hints, the
+signature ``KernelSignature.from_kernel_args`` infers from the real arguments under the minimal
+calling convention, and the device's ``sm_XY``. The cubins land in cuTile's shared SQLite disk cache
+(same ``cache_dir``), so the main process's first launch of each config is a cache hit (about 40 ms
+of frontend instead of 0.3-6 s of tileiras). Where a worker cannot rebuild the kernel (defined in a
+closure, or an import error), the config is reported ``unavailable`` and simply compiles on its
+first launch; a tileiras error or timeout is a per-config result, never an abort.
+"""
+from __future__ import annotations
+
+import atexit
+import concurrent.futures as cf
+import copyreg
+import dataclasses
+import importlib
+import importlib.util
+import multiprocessing
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cutile_perf.tune.config import Config
+
+
+@dataclass(frozen=True)
+class KernelRef:
+    """How a worker finds the kernel's Python function: module name, file and attribute."""
+
+    module: str
+    path: str | None
+    name: str
+
+    @staticmethod
+    def of(kernel: Any) -> KernelRef | None:
+        pyfunc = getattr(kernel, "_pyfunc", kernel)
+        if "<locals>" in getattr(pyfunc, "__qualname__", "<locals>"):
+            return None  # a closure cannot be re-imported by another process
+        return KernelRef(pyfunc.__module__, getattr(pyfunc.__code__, "co_filename", None), pyfunc.__name__)
+
+    def load_pyfunc(self):
+        module = None
+        if self.module == "__main__":
+            module = sys.modules.get("__main__")  # spawn re-runs the main file as __mp_main__
+        else:
+            try:
+                module = importlib.import_module(self.module)
+            except Exception:
+                module = None
+        obj = getattr(module, self.name, None) if module is not None else None
+        if obj is None and self.path:
+            # Same file, private module name: the bytecode's debug locations (path, line) match.
+            spec = importlib.util.spec_from_file_location(f"_cutile_perf_precompile_{abs(hash(self.path))}", self.path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            obj = getattr(module, self.name)
+        pyfunc = getattr(obj, "_pyfunc", obj)
+        if getattr(pyfunc.__code__, "co_filename", None) != self.path:
+            raise ImportError(f"{self.module}.{self.name} resolves to another file than {self.path}")
+        return pyfunc
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    config: Config
+    kernel: KernelRef
+    options: dict[str, Any]  # CompilerOptions fields, hints applied
+    signatures: tuple  # KernelSignature objects (picklable once register_pickling() ran)
+    sm_arch: str
+    cache_dir: str
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class CompileOutcome:
+    config: Config
+    status: str  # ok | compile | timeout | unavailable
+    seconds: float
+    detail: str = ""
+
+
+def register_pickling() -> None:
+    """CallingConvention has no pickle support; it round-trips through its public ``code``."""
+    from cuda.tile.compilation import CallingConvention
+
+    copyreg.pickle(CallingConvention, lambda c: (CallingConvention.from_code, (c.code,)))
+
+
+def jit_signature(kernel: Any, args: Sequence[Any]):
+    """The signature the JIT uses for ``args``: the lowest calling convention that accepts them."""
+    from cuda.tile.compilation import CallingConvention, KernelSignature
+
+    last: Exception | None = None
+    for conv in (CallingConvention.cutile_python_v1, CallingConvention.cutile_python_v2):
+        try:
+            return KernelSignature.from_kernel_args(kernel, tuple(args), conv())
+        except ValueError as exc:  # e.g. tuples or static shapes need v2
+            last = exc
+    raise last  # type: ignore[misc]
+
+
+def compiler_options(kernel: Any, hints: dict[str, Any]) -> dict[str, Any]:
+    return dataclasses.asdict(dataclasses.replace(kernel._compiler_options, **hints))
+
+
+def run_job(job: CompileJob) -> CompileOutcome:
+    """Worker side: compile one config's signatures into the shared disk cache."""
+    start = time.perf_counter()
+    try:
+        import cuda.tile as ct
+        from cuda.tile._cext import default_tile_context
+        from cuda.tile._compile import compile_tile
+
+        pyfunc = job.kernel.load_pyfunc()
+        kernel = ct.kernel(pyfunc, **job.options)
+        default_tile_context.config.cache_dir = job.cache_dir
+    except Exception as exc:
+        return CompileOutcome(job.config, "unavailable", time.perf_counter() - start, f"{type(exc).__name__}: {exc}")
+    try:
+        with ct.compiler_timeout(job.timeout_s):
+            compile_tile(kernel._annotated_function, list(job.signatures), job.sm_arch, kernel._compiler_options)
+    except Exception as exc:
+        status = "timeout" if "Timeout" in type(exc).__name__ else "compile"
+        return CompileOutcome(job.config, status, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"[-2000:])
+    return CompileOutcome(job.config, "ok", time.perf_counter() - start)
+
+
+_POOL: cf.ProcessPoolExecutor | None = None
+_POOL_SIZE = 0
+
+
+def _pool(workers: int) -> cf.ProcessPoolExecutor:
+    """One spawned pool per process, reused across tunings (spawn + imports cost ~1-2 s)."""
+    global _POOL, _POOL_SIZE
+    if _POOL is None or _POOL_SIZE < workers:
+        shutdown_pool()
+        register_pickling()
+        _POOL = cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                       initializer=register_pickling)
+        _POOL_SIZE = workers
+    return _POOL
+
+
+def shutdown_pool() -> None:
+    global _POOL, _POOL_SIZE
+    if _POOL is not None:
+        _POOL.shutdown(wait=False, cancel_futures=True)
+        for proc in list(getattr(_POOL, "_processes", {}).values()):  # only our own workers
+            if proc.is_alive():
+                proc.terminate()
+    _POOL, _POOL_SIZE = None, 0
+
+
+atexit.register(shutdown_pool)
+
+
+def run_jobs(jobs: Sequence[CompileJob], *, workers: int) -> dict[Config, CompileOutcome]:
+    """Compile all jobs in parallel; a job past its timeout (plus queueing) is reported, not awaited."""
+    if not jobs:
+        return {}
+    pool = _pool(max(1, min(workers, len(jobs))))
+    futures = {pool.submit(run_job, job): job for job in jobs}
+    waves = -(-len(jobs) // max(1, min(workers, len(jobs))))
+    deadline = max(j.timeout_s for j in jobs) * waves + 60.0  # tileiras is killed at timeout_s itself
+    done, pending = cf.wait(futures, timeout=deadline)
+    outcomes: dict[Config, CompileOutcome] = {}
+    for fut in done:
+        job = futures[fut]
+        try:
+            outcomes[job.config] = fut.result()
+        except Exception as exc:  # a worker died (BrokenProcessPool): compile in-process instead
+            outcomes[job.config] = CompileOutcome(job.config, "unavailable", 0.0, f"{type(exc).__name__}: {exc}")
+    if pending:
+        for fut in pending:
+            job = futures[fut]
+            outcomes[job.config] = CompileOutcome(job.config, "timeout", deadline, "no answer from the compile worker")
+        shutdown_pool()  # a stuck worker must not hold the next search
+    if any(o.status == "unavailable" and "Broken" in o.detail for o in outcomes.values()):
+        shutdown_pool()
+    return outcomes
