@@ -1,0 +1,119 @@
+"""pytest plugin: collect the ``benchmark`` records of perf tests, print them, save them as JSON lines.
+
+TileGym-shaped perf tests call ``record_property("benchmark", {"cutile": {"forward": {...}}})``.
+pytest keeps those pairs on each test report (``report.user_properties``); this plugin reads them
+from the reports of the *call* phase, so it also works under pytest-xdist, where only the
+controller's reports are used (workers write nothing, or every record would land twice).
+
+* ``--print-record``: prints ``Cutile: {'forward': {...}} ms`` lines (one per framework per test,
+  under the test's node id) in a terminal-summary section.
+* ``CUTILE_PERF_RECORDS=<file>`` (set by the harness): appends one JSON line per recording test,
+  ``{"nodeid": ..., "outcome": "passed", "benchmark": {...}}``; ``records.read_records_file`` reads it.
+
+Loading: installed, the ``pytest11`` entry point loads it; the harness also passes
+``-p cutile_perf.pytest_plugin`` so a target venv without our entry point works too.
+
+``--print-record`` trap: entry-point plugins load *before* conftest files, and TileGym's conftest
+registers ``--print-record`` itself; registering it in our ``pytest_addoption`` would make that
+conftest fail with "option names {'--print-record'} already added". So the option is added after
+the initial conftests have loaded, and only when nobody registered it: it exists exactly once.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+
+from cutile_perf import knobs
+from cutile_perf.records import BENCHMARK_PROPERTY, RecordError, format_print_record_line, parse_benchmark
+
+PRINT_RECORD_OPTION = "--print-record"
+RECORDER_NAME = "cutile-perf-recorder"
+
+
+def _option_names(parser: pytest.Parser) -> set[str]:
+    # pytest has no public "is this option registered?" call; its groups are the registry, and
+    # looking at all of them also catches an option registered in a named group.
+    groups = getattr(parser, "_groups", [])
+    return {name for group in groups for option in group.options for name in option.names()}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]):
+    yield  # the initial conftests (TileGym's tests/conftest.py) register their options here
+    if PRINT_RECORD_OPTION not in _option_names(parser):
+        parser.addoption(
+            PRINT_RECORD_OPTION,
+            action="store_true",
+            default=False,
+            dest="cutile_perf_print_record",
+            help="print the benchmark records of perf tests (Cutile: {...} ms), added by cutile-perf",
+        )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.has_plugin(RECORDER_NAME):
+        return
+    config.pluginmanager.register(BenchmarkRecorder(config), RECORDER_NAME)
+
+
+class BenchmarkRecorder:
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.collected: list[tuple[str, Any]] = []
+        # An xdist worker forwards its reports to the controller, which records them.
+        self.is_worker = hasattr(config, "workerinput")
+        self.records_path = None if self.is_worker else knobs.records_path()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.is_worker or report.when != "call":
+            return
+        for name, value in report.user_properties:
+            if name != BENCHMARK_PROPERTY:
+                continue
+            self.collected.append((report.nodeid, value))
+            if self.records_path is not None:
+                self._append(report.nodeid, report.outcome, value)
+
+    def _append(self, nodeid: str, outcome: str, value: Any) -> None:
+        line = json.dumps({"nodeid": nodeid, "outcome": outcome, "benchmark": value}, default=_json_scalar)
+        self.records_path.parent.mkdir(parents=True, exist_ok=True)
+        # One write of a whole line in append mode: a kill can cut the last line, never interleave.
+        with open(self.records_path, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if self.is_worker or not self.collected or not self.config.getoption(PRINT_RECORD_OPTION, default=False):
+            return
+        terminalreporter.write_sep("-", "benchmark records (ms)")
+        for nodeid, value in self.collected:
+            terminalreporter.write_line(nodeid)
+            for line in _print_lines(nodeid, value):
+                terminalreporter.write_line(f"  {line}")
+
+
+def _print_lines(nodeid: str, value: Any) -> list[str]:
+    try:
+        records = parse_benchmark(nodeid, value)
+    except RecordError as exc:
+        return [f"(unreadable benchmark record: {exc})"]
+    by_framework: dict[str, dict] = {}
+    for record in records:
+        by_framework.setdefault(record.framework, {})[record.direction] = record.stats
+    return [format_print_record_line(fw, directions) for fw, directions in by_framework.items()]
+
+
+def _json_scalar(value: Any) -> Any:
+    """numpy/torch scalars recorded by a test become plain numbers; anything else its text."""
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            return item()
+        except (TypeError, ValueError):
+            pass
+    tolist = getattr(value, "tolist", None)
+    return tolist() if callable(tolist) else str(value)

@@ -1,0 +1,237 @@
+"""Benchmark records of TileGym-shaped perf tests, read from wherever they landed.
+
+A perf test calls ``record_property("benchmark", result)`` with ``result`` shaped
+``{framework: {direction: stats}}``, for example
+``{"cutile": {"forward": {"mean": ..., "median": ..., "rel_std": ..., "nrep": 160, ...}}}``.
+Times are milliseconds and ``rel_std`` is a percentage. This module reads that dict from three
+places, all into the same flat list of ``ShapeRecord``:
+
+* the JSON-lines file our pytest plugin appends to (``read_records_file``; the harness uses this),
+* JUnit XML ``<property name="benchmark" value="{...}">`` (``read_junit_xml``; value is a Python repr),
+* ``Cutile: {'forward': {...}} ms`` lines printed with ``--print-record`` (``parse_print_record_line``).
+
+Python reprs are parsed by a small literal reader, never ``eval``: besides plain literals it accepts
+``inf``/``nan`` and numpy scalar reprs such as ``np.float64(0.27)``, which numpy 2 prints.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cutile_perf.errors import EXIT_CRASH, CutilePerfError
+
+BENCHMARK_PROPERTY = "benchmark"
+
+# pytest arguments that load our record plugin in a target's pytest run. "-p no:cutile_perf" blocks
+# the entry-point copy first: with both, pytest would register one module under two names and stop
+# with "Plugin already registered under a different name". Works with or without the entry point.
+PYTEST_PLUGIN_ARGS = ("-p", "no:cutile_perf", "-p", "cutile_perf.pytest_plugin")
+
+
+class RecordError(CutilePerfError, ValueError):
+    """A benchmark record that cannot be read; in the loop this is the ``no-record`` crash class."""
+
+    exit_code = EXIT_CRASH
+
+
+@dataclass(frozen=True)
+class ShapeRecord:
+    """One timing: one test (one shape), one framework, one direction (forward/backward)."""
+
+    test_id: str
+    framework: str
+    direction: str
+    # Excluded from hashing: a dict is unhashable, and identity is (test, framework, direction).
+    stats: dict = field(hash=False)
+    outcome: str = "passed"
+
+    @property
+    def median(self) -> float:
+        return float(self.stats["median"])
+
+
+# --- parsing ------------------------------------------------------------------------------------
+
+_NUMPY_SCALAR = re.compile(r"^(np|numpy)\.(float|int|uint|bool)\w*$")
+_NAMED_FLOATS = {"inf": math.inf, "nan": math.nan}
+
+
+def _literal(node: ast.AST) -> Any:
+    """The value of a literal expression; anything that would need evaluation is refused."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Dict):
+        if any(k is None for k in node.keys):
+            raise ValueError("dict unpacking (**) is not a literal")
+        return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values)}
+    if isinstance(node, (ast.List, ast.Tuple)):
+        items = [_literal(e) for e in node.elts]
+        return items if isinstance(node, ast.List) else tuple(items)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _literal(node.operand)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.Name) and node.id in _NAMED_FLOATS:
+        return _NAMED_FLOATS[node.id]
+    if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
+        # numpy 2 reprs scalars as np.float64(0.27); the value inside is what the test measured.
+        if _NUMPY_SCALAR.match(ast.unparse(node.func)):
+            return _literal(node.args[0])
+    raise ValueError(f"not a literal: {ast.unparse(node)[:60]}")
+
+
+def literal_value(text: str) -> Any:
+    """Parse the Python repr of a benchmark dict without evaluating code."""
+    try:
+        return _literal(ast.parse(text.strip(), mode="eval").body)
+    except (SyntaxError, ValueError) as exc:
+        raise RecordError(f"benchmark value is not a Python literal: {exc}: {text[:80]!r}") from None
+
+
+def parse_benchmark(test_id: str, value: Any, *, outcome: str = "passed") -> list[ShapeRecord]:
+    """Flatten one ``{framework: {direction: stats}}`` record (a dict or its repr string)."""
+    if isinstance(value, str):
+        value = literal_value(value)
+    if not isinstance(value, dict) or not value:
+        raise RecordError(f"{test_id}: benchmark record is not a non-empty dict: {str(value)[:80]!r}")
+    records = []
+    for framework, directions in value.items():
+        if not isinstance(directions, dict):
+            raise RecordError(f"{test_id}: benchmark[{framework!r}] is not a dict of directions")
+        for direction, stats in directions.items():
+            if not isinstance(stats, dict) or not isinstance(stats.get("median"), (int, float)):
+                raise RecordError(f"{test_id}: benchmark[{framework!r}][{direction!r}] has no numeric median")
+            records.append(ShapeRecord(test_id, str(framework).lower(), str(direction), dict(stats), outcome))
+    return records
+
+
+# `Cutile: {'forward': {...}} ms`, possibly after a node id or pytest's progress text.
+_PRINT_RECORD = re.compile(r"(?P<framework>[A-Za-z][\w.-]*): (?P<body>\{.*\})\s*ms\s*$")
+
+
+def parse_print_record_line(line: str) -> tuple[str, dict]:
+    """``("cutile", {"forward": {...}})`` from one ``--print-record`` line; RecordError otherwise."""
+    match = _PRINT_RECORD.search(line)
+    if not match:
+        raise RecordError(f"not a print-record line: {line.strip()[:80]!r}")
+    body = literal_value(match.group("body"))
+    if not isinstance(body, dict):
+        raise RecordError(f"print-record body is not a dict: {line.strip()[:80]!r}")
+    return match.group("framework").lower(), body
+
+
+def format_print_record_line(framework: str, directions: dict) -> str:
+    """The line the plugin prints, in TileGym's documented shape (framework capitalized)."""
+    return f"{framework.capitalize()}: {directions!r} ms"
+
+
+# --- files --------------------------------------------------------------------------------------
+
+
+def read_records_file(path: str | Path) -> list[ShapeRecord]:
+    """Records from the plugin's JSON-lines file (``{"nodeid", "benchmark", "outcome"}`` per line).
+
+    A missing file means no perf test recorded anything: an empty list, not an error. A last line
+    cut short (the run was killed mid-write) is skipped; a bad line elsewhere is an error.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    records: list[ShapeRecord] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                break
+            raise RecordError(f"{path}:{number}: not JSON: {line[:80]!r}") from None
+        if not isinstance(row, dict) or "nodeid" not in row or "benchmark" not in row:
+            raise RecordError(f"{path}:{number}: expected an object with nodeid and benchmark")
+        records.extend(parse_benchmark(row["nodeid"], row["benchmark"], outcome=row.get("outcome", "passed")))
+    return records
+
+
+def read_junit_xml(path: str | Path) -> list[ShapeRecord]:
+    """Records from ``pytest --junitxml``: every testcase with a ``benchmark`` property."""
+    try:
+        root = ET.parse(path).getroot()
+    except (ET.ParseError, OSError) as exc:
+        raise RecordError(f"cannot read JUnit XML {path}: {exc}") from None
+    records = []
+    for case in root.iter("testcase"):
+        for prop in case.iter("property"):
+            if prop.get("name") == BENCHMARK_PROPERTY:
+                outcome = "failed" if case.find("failure") is not None or case.find("error") is not None else "passed"
+                records.extend(parse_benchmark(_junit_test_id(case), prop.get("value", ""), outcome=outcome))
+    return records
+
+
+def _junit_test_id(case: ET.Element) -> str:
+    """A pytest node id rebuilt from a testcase; ``classname::name`` when the file is unknown."""
+    classname, name, file = case.get("classname", ""), case.get("name", ""), case.get("file")
+    if file:  # xunit1 (TileGym's junit_family) records the file: module part of classname is known
+        module = file[:-3].replace("/", ".").replace("\\", ".") if file.endswith(".py") else file
+        if classname == module:
+            return f"{file}::{name}"
+        if classname.startswith(module + "."):
+            return "::".join([file, *classname[len(module) + 1 :].split("."), name])
+    return f"{classname}::{name}" if classname else name
+
+
+# --- selection ----------------------------------------------------------------------------------
+
+
+def select(
+    records: list[ShapeRecord], framework: str = "cutile", direction: str = "forward", *, passed_only: bool = True
+) -> dict[str, ShapeRecord]:
+    """``{test_id: record}`` for one framework and direction; failed tests are left out by default.
+
+    A test id seen twice (a rerun plugin, two runs appended to one file) keeps the last record.
+    """
+    chosen: dict[str, ShapeRecord] = {}
+    for record in records:
+        if record.framework == framework.lower() and record.direction == direction:
+            if passed_only and record.outcome != "passed":
+                continue
+            chosen[record.test_id] = record
+    return chosen
+
+
+def shape_id(test_id: str, framework: str | None = "cutile") -> str:
+    """A short, stable name for the shape a perf test measured.
+
+    ``tests/ops/test_rms_norm.py::Test_RMSNorm::test_perf[cutile-static_persistent-262144-1024]``
+    becomes ``static_persistent-262144-1024``: the parameter id without the framework token (every
+    selected test carries it). A function other than ``test_perf`` keeps its name in front
+    (``test_perf_llm:...``) so two perf functions with the same parameters do not collide.
+    """
+    last = test_id.split("::")[-1]
+    function, bracket, params = last.partition("[")
+    params = params[:-1] if bracket and params.endswith("]") else params
+    if framework:
+        params = "-".join(t for t in params.split("-") if t.lower() != framework.lower())
+    if not params:
+        return function
+    return params if function == "test_perf" else f"{function}:{params}"
+
+
+def select_by_shape(
+    records: list[ShapeRecord], framework: str = "cutile", direction: str = "forward"
+) -> dict[str, ShapeRecord]:
+    """Like ``select`` but keyed by ``shape_id``; two tests mapping to one shape id is an error."""
+    by_shape: dict[str, ShapeRecord] = {}
+    for test_id, record in select(records, framework, direction).items():
+        sid = shape_id(test_id, framework)
+        if sid in by_shape:
+            raise RecordError(f"tests {by_shape[sid].test_id} and {test_id} both map to shape id {sid!r}")
+        by_shape[sid] = record
+    return by_shape
