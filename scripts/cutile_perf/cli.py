@@ -171,6 +171,77 @@ def _add_install_skill(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+def _add_tileir_check(subparsers) -> None:
+    p = _sub(subparsers, "tileir-check",
+             "which triton is active and whether its TileIR backend can compile kernels here (JSON)",
+             "Examples:\n  cutile-perf tileir-check\n  cutile-perf tileir-check --strict   # exit 1 unless TileIR is active")
+    p.add_argument("--strict", action="store_true", help="exit 1 when the TileIR backend is not the active target")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.tileir_check import tileir_check
+
+        return tileir_check(strict=a.strict)
+
+    p.set_defaults(handler=run)
+
+
+def _add_classify_triton(subparsers) -> None:
+    p = _sub(subparsers, "classify-triton",
+             "classify Triton kernels (dot-related, norm-like, element-wise, reduction) and flag TileIR risks (JSON)",
+             "Examples:\n  cutile-perf classify-triton --file kernel.py\n"
+             "  cutile-perf classify-triton --file kernel.py --apply-optimizations --output kernel_tileir.py\n"
+             "  cutile-perf classify-triton --file kernel.py --apply-optimizations --report report.md "
+             "--verification verify.json")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--file", type=Path, help="Python module with @triton.jit kernels")
+    source.add_argument("--code", help="the module's source as a string")
+    p.add_argument("--apply-optimizations", action="store_true",
+                   help="add TileIR configs beside each autotuned kernel's own, gated on the TileIR backend")
+    p.add_argument("--output", type=Path, help="write the optimized code there (never the input file)")
+    p.add_argument("--report", type=Path, help="render the TileIR optimization report (Markdown) there")
+    p.add_argument("--verification", type=Path, help="a `verify-triton --json` result to include in the report")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.classify_triton import classify_triton
+
+        return classify_triton(file=a.file, code=a.code, apply=a.apply_optimizations, output=a.output,
+                               report_path=a.report, verification=a.verification)
+
+    p.set_defaults(handler=run)
+
+
+def _add_verify_triton(subparsers) -> None:
+    p = _sub(subparsers, "verify-triton",
+             "run a Triton kernel's host entry point against a torch reference per shape (GPU or CPU interpreter)",
+             "The kernel module defines a host function taking the inputs positionally, in --shapes order,\n"
+             "and returning a tensor (or tuple); --entry names it (default: first public function that\n"
+             "launches a @triton.jit kernel). The reference sees the same names, plus torch, F and math.\n\n"
+             "Example:\n  cutile-perf verify-triton --kernel softmax.py --reference 'torch.softmax(x, -1)' "
+             "--shapes '{\"x\": [32, 4096]}' --dtypes '{\"x\": \"bfloat16\"}'")
+    p.add_argument("--kernel", type=Path, required=True, help="Python module with the kernel and its host function")
+    p.add_argument("--reference", required=True, help="torch expression over the input names")
+    p.add_argument("--shapes", required=True, help='JSON {"x": [32, 512]} or a list of such objects')
+    p.add_argument("--dtypes", help='JSON {"x": "bfloat16"} or one dtype name for all inputs (default float32)')
+    p.add_argument("--entry", help="host function to call (default: first public function that launches a kernel)")
+    p.add_argument("--device", choices=["auto", "gpu", "interpreter"], default="auto",
+                   help="auto: the GPU when torch sees one, else the CPU interpreter")
+    p.add_argument("--no-tileir", dest="tileir", action="store_false",
+                   help="skip the ENABLE_TILE=1 pass even when the TileIR backend is installed")
+    p.add_argument("--atol", type=float, help="absolute tolerance (default by dtype)")
+    p.add_argument("--rtol", type=float, help="relative tolerance (default by dtype)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per backend pass (default 600)")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.verify_triton import verify_triton
+
+        return verify_triton(kernel=a.kernel, reference=a.reference, shapes=a.shapes, dtypes=a.dtypes, entry=a.entry,
+                             device=a.device, tileir=a.tileir, atol=a.atol, rtol=a.rtol, seed=a.seed,
+                             timeout_s=a.timeout)
+
+    p.set_defaults(handler=run)
+
+
 SUBCOMMANDS: list[Callable] = [
     _add_init,
     _add_baseline,
@@ -181,7 +252,9 @@ SUBCOMMANDS: list[Callable] = [
     _add_env,
     _add_demo,
     # autotune: probe, ab, prune
-    # tileir: tileir-check, classify-triton, verify-triton
+    _add_tileir_check,
+    _add_classify_triton,
+    _add_verify_triton,
     _add_install_skill,
 ]
 

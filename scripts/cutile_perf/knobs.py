@@ -43,6 +43,9 @@ FOREIGN_ENV_VARS: dict[str, str] = {
     "TILEIR_ENABLE_APPROX": "Triton TileIR backend: approximate math",
     "TILEIR_ENABLE_FTZ": "Triton TileIR backend: flush denormals to zero",
     "TRITON_INTERPRET": "triton: 1 runs kernels in the CPU interpreter",
+    "TRITON_TILEIRAS_PATH": "Triton TileIR backend: directory holding tileiras (also read by cutile-perf tileir-check)",
+    "TILEIR_ENABLE_AUTOGEN_ALIAS_MEM_TOKEN": "Triton TileIR backend: auto memory tokens for aliasing accesses (default on)",
+    "TILE_IR_DISABLE_FMAD": "Triton TileIR backend: 1 disables FMA contraction",
     "PYTHONPATH": "python: module search path",
 }
 
@@ -84,6 +87,17 @@ def bench_mode() -> str:
     if value not in {"cold", "warm", "graph"}:
         raise ValueError(f"CUTILE_PERF_BENCH_MODE={value!r}: expected cold, warm or graph")
     return value
+
+
+def enable_tile() -> str | None:
+    """The raw ENABLE_TILE value (None when unset). Only the Triton TileIR build reads it; we report it."""
+    return os.environ.get("ENABLE_TILE")
+
+
+def tileiras_dir_override() -> Path | None:
+    """TRITON_TILEIRAS_PATH: the directory where the Triton TileIR backend looks for tileiras first."""
+    value = os.environ.get("TRITON_TILEIRAS_PATH")
+    return Path(value) if value else None
 
 
 def cuda_env_conflicts() -> dict[str, str]:
