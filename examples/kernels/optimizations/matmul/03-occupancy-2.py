@@ -1,6 +1,6 @@
 """Dense matmul C = A @ B on tensor cores (cuTile), fp16/bf16 in, fp32 accumulate.
 
-Step 04: occupancy hint 2 (on top of step 02, not step 03). Asks the compiler to fit two CTAs
+Step 03: occupancy hint 2 (on top of step 02). Asks the compiler to fit two CTAs
 per SM: on sm_90 the cubin drops from 255 to 128 registers per thread and from about 193 to
 105 KiB of shared memory, still without spills. Two resident CTAs let one CTA's epilogue
 (convert + store of a 128x128 tile) and prologue overlap the other's main loop. The cost is
