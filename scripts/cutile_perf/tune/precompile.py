@@ -149,12 +149,14 @@ def _pool(workers: int) -> cf.ProcessPoolExecutor:
 
 def shutdown_pool() -> None:
     global _POOL, _POOL_SIZE
-    if _POOL is not None:
-        _POOL.shutdown(wait=False, cancel_futures=True)
-        for proc in list(getattr(_POOL, "_processes", {}).values()):  # only our own workers
-            if proc.is_alive():
-                proc.terminate()
-    _POOL, _POOL_SIZE = None, 0
+    pool, _POOL, _POOL_SIZE = _POOL, None, 0
+    if pool is None:
+        return
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # only our own workers, by object
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
 
 
 atexit.register(shutdown_pool)
