@@ -19,8 +19,10 @@ DOCS = sorted(
     p for p in [ROOT / "SKILL.md", ROOT / "README.md", *(ROOT / "references").glob("*.md")] if p.is_file()
 )
 
-# UPPER_CASE names with an underscore that the docs use as kernel constants, not env vars.
-KERNEL_CONSTANTS = {"TILE_M", "TILE_N", "TILE_K", "BLOCK_SIZE", "GROUP_SIZE_M", "NUM_SM", "NUM_SMS", "TILE_SIZE"}
+# UPPER_CASE names with an underscore that the docs use as kernel constants or cubin attributes,
+# not env vars. Keep this list short: every entry is a name the env-var check cannot see.
+NOT_ENV_VARS = {"TILE_M", "TILE_N", "TILE_K", "BLOCK_SIZE", "GROUP_SIZE_M", "NUM_SM", "NUM_SMS", "TILE_SIZE",
+                "EIATTR_CTA_PER_CLUSTER"}
 
 # Files other engineers are writing while this test is being written. The link is kept (it is
 # where the reader must go); once the file exists it is checked like every other one.
@@ -89,7 +91,7 @@ def test_subcommands_and_flags_exist(doc):
 
 @pytest.mark.parametrize("doc", DOCS, ids=_doc_ids())
 def test_env_vars_are_declared(doc):
-    known = set(knobs.OWN_ENV_VARS) | set(knobs.FOREIGN_ENV_VARS) | KERNEL_CONSTANTS
+    known = set(knobs.OWN_ENV_VARS) | set(knobs.FOREIGN_ENV_VARS) | NOT_ENV_VARS
     unknown = sorted(doccheck.env_var_mentions(doc.read_text()) - known)
     assert not unknown, (
         f"{_rel(doc)} mentions env vars missing from knobs.OWN_ENV_VARS/FOREIGN_ENV_VARS: {unknown}"
