@@ -1,0 +1,142 @@
+"""`cutile-perf demo`: the whole loop on a bundled kernel, through the same commands an agent calls.
+
+The bundled suite (``examples/kernels``) is copied into ``<checkout>/sandbox/demo/`` as a fresh git
+repository; then ``init``, ``baseline``, one ``try`` per prepared optimization (the alternate source
+is copied over the kernel file first, as an agent would edit it) and ``report`` run through
+``cutile_perf.commands``. The steps come from ``examples/kernels/optimizations/<op>/steps.yaml``.
+Without a GPU it refuses before copying anything.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from cutile_perf.commands import Outcome, say
+from cutile_perf.errors import EnvMissing, Refused, UsageError
+
+# Names people type for the bundled ops.
+ALIASES = {
+    "rmsnorm": "rms_norm",
+    "rms": "rms_norm",
+    "layernorm": "layer_norm",
+    "ln": "layer_norm",
+    "silu_and_mul": "swiglu",
+    "gemm": "matmul",
+    "fmha": "attention",
+    "flash_attention": "attention",
+}
+DEMO_MARKER = ".cutile-perf-demo"  # written into the demo repo; only a directory carrying it is ever deleted
+SUITE_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "sandbox", ".pytest_cache", "optimizations")
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    file: Path
+    expect: str
+    why: str
+
+
+def checkout_root() -> Path:
+    """The cutile-perf checkout this package runs from (scripts/cutile_perf/ -> checkout)."""
+    return Path(__file__).resolve().parents[3]
+
+
+def suite_dir(root: Path) -> Path:
+    suite = root / "examples" / "kernels"
+    if not (suite / "src" / "tilesuite").is_dir():
+        raise UsageError(f"bundled kernel suite not found at {suite}", "run the demo from a cutile-perf checkout")
+    return suite
+
+
+def resolve_kernel(name: str, available: list[str]) -> str:
+    """The op a demo ``--kernel`` names: an exact op, or an alias such as ``rmsnorm``."""
+    key = name.strip().lower().replace("-", "_")
+    op = ALIASES.get(key.replace("_", ""), ALIASES.get(key, key))
+    if op not in available:
+        raise UsageError(f"no bundled kernel {name!r}", f"choose one of: {', '.join(sorted(available))}")
+    return op
+
+
+def load_steps(steps_file: Path) -> tuple[str, list[Step]]:
+    """(kernel file relative to the suite, ordered steps) from an optimizations ``steps.yaml``."""
+    import yaml
+
+    data = yaml.safe_load(steps_file.read_text(encoding="utf-8")) or {}
+    kernel_file = data.get("kernel_file")
+    raw = data.get("steps") or []
+    if not kernel_file or not raw:
+        raise UsageError(f"{steps_file} needs `kernel_file` and a non-empty `steps` list")
+    steps = []
+    for i, entry in enumerate(raw, start=1):
+        if not isinstance(entry, dict) or not entry.get("name") or not entry.get("file"):
+            raise UsageError(f"{steps_file}: step {i} needs `name` and `file`")
+        path = steps_file.parent / entry["file"]
+        if not path.is_file():
+            raise UsageError(f"{steps_file}: step {i} file {entry['file']} does not exist")
+        steps.append(Step(entry["name"], path, str(entry.get("expect", "")), str(entry.get("why", ""))))
+    return kernel_file, steps
+
+
+def available_ops(suite: Path) -> list[str]:
+    return sorted(p.parent.name for p in (suite / "optimizations").glob("*/steps.yaml"))
+
+
+def _require_gpu() -> None:
+    from cutile_perf import envcheck
+
+    env = envcheck.check()
+    if not env.can_measure:
+        problems = "; ".join(p.message for p in env.problems if p.fatal_for_measuring)
+        raise EnvMissing(f"the demo measures kernels and cannot run here: {problems}",
+                         "run `cutile-perf demo` on a machine with an NVIDIA GPU (cutile-perf env checks it)")
+
+
+def _fresh_copy(suite: Path, dest: Path) -> None:
+    """Copy the suite to ``dest`` and commit it as a new repository. An older demo is replaced only
+    if it carries the demo marker, so a user directory of the same name is never deleted."""
+    if dest.exists():
+        if not (dest / DEMO_MARKER).is_file():
+            raise Refused(f"{dest} exists and was not created by `cutile-perf demo`", "move it away and run again")
+        shutil.rmtree(dest)
+    shutil.copytree(suite, dest, ignore=SUITE_IGNORE)
+    (dest / DEMO_MARKER).write_text("created by `cutile-perf demo`; deleted by the next demo run\n", encoding="utf-8")
+    # git_ops has no "init"; a fresh repository is the one git call outside it (nothing to protect yet).
+    subprocess.run(["git", "init", "-q", str(dest)], check=True)
+    from cutile_perf import git_ops
+
+    repo = git_ops.open_repo(dest)
+    git_ops.commit_paths(repo, ["."], "tilesuite: bundled cuTile kernel suite (demo start)")
+
+
+def demo(*, kernel: str, dest: Path | None = None) -> Outcome:
+    root = checkout_root()
+    suite = suite_dir(root)
+    op = resolve_kernel(kernel, available_ops(suite))
+    kernel_file, steps = load_steps(suite / "optimizations" / op / "steps.yaml")
+    _require_gpu()  # before anything is copied: a refused demo leaves no trace
+
+    from cutile_perf.commands.baseline import baseline
+    from cutile_perf.commands.init import init
+    from cutile_perf.commands.report import report
+    from cutile_perf.commands.try_ import try_
+
+    dest = dest or root / "sandbox" / "demo"
+    say(f"copying the kernel suite to {dest}")
+    _fresh_copy(suite, dest)
+    lines = [init(repo=dest, kernel=op, test=None, branch=None, allow=[], timeout_s=600).text.splitlines()[0]]
+    say("baseline (3 perf runs for the noise floor)")
+    lines.append(baseline(repo=dest, repeats=3).text)
+    results = []
+    for number, step in enumerate(steps, start=1):
+        say(f"step {number}/{len(steps)}: {step.name} (expected: {step.expect or 'unknown'})")
+        shutil.copyfile(step.file, dest / kernel_file)
+        outcome = try_(repo=dest, optimization=step.name)
+        results.append({"step": step.name, "file": step.file.name, "expect": step.expect,
+                        "exit_code": outcome.exit_code, "result": outcome.data})
+        lines.append(f"{number}. {step.name} [expected {step.expect or '?'}]: {outcome.text}")
+    final = report(repo=dest, output=None)
+    lines += [final.text, f"results table: {dest / 'sandbox' / 'perf_results.md'}"]
+    return Outcome("\n".join(lines), {"repo": str(dest), "kernel": op, "steps": results, "report": final.data})

@@ -1,0 +1,100 @@
+"""`cutile-perf demo`: refuses without a GPU before touching anything; kernel names and step files."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cutile_perf import envcheck
+from cutile_perf.cli import main
+from cutile_perf.commands import demo as demo_mod
+from cutile_perf.errors import EXIT_REFUSED, EnvMissing, Refused, UsageError
+
+from conftest import gpu_skip_reason
+
+SUITE = Path(__file__).resolve().parents[1] / "examples" / "kernels"
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """Make the environment check report a missing GPU, on any machine."""
+    env = envcheck.Environment(problems=(envcheck.Problem("gpu", "no NVIDIA GPU found"),))
+    monkeypatch.setattr(envcheck, "check", lambda **_: env)
+
+
+def test_demo_without_gpu_refuses_and_copies_nothing(no_gpu, tmp_path):
+    dest = tmp_path / "demo"
+    with pytest.raises(EnvMissing, match="no NVIDIA GPU") as info:
+        demo_mod.demo(kernel="rmsnorm", dest=dest)
+    assert info.value.exit_code == EXIT_REFUSED
+    assert not dest.exists()
+
+
+def test_cli_demo_without_gpu_exits_3_with_one_line(no_gpu, capsys):
+    assert main(["demo", "--kernel", "rmsnorm"]) == EXIT_REFUSED
+    err = capsys.readouterr().err
+    assert "demo measures kernels and cannot run here" in err
+
+
+@pytest.mark.skipif(gpu_skip_reason() is None, reason="this machine has a GPU: the demo would really run")
+def test_demo_on_this_cpu_machine_refuses(tmp_path):
+    dest = tmp_path / "demo"
+    with pytest.raises(EnvMissing):
+        demo_mod.demo(kernel="rms_norm", dest=dest)
+    assert not dest.exists()
+
+
+@pytest.mark.parametrize("typed, op", [("rmsnorm", "rms_norm"), ("RMS-Norm", "rms_norm"), ("rms_norm", "rms_norm"),
+                                       ("layernorm", "layer_norm"), ("softmax", "softmax"), ("swiglu", "swiglu")])
+def test_resolve_kernel_accepts_aliases(typed, op):
+    assert demo_mod.resolve_kernel(typed, ["layer_norm", "rms_norm", "softmax", "swiglu"]) == op
+
+
+def test_unknown_kernel_is_a_usage_error_listing_choices():
+    with pytest.raises(UsageError, match="no bundled kernel") as info:
+        demo_mod.resolve_kernel("conv3d", ["rms_norm", "softmax"])
+    assert "rms_norm, softmax" in str(info.value)
+
+
+def test_every_bundled_steps_file_loads_and_names_an_existing_kernel_file():
+    ops = demo_mod.available_ops(SUITE)
+    assert {"rms_norm", "swiglu", "softmax", "layer_norm"} <= set(ops)
+    for op in ops:
+        kernel_file, steps = demo_mod.load_steps(SUITE / "optimizations" / op / "steps.yaml")
+        assert (SUITE / kernel_file).is_file(), kernel_file
+        assert steps and all(s.file.is_file() for s in steps)
+
+
+def test_rms_norm_demo_includes_a_step_expected_to_be_slower():
+    # The demo must show a real revert, not only wins.
+    _, steps = demo_mod.load_steps(SUITE / "optimizations" / "rms_norm" / "steps.yaml")
+    assert "slower" in [s.expect for s in steps]
+
+
+def test_steps_file_with_missing_source_is_rejected(tmp_path):
+    (tmp_path / "steps.yaml").write_text("kernel_file: src/k.py\nsteps:\n  - name: x\n    file: 01-x.py\n")
+    with pytest.raises(UsageError, match="does not exist"):
+        demo_mod.load_steps(tmp_path / "steps.yaml")
+
+
+def test_existing_directory_not_made_by_demo_is_never_deleted(tmp_path):
+    # Regression guard: `demo` replaces its own previous output only, never a user's directory.
+    dest = tmp_path / "demo"
+    dest.mkdir()
+    (dest / "precious.txt").write_text("user work")
+    with pytest.raises(Refused, match="not created by"):
+        demo_mod._fresh_copy(SUITE, dest)
+    assert (dest / "precious.txt").read_text() == "user work"
+
+
+def test_fresh_copy_makes_a_committed_repo_without_optimizations(tmp_path):
+    from cutile_perf import git_ops
+
+    dest = tmp_path / "demo"
+    demo_mod._fresh_copy(SUITE, dest)
+    repo = git_ops.open_repo(dest)
+    assert git_ops.changed_paths(repo) == []
+    assert (dest / "src" / "tilesuite" / "ops" / "cutile" / "rms_norm.py").is_file()
+    assert not (dest / "optimizations").exists()
+    demo_mod._fresh_copy(SUITE, dest)  # a second run replaces its own earlier copy
+    assert (dest / demo_mod.DEMO_MARKER).is_file()
