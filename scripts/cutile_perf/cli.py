@@ -242,6 +242,69 @@ def _add_verify_triton(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+TARGET_EPILOG = """\
+Naming a kernel: --target MODULE:ATTRIBUTE names a cutile_perf.tune.Tunable object (kernel, final
+space per arch, fixed config, default shapes, problem(shape) -> grid_fn/args_fn). The bundled suite
+has tilesuite.tunables:rms_norm and tilesuite.tunables:matmul (PYTHONPATH=examples/kernels/src).
+--shape NAME=INT,... (repeatable) replaces the tunable's default shapes."""
+
+
+def _add_tune_target(p) -> None:
+    p.add_argument("--target", required=True, metavar="MODULE:ATTR", help="the Tunable to tune, e.g. tilesuite.tunables:matmul")
+    p.add_argument("--shape", action="append", dest="shapes", metavar="NAME=INT,...",
+                   help="a problem shape (repeatable; default: the tunable's shapes)")
+
+
+def _add_probe(subparsers) -> None:
+    p = _sub(subparsers, "probe",
+             "directional exploration (<= ~100 configs over the dimensions you name): ranked table + the <= 8 to keep",
+             "Example:\n  cutile-perf probe --target tilesuite.tunables:matmul --dim TILE_M=64,128,256 "
+             "--dim TILE_N=64,128,256 --dim num_ctas=1,2 --shape M=4096,N=4096,K=4096\n\n"
+             "Fields not named by --dim keep the fixed config's value. Never edits source.\n\n" + TARGET_EPILOG)
+    _add_tune_target(p)
+    p.add_argument("--dim", action="append", default=[], dest="dims", metavar="NAME=V1,V2,...",
+                   help="a dimension to vary (repeatable)")
+    p.add_argument("--tolerance", type=float, default=0.05, help="keep-set tolerance vs the best per shape (default 0.05)")
+    p.add_argument("--max-configs", type=int, default=100, help="refuse larger probes (default 100)")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.probe import probe
+
+        return probe(target=a.target, dims=a.dims, shapes=a.shapes, tolerance=a.tolerance, max_configs=a.max_configs)
+
+    p.set_defaults(handler=run)
+
+
+def _add_ab(subparsers) -> None:
+    p = _sub(subparsers, "ab", "autotuned vs the fixed config per shape, with 95% confidence intervals and a verdict",
+             "Example:\n  cutile-perf ab --target tilesuite.tunables:rms_norm\n\n"
+             "Exit 1 when the tuned config is slower than the fixed one on any shape.\n\n" + TARGET_EPILOG)
+    _add_tune_target(p)
+    p.add_argument("--rep-ms", type=float, default=200.0, help="timing budget per side and round in ms (default 200)")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.ab import ab
+
+        return ab(target=a.target, shapes=a.shapes, rep_ms=a.rep_ms)
+
+    p.set_defaults(handler=run)
+
+
+def _add_prune(subparsers) -> None:
+    p = _sub(subparsers, "prune", "configs of the final space that never win on any tested shape (target: <= 8 per arch)",
+             "Example:\n  cutile-perf prune --target tilesuite.tunables:matmul --tolerance 0.03\n\n" + TARGET_EPILOG)
+    _add_tune_target(p)
+    p.add_argument("--tolerance", type=float, default=0.05, help="a config within this of the best on a shape is useful (default 0.05)")
+    p.add_argument("--max-keep", type=int, default=8, help="largest space to keep (default 8)")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.prune import prune
+
+        return prune(target=a.target, shapes=a.shapes, tolerance=a.tolerance, max_keep=a.max_keep)
+
+    p.set_defaults(handler=run)
+
+
 SUBCOMMANDS: list[Callable] = [
     _add_init,
     _add_baseline,
@@ -251,7 +314,9 @@ SUBCOMMANDS: list[Callable] = [
     _add_resume,
     _add_env,
     _add_demo,
-    # autotune: probe, ab, prune
+    _add_probe,
+    _add_ab,
+    _add_prune,
     _add_tileir_check,
     _add_classify_triton,
     _add_verify_triton,

@@ -1,0 +1,30 @@
+"""``cutile-perf prune``: configs of the final space that never win (or never come within x % of the
+best) on any tested shape, so the space stays <= 8 per arch."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cutile_perf.commands import Outcome, say
+from cutile_perf.tune.analysis import prune as prune_rule
+from cutile_perf.tune.evaluate import make_tuner, run_shapes, stream_for
+from cutile_perf.tune.tunable import load_target, resolve_shapes
+
+
+def prune(*, target: str, shapes: Sequence[str] | None, tolerance: float = 0.05, max_keep: int = 8,
+          fakes: dict[str, Any] | None = None) -> Outcome:
+    tunable = load_target(target)
+    shape_list = resolve_shapes(tunable, shapes)
+    probe_tuner = make_tuner(tunable, [tunable.fixed], fakes=fakes)
+    arch = probe_tuner.device.sm_arch
+    space = tunable.space_for(arch)
+    tuner = make_tuner(tunable, space, fakes=fakes)
+    say(f"timing {len(space)} configs x {len(shape_list)} shapes of {tunable.name} on {arch}")
+    results = run_shapes(tuner, tunable, shape_list, stream=stream_for(fakes))
+    kept, dropped = prune_rule(results, tolerance=tolerance, max_keep=max_keep, must_keep=[tunable.fixed])
+    lines = [f"keep {len(kept)} of {len(space)} on {arch}:"] + [f"  {c.label()}" for c in kept]
+    lines += [f"drop {len(dropped)}:"] + [f"  {c.label()}  (closest {near:.2f}x of best; {why})" for c, near, why in dropped]
+    data = {"target": target, "arch": arch, "shapes": list(results), "tolerance": tolerance,
+            "keep": [c.to_json() for c in kept],
+            "drop": [{"config": c.to_json(), "closest": near, "reason": why} for c, near, why in dropped]}
+    return Outcome("\n".join(lines), data)

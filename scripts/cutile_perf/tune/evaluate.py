@@ -1,0 +1,51 @@
+"""Run a Tunable's configs on its shapes: the shared engine of ``probe``, ``ab`` and ``prune``."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cutile_perf.errors import EnvMissing
+from cutile_perf.tune.autotuner import Autotuner, TuneReport
+from cutile_perf.tune.config import Config, Trial
+from cutile_perf.tune.splitbuf import split_buffer
+from cutile_perf.tune.tunable import Tunable, shape_label
+
+
+def require_gpu() -> None:
+    try:
+        import torch
+    except ImportError:
+        raise EnvMissing("this command times kernels and needs torch with CUDA") from None
+    if not torch.cuda.is_available():
+        raise EnvMissing("this command times kernels and needs an NVIDIA GPU; none is visible",
+                         hint="run it on the GPU machine")
+
+
+def make_tuner(tunable: Tunable, configs: Sequence[Config], *, fakes: dict[str, Any] | None = None,
+               timer: Any = "cutile") -> Autotuner:
+    """An exhaustive, non-persistent tuner over ``configs``; ``fakes`` injects timer/launcher/device/precompile for tests."""
+    fakes = dict(fakes or {})
+    if not fakes:
+        require_gpu()
+    space = list(configs) if tunable.fixed in configs else [tunable.fixed, *configs]
+    return Autotuner(tunable.kernel, space, fixed=tunable.fixed, name=tunable.name, persistent=False,
+                     timer=fakes.pop("timer", timer), precompile=fakes.pop("precompile", "auto"), **fakes)
+
+
+def stream_for(fakes: dict[str, Any] | None) -> Any:
+    if fakes:
+        return 0
+    import torch
+
+    return torch.cuda.current_stream()
+
+
+def run_shapes(tuner: Autotuner, tunable: Tunable, shapes: Sequence[dict[str, int]], *, stream: Any) -> dict[str, list[Trial]]:
+    """Every config of the tuner on every shape (exhaustive), as shape label -> trials."""
+    results: dict[str, list[Trial]] = {}
+    for shape in shapes:
+        problem = tunable.problem(shape)
+        args_fn = split_buffer(problem.args_fn, problem.inplace) if problem.inplace else problem.args_fn
+        results[shape_label(shape)] = tuner.search(stream, problem.grid_fn, args_fn, TuneReport("search"),
+                                                   real_args_fn=problem.args_fn)
+    return results
