@@ -1,0 +1,85 @@
+"""The timing method: count planning, flush sizing and mode selection on CPU; real timing on GPU."""
+from __future__ import annotations
+
+import pytest
+
+from cutile_perf import bench
+
+
+@pytest.mark.parametrize(
+    "estimate_ms, expected",
+    [
+        (0.01, (2500, 2000)),  # 10 us kernel: budget asks 10000 samples, capped at max_reps
+        (1.0, (25, 100)),  # budgets divided by the estimate
+        (50.0, (1, 10)),  # slow kernel: one warm-up, min_reps samples
+        (0.0, (25000, 2000)),  # below event resolution: treated as 1 us, still finite
+    ],
+)
+def test_plan_counts_turns_time_budgets_into_counts(estimate_ms, expected):
+    assert bench.plan_counts(estimate_ms, warmup_ms=25.0, rep_ms=100.0, min_reps=10, max_reps=2000) == expected
+
+
+def test_plan_counts_never_returns_zero_warmup_even_with_zero_budget():
+    # The first timed call must never be a cold one: at least one warm-up always runs.
+    assert bench.plan_counts(5.0, warmup_ms=0.0, rep_ms=0.0, min_reps=3, max_reps=10) == (1, 3)
+
+
+@pytest.mark.parametrize("kwargs", [dict(min_reps=0, max_reps=5), dict(min_reps=10, max_reps=5)])
+def test_plan_counts_rejects_impossible_bounds(kwargs):
+    with pytest.raises(ValueError, match="min_reps"):
+        bench.plan_counts(1.0, warmup_ms=1.0, rep_ms=1.0, **kwargs)
+
+
+def test_flush_buffer_is_twice_l2_and_has_a_fallback():
+    assert bench.flush_bytes(60 * 2**20) == 120 * 2**20  # H200 reports 60 MB of L2
+    assert bench.flush_bytes(None) == 2 * bench.DEFAULT_L2_BYTES
+    assert bench.flush_bytes(0) == 2 * bench.DEFAULT_L2_BYTES
+
+
+def test_mode_comes_from_the_env_knob_unless_given(monkeypatch):
+    monkeypatch.setenv("CUTILE_PERF_BENCH_MODE", "warm")
+    assert bench.check_mode(None) == "warm"
+    assert bench.check_mode("graph") == "graph"
+    monkeypatch.delenv("CUTILE_PERF_BENCH_MODE")
+    assert bench.check_mode(None) == "cold"
+
+
+def test_unknown_mode_is_rejected():
+    with pytest.raises(ValueError, match="cold, warm, graph"):
+        bench.check_mode("hot")
+
+
+def test_importing_bench_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, cutile_perf.bench; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", bench.MODES)
+def test_bench_times_a_copy_in_every_mode(mode):
+    """On the GPU: raw positive samples in ms, count within bounds, a 256 MB copy near memory bandwidth."""
+    import torch
+
+    src = torch.empty(128 * 2**20, dtype=torch.float16, device="cuda")
+    dst = torch.empty_like(src)
+    samples = bench.bench(lambda: dst.copy_(src), mode=mode, min_reps=10, max_reps=200)
+    assert 10 <= len(samples) <= 200
+    assert all(s > 0 for s in samples)
+    moved_bytes = 2 * src.numel() * src.element_size()
+    tb_per_s = moved_bytes / (sorted(samples)[len(samples) // 2] * 1e-3) / 1e12
+    assert 0.5 < tb_per_s < 10.0, f"{tb_per_s:.2f} TB/s is not a plausible copy rate"
+
+
+@pytest.mark.gpu
+def test_bench_record_has_tilegym_fields():
+    import torch
+
+    x = torch.randn(4096, 4096, device="cuda")
+    record = bench.bench_record(lambda: x * 2.0, max_reps=50)
+    assert set(record) == {"mean", "std", "rel_std", "median", "min", "max", "nrep", "peak_mem_mb"}
+    assert record["min"] <= record["median"] <= record["max"]
+    assert record["peak_mem_mb"] >= x.numel() * 4 / 2**20
