@@ -76,8 +76,3 @@ def test_killed_by_a_signal_is_a_fault(tmp_path):
 def test_missing_interpreter_is_reported_not_raised(tmp_path):
     result = runner.run(["/nonexistent/python"], cwd=tmp_path, timeout_s=5, output_path=tmp_path / "o.log")
     assert result.returncode == 127 and "cannot start" in result.tail()
-
-
-def test_plugin_args_name_the_plugin_once():
-    args = runner.plugin_args()
-    assert args[0] == "-p" and args[1] in {"cutile_perf", "cutile_perf.pytest_plugin"}

@@ -128,6 +128,14 @@ def diff_patch(repo: git.Repo, base: str, paths: Iterable[str]) -> str:
     return repo.git.diff("--cached", "--binary", base, "--", *paths, strip_newline_in_stdout=False)
 
 
+def diff_commits(repo: git.Repo, older: str, newer: str, paths: Iterable[str]) -> str:
+    """A binary-safe patch between two commits for ``paths``."""
+    paths = list(paths)
+    if not paths:
+        return ""
+    return repo.git.diff("--binary", older, newer, "--", *paths, strip_newline_in_stdout=False)
+
+
 def paths_in_commit(repo: git.Repo, sha: str, paths: Iterable[str]) -> list[str]:
     """Those of ``paths`` that exist as files in commit ``sha``."""
     paths = list(paths)

@@ -7,7 +7,6 @@ launch, a tileiras compile that never ends or a test that forks workers all stop
 """
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import re
 import signal
@@ -149,22 +148,6 @@ def classify(result: RunResult) -> str | None:
     if result.returncode is not None and result.returncode < 0:  # killed by a signal: segfault, abort
         return "fault"
     return "error"
-
-
-def plugin_args() -> list[str]:
-    """The ``-p`` option that loads the record plugin exactly once in a child pytest.
-
-    When cutile-perf is installed, pytest already knows the plugin by its entry-point name
-    ``cutile_perf``; loading it again by module name makes pluggy refuse the second registration.
-    Naming the entry point works with and without PYTEST_DISABLE_PLUGIN_AUTOLOAD.
-    """
-    try:
-        points = importlib.metadata.entry_points(group="pytest11")
-    except Exception:  # a broken distribution must not stop a measurement
-        points = ()
-    if any(ep.name == "cutile_perf" and ep.value.startswith("cutile_perf.pytest_plugin") for ep in points):
-        return ["-p", "cutile_perf"]
-    return ["-p", "cutile_perf.pytest_plugin"]
 
 
 def package_parent() -> Path:

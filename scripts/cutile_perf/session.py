@@ -154,23 +154,29 @@ def lock_is_stale(info: dict) -> bool:
 
 
 @contextmanager
-def locked(repo: Path, command: str) -> Iterator[None]:
+def locked(repo: Path, command: str, *, replace_stale: bool = False, **info) -> Iterator[None]:
     """Hold the repository lock for one command; a live holder means Locked, a dead one is replaced.
 
     The lock is created with O_EXCL so two commands starting at the same moment cannot both win.
+    ``info`` (e.g. the optimization being tried) is stored in it for ``resume`` after a kill.
+    A stale lock (its pid is dead) means a run was killed mid-iteration: only ``resume``
+    (``replace_stale=True``) may take it over, after it has made the repository consistent.
     """
     path = sandbox(repo) / LOCK_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = json.dumps({"pid": os.getpid(), "command": command}).encode()
+    payload = json.dumps({"pid": os.getpid(), "command": command, **info}).encode()
     for _ in range(2):
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
-            info = read_lock(repo) or {}
-            if not lock_is_stale(info):
-                raise Locked(f"another cutile-perf command ({info.get('command')}, pid {info.get('pid')}) is running "
+            held = read_lock(repo) or {}
+            if not lock_is_stale(held):
+                raise Locked(f"another cutile-perf command ({held.get('command')}, pid {held.get('pid')}) is running "
                              f"on {repo}", "wait for it to finish") from None
-            # A killed run left its lock behind: its pid is gone, so the lock protects nothing.
+            if not replace_stale:
+                raise Locked(f"a previous `{held.get('command')}` (pid {held.get('pid')}) was killed mid-run",
+                             "run `cutile-perf resume` to make the repository consistent") from None
+            # The killed run's pid is gone, so the lock protects nothing any more.
             path.unlink(missing_ok=True)
             continue
         with os.fdopen(fd, "wb") as fh:

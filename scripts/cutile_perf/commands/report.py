@@ -1,0 +1,21 @@
+"""``cutile-perf report``: sandbox/report.md and the running-best plot, rendered from the log."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from cutile_perf import log, render
+from cutile_perf import session as session_mod
+from cutile_perf.commands import Outcome
+from cutile_perf.errors import Refused
+
+
+def report(*, repo: Path, output: Path | None) -> Outcome:
+    session = session_mod.load(repo)
+    entries = log.read_entries(session.log_path)
+    if not entries:
+        raise Refused("the log is empty: nothing to report", "run `cutile-perf baseline` first")
+    target = output or session.sandbox / "report.md"
+    plot = render.plot_running_best(entries, target.parent / "running_best.png")
+    render.write_atomic(target, render.render_report(entries, session, plot))
+    return Outcome(f"report: {target} (plot: {plot})", {"report": str(target), "plot": str(plot),
+                                                          "iterations": len(entries)})

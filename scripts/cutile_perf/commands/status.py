@@ -1,0 +1,48 @@
+"""``cutile-perf status``: the table, the current baseline, the stop condition, what to try next."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from cutile_perf import decide, git_ops, log, playbook, render
+from cutile_perf import session as session_mod
+from cutile_perf.commands import Outcome
+
+SHOWN_ROWS = 10
+
+
+def status(*, repo: Path, show_all: bool) -> Outcome:
+    session = session_mod.load(repo)
+    entries = log.read_entries(session.log_path)
+    g = git_ops.open_repo(session.repo)
+    shown = entries if show_all else entries[-SHOWN_ROWS:]
+    baseline = log.current_baseline(entries)
+    thresholds = decide.Thresholds.from_dict(session.thresholds)
+    stop = decide.stop_condition(entries, thresholds) if entries else None
+    hint = decide.next_priority_hint(entries) if entries else None
+    bound = session.classification.get("bound", "memory-bound")
+    tried = [e.get("optimization", "") for e in entries if e.get("iteration", 0) > 0]
+    left = playbook.remaining(bound, tried)
+    lock = session_mod.read_lock(session.repo)
+    stale = lock is not None and session_mod.lock_is_stale(lock)
+    pending = [p for p in git_ops.changed_paths(g) if not p.startswith("sandbox/")]
+
+    lines = [render.render_perf_results(shown).rstrip()]
+    if not show_all and len(entries) > SHOWN_ROWS:
+        lines.append(f"({len(entries) - SHOWN_ROWS} earlier rows hidden; --all shows them)")
+    if baseline:
+        lines.append(f"current baseline: iteration {baseline.get('iteration')} "
+                     f"{baseline.get('latency_ms', float('nan')):.6f} ms at {str(baseline.get('commit'))[:10]}")
+    else:
+        lines.append("no baseline yet: run `cutile-perf baseline`")
+    lines.append(f"stop: {stop}" if stop else "stop condition: none holds")
+    if hint:
+        lines.append(f"hint: {hint}")
+    lines.append("next (playbook, not yet tried): " + (", ".join(f"{i.letter} {i.name}" for i in left[:4]) or "all tried"))
+    if stale:
+        lines.append(f"warning: a killed `{lock.get('command')}` left its lock: run `cutile-perf resume`")
+    if pending:
+        lines.append(f"uncommitted changes: {', '.join(pending[:5])}")
+    data = {"rows": shown, "baseline": baseline, "stop": stop, "hint": hint,
+            "next": [i.letter for i in left], "stale_lock": stale, "pending_changes": pending,
+            "head": git_ops.head(g)}
+    return Outcome("\n".join(lines), data)

@@ -1,0 +1,100 @@
+"""Pieces shared by ``baseline``, ``try`` and ``resume``: log entries, patches, reverts, timings.
+
+The order of the destructive steps is the safety rule: the candidate's patch is written to disk and
+its path logged *before* the work tree is reset, so a kill at any point leaves the work recoverable.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cutile_perf import envcheck, git_ops, log, render
+from cutile_perf.session import Session
+
+
+def slug(text: str, limit: int = 40) -> str:
+    """``"occupancy 2 -> 4"`` -> ``"occupancy-2-4"``: a file-name-safe summary."""
+    value = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return (value[:limit].rstrip("-")) or "change"
+
+
+@dataclass
+class Clock:
+    """Wall time of the command and time spent inside pytest children, for the overhead figure."""
+
+    start: float = field(default_factory=time.monotonic)
+    children_s: float = 0.0
+
+    def add_child(self, seconds: float) -> None:
+        self.children_s += seconds
+
+    def timings(self) -> dict[str, float]:
+        total = time.monotonic() - self.start
+        return {"total_s": round(total, 4), "children_s": round(self.children_s, 4),
+                "harness_s": round(max(total - self.children_s, 0.0), 4)}
+
+
+def fenced_changes(session: Session, changed: list[str]) -> list[str]:
+    """The changed paths an iteration owns: inside the fence, sandbox excluded."""
+    return [p for p in changed if session.in_fence(p) and not p.startswith("sandbox/")]
+
+
+def save_patch(session: Session, g, base: str, paths: list[str], name: str, *, to_commit: str | None = None) -> str | None:
+    """Write the diff base -> work tree (or -> ``to_commit``) of ``paths`` to ``sandbox/patches/<name>.patch``.
+
+    Returns the patch's repo-relative path, or None when there was nothing to save.
+    """
+    patch = git_ops.diff_commits(g, base, to_commit, paths) if to_commit else git_ops.diff_patch(g, base, paths)
+    if not patch.strip():
+        return None
+    target = session.sandbox / "patches" / f"{name}.patch"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    render.write_atomic(target, patch)
+    return str(target.relative_to(session.repo))
+
+
+def paths_touched(session: Session, g, base: str) -> list[str]:
+    """Fenced paths that differ from ``base`` in HEAD or in the work tree."""
+    committed = git_ops.changed_between(g, base, "HEAD") if git_ops.head(g) != base else []
+    return sorted({*fenced_changes(session, committed), *fenced_changes(session, git_ops.changed_paths(g))})
+
+
+def base_entry(session: Session, *, iteration: int, optimization: str, status: str, correctness: str,
+               commit: str | None, base_commit: str | None, clock: Clock, **extra) -> dict:
+    """One log record with the provenance every entry carries."""
+    entry = {
+        "iteration": iteration,
+        "optimization": optimization,
+        "status": status,
+        "correctness": correctness,
+        "commit": commit,
+        "base_commit": base_commit,
+        "kernel": session.kernel,
+        "branch": session.branch,
+        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "env": envcheck.snapshot(),
+    }
+    entry.update(extra)
+    entry["timings"] = clock.timings()
+    return entry
+
+
+def record(session: Session, entry: dict) -> list[dict]:
+    """Append ``entry`` (fsync'd by ``log``), then re-render perf_results.md from the whole log."""
+    log.append_entry(session.log_path, entry)
+    entries = log.read_entries(session.log_path)
+    render.write_atomic(session.results_path, render.render_perf_results(entries))
+    return entries
+
+
+def kept_commit(session: Session, entries: list[dict]) -> str:
+    """The commit of the current baseline (last kept entry), or the session's base commit."""
+    current = log.current_baseline(entries)
+    return (current or {}).get("commit") or session.base_commit
+
+
+def relpath(session: Session, path: Path) -> str:
+    return str(path.relative_to(session.repo))

@@ -1,0 +1,292 @@
+"""End to end: the real CLI and real pytest children on the simulated TileGym-shaped repository.
+
+Every scenario goes through ``cli.main`` (or ``python -m cutile_perf`` where a process must be
+killed) and the pytest subprocesses the harness starts; the simulated kernel's constants decide
+what its fake tests do (see tests/fixtures_repo.py).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from fixtures_repo import KERNEL_REL, TEST_REL, edit_kernel, git, tilegym_like_repo  # noqa: F401
+
+from cutile_perf.cli import main
+from cutile_perf.decide import Thresholds
+
+FAST = {"256x1024": 0.5, "4096x1024": 1.0}
+SLOW = {"256x1024": 1.5, "4096x1024": 3.0}
+
+
+def cli(capsys, repo: Path, command: str, *args: str) -> tuple[int, dict]:
+    code = main([command, "--repo", str(repo), "--json", *args])
+    out = capsys.readouterr().out.strip().splitlines()
+    return code, (json.loads(out[-1]) if out else {})
+
+
+def head(repo: Path) -> str:
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def entries(repo: Path) -> list[dict]:
+    return [json.loads(line) for line in (repo / "sandbox/experiments.jsonl").read_text().splitlines() if line]
+
+
+def edit_session(repo: Path, **changes) -> None:
+    path = repo / "sandbox/session.yaml"
+    data = yaml.safe_load(path.read_text())
+    for key, value in changes.items():
+        if key == "thresholds":
+            data["thresholds"].update(value)
+        else:
+            data[key] = value
+    path.write_text(yaml.safe_dump(data))
+
+
+@pytest.fixture
+def session_repo(tilegym_like_repo, capsys):
+    """The simulated repo after ``init`` and a 2-run ``baseline``."""
+    repo = tilegym_like_repo
+    code, data = cli(capsys, repo, "init", "--kernel", "rms_norm", "--timeout", "60")
+    assert code == 0, data
+    code, data = cli(capsys, repo, "baseline", "--repeats", "2")
+    assert code == 0, data
+    return repo
+
+
+def test_init_creates_branch_session_and_ignores_sandbox(tilegym_like_repo, capsys):
+    repo = tilegym_like_repo
+    code, data = cli(capsys, repo, "init", "--kernel", "rmsnorm")
+    assert code == 0
+    assert data["branch"].startswith("cutile-perf-rms_norm-") and len(data["branch"]) == len("cutile-perf-rms_norm-") + 8
+    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == data["branch"]
+    assert data["fence"] == [KERNEL_REL] and data["test"] == TEST_REL
+    assert data["scan"]["kernel_type"] == "reduction-norm" and data["scan"]["bound"] == "memory-bound"
+    assert data["playbook"][0] == "A"
+    session = yaml.safe_load((repo / "sandbox/session.yaml").read_text())
+    assert session["thresholds"] == Thresholds().to_dict() and "{python}" in session["perf_cmd"]
+    assert (repo / "sandbox/perf_results.md").exists()
+    assert git(repo, "status", "--porcelain").strip() == ""  # sandbox/ is excluded, nothing committed
+    assert "sandbox/" in (repo / ".git/info/exclude").read_text()
+    # A second init on the same repo is refused; so is reusing an existing branch name.
+    assert cli(capsys, repo, "init", "--kernel", "rms_norm")[0] == 3
+
+
+def test_init_refuses_a_dirty_tree_and_changes_nothing(tilegym_like_repo, capsys):
+    repo = tilegym_like_repo
+    (repo / "README.md").write_text("my unsaved work\n")
+    code, data = cli(capsys, repo, "init", "--kernel", "rms_norm")
+    assert code == 3 and "uncommitted" in data["error"]
+    assert (repo / "README.md").read_text() == "my unsaved work\n"
+    assert not (repo / "sandbox").exists()
+    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
+
+
+def test_init_bad_kernel_name_is_one_line_usage_error(tilegym_like_repo, capsys):
+    code, data = cli(capsys, tilegym_like_repo, "init", "--kernel", "softmax")
+    assert code == 2 and "no kernel named" in data["error"]
+
+
+def test_keep_then_revert_then_stop(session_repo, capsys):
+    repo = session_repo
+    base = head(repo)
+    edit_kernel(repo, latency=FAST)
+    code, data = cli(capsys, repo, "try", "B: persistent grid")
+    assert (code, data["decision"]) == (0, "keep"), data
+    kept = head(repo)
+    assert kept != base and "persistent grid" in git(repo, "log", "-1", "--format=%s")
+    assert git(repo, "status", "--porcelain").strip() == ""
+
+    edit_kernel(repo, latency=SLOW)
+    code, data = cli(capsys, repo, "try", "latency hints 10")
+    assert (code, data["decision"]) == (1, "revert"), data
+    assert data["patch"] == "sandbox/patches/2-latency-hints-10.patch"
+    assert "3.0" in (repo / data["patch"]).read_text()
+    assert head(repo) == kept and git(repo, "status", "--porcelain").strip() == ""
+    assert "0.5" in (repo / KERNEL_REL).read_text()  # the kept version is back
+
+    edit_kernel(repo, behaviour="wrong")
+    code, data = cli(capsys, repo, "try", "ftz on rsqrt")
+    assert (code, data["decision"], data["crash_class"]) == (1, "revert", "wrong-result")
+    assert data["stop"] and "2 iterations in a row" in data["stop"]
+    rows = entries(repo)
+    assert [r["status"] for r in rows] == ["keep", "keep", "revert", "revert"]
+    assert rows[3]["correctness"] == "FAIL"
+    for row in rows:
+        assert set(row["timings"]) == {"total_s", "children_s", "harness_s"} and "cuda_tile" in row["env"]
+    table = (repo / "sandbox/perf_results.md").read_text()
+    assert "persistent grid" in table and "ftz on rsqrt" in table
+
+    code, data = cli(capsys, repo, "status")
+    assert code == 0 and "2 iterations in a row" in data["stop"]
+    assert "B" not in data["next"] and "E" not in data["next"] and "H" not in data["next"]
+    code, data = cli(capsys, repo, "report")
+    assert code == 0 and Path(data["report"]).is_file() and Path(data["plot"]).is_file()
+
+
+@pytest.mark.parametrize(
+    ("edit", "crash_class"),
+    [
+        ({"behaviour": "fault"}, "fault"),
+        ({"behaviour": "no-record"}, "no-record"),
+    ],
+)
+def test_crashes_are_reverted_with_exit_4(session_repo, capsys, edit, crash_class):
+    repo = session_repo
+    base, original = head(repo), (repo / KERNEL_REL).read_text()
+    edit_kernel(repo, **edit)
+    code, data = cli(capsys, repo, "try", "something risky")
+    assert (code, data["decision"], data["crash_class"]) == (4, "crash", crash_class), data
+    assert head(repo) == base and (repo / KERNEL_REL).read_text() == original
+    assert (repo / data["patch"]).is_file()
+
+
+def test_compile_error_is_a_crash(session_repo, capsys):
+    repo = session_repo
+    with (repo / KERNEL_REL).open("a") as fh:
+        fh.write("\ndef broken(:\n")
+    code, data = cli(capsys, repo, "try", "unroll")
+    assert (code, data["crash_class"]) == (4, "compile"), data
+    assert "def broken" not in (repo / KERNEL_REL).read_text()
+
+
+def test_timeout_kills_the_iteration(session_repo, capsys):
+    repo = session_repo
+    edit_session(repo, timeout_s=1.5)
+    edit_kernel(repo, sleep=30)
+    start = time.monotonic()
+    code, data = cli(capsys, repo, "try", "bigger tiles")
+    assert (code, data["crash_class"]) == (4, "timeout"), data
+    assert time.monotonic() - start < 20
+    assert "SLEEP_S = 0.0" in (repo / KERNEL_REL).read_text()
+
+
+def test_no_tests_collected_is_a_crash(session_repo, capsys):
+    repo = session_repo
+    edit_session(repo, correctness_cmd='{python} -m pytest {test} -k "no_such_test" -q')
+    edit_kernel(repo, latency=FAST)
+    code, data = cli(capsys, repo, "try", "tile size 128")
+    assert (code, data["crash_class"]) == (4, "no-tests")
+
+
+def test_fence_violation_refuses_and_touches_nothing(session_repo, capsys):
+    repo = session_repo
+    base = head(repo)
+    edit_kernel(repo, latency=FAST)
+    (repo / TEST_REL).write_text((repo / TEST_REL).read_text() + "\n# loosen the tolerance\n")
+    (repo / "notes.txt").write_text("untracked, outside the fence")
+    code, data = cli(capsys, repo, "try", "cheat")
+    assert code == 3 and TEST_REL in data["error"] and "notes.txt" in data["error"]
+    assert "loosen" in (repo / TEST_REL).read_text() and (repo / "notes.txt").exists()
+    assert "0.5" in (repo / KERNEL_REL).read_text() and head(repo) == base
+    assert len(entries(repo)) == 1
+
+
+def test_no_change_and_empty_description_are_refused(session_repo, capsys):
+    assert cli(capsys, session_repo, "try", "nothing")[0] == 3
+    assert cli(capsys, session_repo, "try", "   ")[0] == 2
+
+
+def test_borderline_change_is_confirmed_interleaved(session_repo, capsys):
+    repo = session_repo
+    # +2.2 % on every shape: past the 1.5 % noise gate but inside the borderline band.
+    edit_kernel(repo, latency={"256x1024": 1.022, "4096x1024": 2.044})
+    code, data = cli(capsys, repo, "try", "num_ctas 2")
+    row = entries(repo)[-1]
+    assert "confirm" in row and len(row["confirm"]["256x1024"]["base"]) == 3
+    assert row["decision"]["source"] == "confirm"
+    assert (code, data["decision"]) == (1, "revert"), data
+    assert (repo / "sandbox/runs/1-confirm3-cand-perf.log").exists()
+
+
+def test_within_noise_keeps_code_and_recommends_stop(session_repo, capsys):
+    repo = session_repo
+    with (repo / KERNEL_REL).open("a") as fh:
+        fh.write("\n# a comment only\n")
+    code, data = cli(capsys, repo, "try", "comment")
+    assert (code, data["decision"]) == (0, "keep")
+    assert entries(repo)[-1]["decision"]["tier"] == "no-change"
+    assert data["stop"].startswith("recommend stop")
+
+
+def test_max_iterations_stop(session_repo, capsys):
+    repo = session_repo
+    edit_session(repo, thresholds={"max_iterations": 1})
+    edit_kernel(repo, latency=FAST)
+    code, data = cli(capsys, repo, "try", "persistent")
+    assert code == 0 and "limit of 1 iterations" in data["stop"]
+
+
+def test_live_lock_refuses_a_second_run(session_repo, capsys):
+    lock = session_repo / "sandbox/cutile-perf.lock"
+    lock.write_text(json.dumps({"pid": os.getpid(), "command": "try"}))
+    edit_kernel(session_repo, latency=FAST)
+    code, data = cli(capsys, session_repo, "try", "x")
+    assert code == 3 and "is running" in data["error"]
+    lock.unlink()
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_resume_after_kill_with_unlogged_commit(session_repo, capsys):
+    """Killed between commit and log: resume saves the commit as a patch, logs a crash, resets."""
+    repo = session_repo
+    base = head(repo)
+    edit_kernel(repo, latency=FAST)
+    git(repo, "commit", "-qam", "cutile-perf 1: tiles")
+    (repo / "sandbox/cutile-perf.lock").write_text(json.dumps({"pid": _dead_pid(), "command": "try",
+                                                                "optimization": "tiles"}))
+    edit_kernel(repo, latency=SLOW)
+    assert cli(capsys, repo, "try", "again")[0] == 3  # the stale lock points to resume
+    code, data = cli(capsys, repo, "resume")
+    assert code == 0 and head(repo) == base
+    assert git(repo, "status", "--porcelain").strip() == ""
+    assert {Path(p).name for p in data["patches"]} == {"1-tiles-committed.patch", "1-tiles-worktree.patch"}
+    assert entries(repo)[-1]["status"] == "crash" and entries(repo)[-1]["crash_class"] == "interrupted"
+    assert not (repo / "sandbox/cutile-perf.lock").exists()
+    code, data = cli(capsys, repo, "resume")
+    assert code == 0 and data["consistent"] and entries(repo)[-1]["crash_class"] == "interrupted"
+
+
+def test_resume_after_sigkill_of_a_real_run(session_repo, capsys):
+    repo = session_repo
+    base = head(repo)
+    edit_kernel(repo, latency=FAST, sleep=2)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "scripts")}
+    proc = subprocess.Popen([sys.executable, "-m", "cutile_perf", "try", "--repo", str(repo), "slow one"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = repo / "sandbox/runs/1-correctness.log"
+    for _ in range(100):
+        if log.exists():
+            break
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    code, data = cli(capsys, repo, "resume")
+    assert code == 0, data
+    assert head(repo) == base and git(repo, "status", "--porcelain").strip() == ""
+    assert any("slow-one" in p for p in data["patches"])
+    assert entries(repo)[-1]["optimization"] == "slow one"
+
+
+def test_pending_edit_is_left_alone_by_resume(session_repo, capsys):
+    edit_kernel(session_repo, latency=FAST)
+    code, data = cli(capsys, session_repo, "resume")
+    assert code == 0 and data["pending"] == [KERNEL_REL]
+    assert "0.5" in (session_repo / KERNEL_REL).read_text()
+
+
+def test_commands_without_session_are_refused(tilegym_like_repo, capsys):
+    for command in ("baseline", "status", "report", "resume"):
+        code, data = cli(capsys, tilegym_like_repo, command)
+        assert code == 3 and "no cutile-perf session" in data["error"], command
