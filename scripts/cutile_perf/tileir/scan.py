@@ -17,6 +17,7 @@ JIT_NAMES = {"triton.jit", "triton.runtime.jit", "triton.runtime.jit.jit"}
 AUTOTUNE_NAMES = {"triton.autotune", "triton.runtime.autotune", "triton.runtime.autotuner.autotune"}
 HEURISTICS_NAMES = {"triton.heuristics", "triton.runtime.heuristics", "triton.runtime.autotuner.heuristics"}
 # Tensor methods that triton.language exposes as members (``x.sum(axis=0)`` is ``tl.sum(x, 0)``).
+GATE_HELPER = "_cutile_perf_with_tileir_configs"  # inserted by transform.py
 REDUCTION_METHODS = {"sum", "max", "min", "argmax", "argmin", "reduce", "cumsum", "cumprod", "xor_sum"}
 
 
@@ -112,7 +113,12 @@ def _base_param(node: ast.AST, params: set[str]) -> str | None:
 def _autotune(node: ast.Call) -> Autotune:
     configs = next((kw.value for kw in node.keywords if kw.arg == "configs"), node.args[0] if node.args else None)
     key_node = next((kw.value for kw in node.keywords if kw.arg == "key"), node.args[1] if len(node.args) > 1 else None)
-    count = len(configs.elts) if isinstance(configs, (ast.List, ast.Tuple)) else None
+    listed = configs
+    # Our own gate wraps the original list; where the gate is false that list is what autotune sees.
+    if isinstance(listed, ast.Call) and isinstance(listed.func, ast.Name) and listed.func.id == GATE_HELPER \
+            and listed.args:
+        listed = listed.args[0]
+    count = len(listed.elts) if isinstance(listed, (ast.List, ast.Tuple)) else None
     key = None
     if isinstance(key_node, (ast.List, ast.Tuple)):
         key = [e.value for e in key_node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]

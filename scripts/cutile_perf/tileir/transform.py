@@ -15,7 +15,7 @@ from typing import Any
 
 from cutile_perf.tileir import configs, scan
 
-MARKER = "_cutile_perf_with_tileir_configs"
+MARKER = scan.GATE_HELPER
 
 _HELPER = '''
 
