@@ -19,3 +19,11 @@ def broken_kernel(A, B, C, TM: ct.Constant[int], TN: ct.Constant[int], TK: ct.Co
     # Tile shapes must be powers of two: 48 fails to compile, which is the point of this kernel.
     t = ct.load(A, index=(0, 0), shape=(48, TK))
     ct.store(C, index=(0, 0), tile=t)
+
+
+@ct.kernel
+def add_one_kernel(X, TILE: ct.Constant[int]):
+    # In place: X += 1, one tile per block (the split-buffer GPU test).
+    bid = ct.bid(0)
+    t = ct.load(X, index=(bid,), shape=(TILE,), padding_mode=ct.PaddingMode.ZERO)
+    ct.store(X, index=(bid,), tile=t + 1)
