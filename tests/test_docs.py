@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cutile_perf import cli, doccheck, knobs
+from cutile_perf import cli, doccheck, knobs, playbook
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted(
@@ -149,6 +149,17 @@ def test_skill_routes_to_every_reference():
     skill = (ROOT / "SKILL.md").read_text()
     unrouted = [p.name for p in (ROOT / "references").glob("*.md") if f"references/{p.name}" not in skill]
     assert not unrouted, f"SKILL.md never points to: {unrouted}"
+
+
+def test_playbook_doc_follows_the_harness_table():
+    # `init`/`status` suggest items by letter from cutile_perf.playbook; the doc must use the same
+    # letters and the same order, or the agent is sent to the wrong section.
+    text = (ROOT / "references" / "optimization-playbook.md").read_text()
+    for letter in playbook.PLAYBOOK:
+        assert f"\n## {letter} " in text, f"optimization-playbook.md has no section '## {letter} ...'"
+    for bound, letters in playbook.PRIORITY.items():
+        line = f"- {bound}: " + " -> ".join(letters)
+        assert line in text, f"optimization-playbook.md lacks the harness order: {line!r}"
 
 
 # --- the extraction helpers themselves ------------------------------------------------------------
