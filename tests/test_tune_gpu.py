@@ -47,8 +47,6 @@ def _matmul_problem(n=1024):
     return a, b, c, grid_fn, args_fn
 
 
-SPACE = None
-
 
 def _space():
     from cutile_perf.tune import Config
