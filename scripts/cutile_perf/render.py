@@ -1,0 +1,249 @@
+"""Human views of the experiments log: ``perf_results.md``, ``report.md`` and the running-best plot.
+
+``perf_results.md`` is exactly one markdown table, ``iteration | optimization | latency_ms |
+correctness | status``, one row per log entry. An iteration's single ``latency_ms`` is the
+**geometric mean of its per-shape medians** (``decide.combine_latency``), with 6 decimals; a crash
+has no latency and shows ``-``. Renderers return strings; ``write_atomic`` puts them on disk
+(temp file in the same directory, fsync, ``os.replace``), so a reader never sees half a file.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+from pathlib import Path
+
+import jinja2
+
+from cutile_perf import stats
+from cutile_perf.decide import combine_latency
+from cutile_perf.log import current_baseline, shape_medians
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def template_dirs() -> list[Path]:
+    """Where templates are looked up: package data first (an installed wheel), then the checkout."""
+    candidates = [PACKAGE_DIR / "templates", PACKAGE_DIR.parents[1] / "templates"]
+    return [d for d in candidates if d.is_dir()]
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    dirs = template_dirs()
+    if not dirs:
+        raise FileNotFoundError(f"no templates directory found (looked in {PACKAGE_DIR / 'templates'} and "
+                                f"{PACKAGE_DIR.parents[1] / 'templates'}); reinstall cutile-perf")
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader([str(d) for d in dirs]),
+        undefined=jinja2.StrictUndefined,  # a misspelt field fails loudly instead of rendering blank
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,  # markdown, not HTML
+    )
+    env.filters.update(ms6=format_ms6, md=markdown_cell, pct=format_pct, times=format_speedup)
+    return env
+
+
+def load_template(name: str) -> jinja2.Template:
+    """A template by its path under ``templates/`` (``"perf_results.md.j2"``, ``"autotune/x.py.j2"``)."""
+    return _environment().get_template(name)
+
+
+# --- formatting filters --------------------------------------------------------------------------
+
+
+def format_ms6(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6f}"
+
+
+def format_pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:+.1f} %"
+
+
+def format_speedup(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}x"
+
+
+def markdown_cell(value) -> str:
+    """Text that cannot break a table row: no newlines, pipes escaped."""
+    return " ".join(str("" if value is None else value).split()).replace("|", "\\|")
+
+
+# --- perf_results.md ------------------------------------------------------------------------------
+
+
+def entry_latency(entry: dict) -> float | None:
+    """The entry's latency_ms, or the geomean of its shape medians when it was not stored."""
+    if entry.get("latency_ms") is not None:
+        return float(entry["latency_ms"])
+    medians = shape_medians(entry)
+    return combine_latency(medians) if medians else None
+
+
+def render_perf_results(entries: list[dict]) -> str:
+    rows = [
+        {
+            "iteration": e.get("iteration"),
+            "optimization": e.get("optimization", ""),
+            "latency_ms": entry_latency(e) if e.get("status") != "crash" else None,
+            # Correctness not shown to pass is a fail: a crash before the tests ran proves nothing.
+            "correctness": "PASS" if e.get("correctness") == "PASS" else "FAIL",
+            "status": e.get("status", "crash"),
+        }
+        for e in entries
+    ]
+    return load_template("perf_results.md.j2").render(rows=rows)
+
+
+# --- report.md ------------------------------------------------------------------------------------
+
+
+def _shape_table(base: dict[str, float], best: dict[str, float]) -> list[dict]:
+    return [
+        {"shape": s, "baseline": base[s], "best": best.get(s), "speedup": base[s] / best[s] if s in best else None}
+        for s in sorted(base)
+    ]
+
+
+def summarize_session(entries: list[dict]) -> dict:
+    """The numbers of the report: baseline, best kept entry, per-shape and overall speedups."""
+    baseline = next((e for e in entries if e.get("iteration") == 0 and e.get("status") == "keep"), None)
+    best = current_baseline(entries)
+    base_medians = shape_medians(baseline) if baseline else {}
+    best_medians = shape_medians(best) if best else {}
+    shapes = _shape_table(base_medians, best_medians)
+    speedups = [row["speedup"] for row in shapes if row["speedup"]]
+    worst = min((row for row in shapes if row["speedup"]), key=lambda r: r["speedup"], default=None)
+    return {
+        "baseline": baseline,
+        "best": best,
+        "baseline_latency": entry_latency(baseline) if baseline else None,
+        "best_latency": entry_latency(best) if best else None,
+        "shapes": shapes,
+        "geomean_speedup": stats.geomean(speedups) if speedups else None,
+        "worst_speedup": worst["speedup"] if worst else None,
+        "worst_shape": worst["shape"] if worst else None,
+        "kept": [_row(e) for e in entries if e.get("status") == "keep" and e.get("iteration", 0) > 0],
+        "rejected": [_row(e) for e in entries if e.get("status") in ("revert", "crash")],
+        "iterations": max((e.get("iteration", 0) for e in entries), default=0),
+    }
+
+
+def _row(entry: dict) -> dict:
+    """One iteration as the report lists it; every field present (None when not recorded)."""
+    decision = entry.get("decision") or {}
+    return {
+        "iteration": entry.get("iteration"),
+        "commit": (entry.get("commit") or "")[:12] or None,
+        "optimization": entry.get("optimization", ""),
+        "latency_ms": entry_latency(entry) if entry.get("status") != "crash" else None,
+        "status": entry.get("status"),
+        "tier": decision.get("tier"),
+        "geomean_change": decision.get("geomean_change"),
+        "reason": decision.get("reason") or entry.get("reason"),
+        "crash_class": entry.get("crash_class"),
+        "patch": entry.get("patch"),
+    }
+
+
+def render_report(entries: list[dict], session: dict, plot_path: str | None) -> str:
+    summary = summarize_session(entries)
+    env_source = summary["baseline"] or (entries[-1] if entries else {})
+    return load_template("report.md.j2").render(
+        s=summary,
+        session=_flat_items(session or {}),
+        environment=_flat_items(env_source.get("env") or {}),
+        plot_path=plot_path,
+    )
+
+
+def _flat_items(data: dict) -> list[tuple[str, str]]:
+    """``key: value`` pairs for a bullet list; nested dicts become ``a=1, b=2``."""
+    items = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items())
+        elif isinstance(value, (list, tuple)):
+            value = ", ".join(str(v) for v in value)
+        items.append((str(key), markdown_cell(value)))
+    return items
+
+
+# --- plot -----------------------------------------------------------------------------------------
+
+
+def plot_running_best(entries: list[dict], png_path: str | Path) -> Path:
+    """PNG of every iteration's latency and the running best (the baseline in force after it)."""
+    # Lazy: matplotlib costs ~0.5 s to import and only `report` draws. Figure + the Agg canvas
+    # directly, so no GUI backend is ever selected and no global pyplot state is touched.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(7, 3.5), dpi=120)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    best_x, best_y = [], []
+    for i, entry in enumerate(entries):
+        ref = current_baseline(entries[: i + 1])
+        if ref is not None and entry_latency(ref) is not None:
+            best_x.append(entry.get("iteration", i))
+            best_y.append(entry_latency(ref))
+    if best_x:
+        ax.step(best_x, best_y, where="post", color="tab:blue", label="running best")
+    styles = {"keep": ("o", "tab:green"), "revert": ("x", "tab:red")}
+    for status, (marker, color) in styles.items():
+        points = [(e.get("iteration"), entry_latency(e)) for e in entries
+                  if e.get("status") == status and entry_latency(e) is not None]
+        if points:
+            ax.scatter(*zip(*points), marker=marker, color=color, label=status, zorder=3)
+    for number, entry in enumerate(e for e in entries if e.get("status") == "crash"):
+        ax.axvline(entry.get("iteration", 0), color="grey", linestyle=":", label="crash" if number == 0 else None)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("latency ms (geomean of shape medians)")
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    png_path = Path(png_path)
+    png_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=png_path.parent, prefix=f".{png_path.name}.", suffix=".png")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fig.savefig(fh, format="png")
+        os.replace(tmp, png_path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+    return png_path
+
+
+# --- files ----------------------------------------------------------------------------------------
+
+
+def write_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` so that ``path`` holds either the old or the new content, never a mix."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+    return path
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
