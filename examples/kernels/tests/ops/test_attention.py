@@ -86,6 +86,12 @@ class Test_FMHA_Inputs:
         with pytest.raises(TypeError, match="fp16/bf16"):
             cutile_impl()(q, q, q, causal=False)
 
+    @pytest.mark.parametrize("scale", [0.0, -0.125, float("nan")])
+    def test_rejects_non_positive_scale(self, scale):
+        q = torch.empty(1, 1, 8, 64, dtype=torch.float16)
+        with pytest.raises(ValueError, match="scale must be a positive"):
+            cutile_impl()(q, q, q, causal=False, scale=scale)
+
 
 @common.requires_cuda
 class Test_FMHA:

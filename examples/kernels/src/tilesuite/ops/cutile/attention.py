@@ -93,6 +93,13 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError("q, k and v must be on the same device")
 
 
+def _check_scale(scale: float) -> None:
+    # The optimized versions take the row max of unscaled scores; that equals the max of scaled
+    # scores only for a positive scale, so every version refuses the others.
+    if not scale > 0:
+        raise ValueError(f"scale must be a positive number, got {scale}")
+
+
 def fmha(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
          scale: float | None = None) -> torch.Tensor:
     """softmax(q @ k^T * scale [+ causal mask]) @ v; ``scale`` defaults to 1/sqrt(D).
@@ -104,6 +111,7 @@ def fmha(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
     batch, heads, seq_len, head_dim = q.shape
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)
+    _check_scale(scale)
     out = torch.empty_like(q)
     if out.numel() == 0:
         return out
