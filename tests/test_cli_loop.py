@@ -195,8 +195,11 @@ def test_no_change_and_empty_description_are_refused(session_repo, capsys):
 
 def test_borderline_change_is_confirmed_interleaved(session_repo, capsys):
     repo = session_repo
-    # +2.2 % on every shape: past the 1.5 % noise gate but inside the borderline band.
-    edit_kernel(repo, latency={"256x1024": 1.022, "4096x1024": 2.044})
+    # Slower on every shape by the middle of the borderline band past the noise gate (the simulated
+    # noise stays under min_noise, so the gate is noise_k x min_noise).
+    t = Thresholds()
+    step = 1 + t.noise_k * t.min_noise * (1 + t.confirm_band / 2)
+    edit_kernel(repo, latency={"256x1024": round(step, 6), "4096x1024": round(2 * step, 6)})
     code, data = cli(capsys, repo, "try", "num_ctas 2")
     row = entries(repo)[-1]
     assert "confirm" in row and len(row["confirm"]["256x1024"]["base"]) == 3

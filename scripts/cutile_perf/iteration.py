@@ -91,9 +91,31 @@ def record(session: Session, entry: dict) -> list[dict]:
 
 
 def kept_commit(session: Session, entries: list[dict]) -> str:
-    """The commit of the current baseline (last kept entry), or the session's base commit."""
-    current = log.current_baseline(entries)
-    return (current or {}).get("commit") or session.base_commit
+    """The commit the repository must sit at: the last kept entry's (a "no-change" keep included,
+    even though its numbers do not become the baseline), or the session's base commit."""
+    for entry in reversed(entries):
+        if entry.get("status") == "keep" and entry.get("commit"):
+            return entry["commit"]
+    return session.base_commit
+
+
+def noise_of(entries: list[dict]) -> dict[str, float]:
+    """The per-shape noise floor measured by the latest baseline run."""
+    for entry in reversed(entries):
+        if entry.get("noise"):
+            return entry["noise"]
+    return {}
+
+
+def shapes_field(medians: dict[str, float], test_ids: dict[str, str],
+                 runs: dict[str, list[float]] | None = None) -> dict[str, dict]:
+    """The log's per-shape record: median ms, the pytest node id and, when repeated, each run's median."""
+    out = {}
+    for sid, median in medians.items():
+        out[sid] = {"median": median, "test_id": test_ids.get(sid)}
+        if runs and sid in runs:
+            out[sid]["runs"] = runs[sid]
+    return out
 
 
 def relpath(session: Session, path: Path) -> str:

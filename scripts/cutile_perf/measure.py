@@ -23,6 +23,7 @@ class Stage:
     duration_s: float
     output: str  # repo-relative path of the pytest output
     shapes: dict[str, float] = field(default_factory=dict)  # shape id -> median ms (perf only)
+    test_ids: dict[str, str] = field(default_factory=dict)  # shape id -> pytest node id
     detail: str = ""
 
     @property
@@ -64,17 +65,19 @@ def run_stage(session: Session, name: str, tag: str, deadline: Deadline) -> Stag
     if result.timed_out:
         detail = f"killed after the iteration budget of {deadline.budget:g} s"
     shapes: dict[str, float] = {}
+    test_ids: dict[str, str] = {}
     if name == "perf" and crash is None:
         try:
             chosen = records.select_by_shape(records.read_records_file(records_file), FRAMEWORK, DIRECTION)
             shapes = {sid: rec.median for sid, rec in sorted(chosen.items())}
+            test_ids = {sid: rec.test_id for sid, rec in chosen.items()}
         except records.RecordError as exc:
             crash, detail = "no-record", str(exc)
         if crash is None and not shapes:
             crash = "no-record"
             detail = (f"the perf command passed but recorded no '{FRAMEWORK}' benchmark "
                       "(does the perf test call record_property('benchmark', ...)?)")
-    return Stage(name, crash, result.duration_s, _rel(session, output), shapes, detail)
+    return Stage(name, crash, result.duration_s, _rel(session, output), shapes, test_ids, detail)
 
 
 def _last_lines(text: str, count: int = 3) -> str:

@@ -10,7 +10,7 @@ from cutile_perf.errors import DirtyTree, IterationCrashed, Refused, UsageError
 
 
 def measure_repeats(session: session_mod.Session, tag: str, repeats: int, deadline: measure.Deadline,
-                    clock: iteration.Clock) -> tuple[dict[str, list[float]], measure.Stage | None]:
+                    clock: iteration.Clock, test_ids: dict[str, str]) -> tuple[dict[str, list[float]], measure.Stage | None]:
     """Run the perf command ``repeats`` times: per-shape medians, or the first crashed stage."""
     runs: dict[str, list[float]] = {}
     for k in range(repeats):
@@ -19,6 +19,7 @@ def measure_repeats(session: session_mod.Session, tag: str, repeats: int, deadli
         clock.add_child(stage.duration_s)
         if not stage.ok:
             return runs, stage
+        test_ids.update(stage.test_ids)
         for shape, value in stage.shapes.items():
             runs.setdefault(shape, []).append(value)
     # A shape that vanished from one run cannot be compared fairly: keep shapes seen every time.
@@ -47,7 +48,8 @@ def baseline(*, repo: Path, repeats: int) -> Outcome:
         if not corr.ok:
             raise IterationCrashed(f"baseline correctness failed ({corr.crash}): {corr.detail}",
                                    f"read {corr.output}; fix the kernel or the commands in sandbox/session.yaml")
-        runs, crashed = measure_repeats(session, "0", repeats, deadline, clock)
+        test_ids: dict[str, str] = {}
+        runs, crashed = measure_repeats(session, "0", repeats, deadline, clock, test_ids)
         if crashed is not None:
             raise IterationCrashed(f"baseline perf run failed ({crashed.crash}): {crashed.detail}",
                                    f"read {crashed.output}")
@@ -58,9 +60,9 @@ def baseline(*, repo: Path, repeats: int) -> Outcome:
         latency = decide.combine_latency(shapes)
         entry = iteration.base_entry(
             session, iteration=0, optimization="baseline", status="keep", correctness="PASS", commit=head,
-            base_commit=head, clock=clock, latency_ms=latency, shapes=shapes, samples=runs, noise=noise,
-            repeats=repeats, crash_class=None, patch=None,
-            decision={"verdict": "keep", "tier": "baseline", "reason": "baseline (no code change)"},
+            base_commit=head, clock=clock, latency_ms=latency,
+            shapes=iteration.shapes_field(shapes, test_ids, runs), noise=noise, repeats=repeats, crash_class=None,
+            patch=None, decision=None, reason="baseline (no code change)",
         )
         iteration.record(session, entry)
     worst = max(noise.values()) if noise else 0.0

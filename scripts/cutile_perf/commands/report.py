@@ -1,6 +1,7 @@
 """``cutile-perf report``: sandbox/report.md and the running-best plot, rendered from the log."""
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 from cutile_perf import log, render
@@ -16,6 +17,7 @@ def report(*, repo: Path, output: Path | None) -> Outcome:
         raise Refused("the log is empty: nothing to report", "run `cutile-perf baseline` first")
     target = output or session.sandbox / "report.md"
     plot = render.plot_running_best(entries, target.parent / "running_best.png")
-    render.write_atomic(target, render.render_report(entries, session, plot))
+    described = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(session).items()}
+    render.write_atomic(target, render.render_report(entries, described, str(plot)))
     return Outcome(f"report: {target} (plot: {plot})", {"report": str(target), "plot": str(plot),
                                                           "iterations": len(entries)})

@@ -60,7 +60,7 @@ def resume(*, repo: Path) -> Outcome:
         patches = [p for p in patches if p]
         if not logged:
             entry = iteration.base_entry(
-                session, iteration=number, optimization=str(optimization), status="crash", correctness="-",
+                session, iteration=number, optimization=str(optimization), status="crash", correctness="FAIL",
                 commit=head if head != kept else None, base_commit=kept, clock=clock, crash_class="interrupted",
                 patch=patches[0] if patches else None, patches=patches,
                 reason="the run was killed mid-iteration; restored by resume")

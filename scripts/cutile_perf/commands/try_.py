@@ -32,6 +32,8 @@ class _Iteration:
         self.session, self.g, self.optimization, self.entries = session, g, optimization, entries
         self.base = iteration.kept_commit(session, entries)
         self.baseline = log.current_baseline(entries) or {}
+        self.base_medians = log.shape_medians(self.baseline)
+        self.noise = iteration.noise_of(entries)
         self.number = log.next_iteration(entries)
         self.name = f"{self.number}-{iteration.slug(optimization)}"
         self.clock = clock
@@ -68,7 +70,8 @@ class _Iteration:
         entry = iteration.base_entry(
             self.session, iteration=self.number, optimization=self.optimization, status="keep", correctness="PASS",
             commit=self.candidate, base_commit=self.base, clock=self.clock, crash_class=None, patch=None,
-            reason=decision.get("reason", ""), decision=decision, shapes=perf.shapes,
+            reason=decision.get("reason", ""), decision=decision,
+            shapes=iteration.shapes_field(perf.shapes, perf.test_ids),
             latency_ms=decide.combine_latency(perf.shapes), **extra)
         entries = iteration.record(self.session, entry)
         self.settled = True
@@ -93,7 +96,7 @@ class _Iteration:
         self.save_patch()
         kind = "interrupted" if isinstance(exc, KeyboardInterrupt) else "error"
         entry = iteration.base_entry(
-            self.session, iteration=self.number, optimization=self.optimization, status="crash", correctness="-",
+            self.session, iteration=self.number, optimization=self.optimization, status="crash", correctness="FAIL",
             commit=self.candidate, base_commit=self.base, clock=self.clock, crash_class=kind, patch=self.patch,
             reason=f"{kind}: {type(exc).__name__}: {exc}"[:300])
         iteration.record(self.session, entry)
@@ -109,26 +112,28 @@ def _run(it: _Iteration) -> Outcome:
         return it.revert(status=status, correctness="FAIL", crash_class=corr.crash,
                          reason=f"correctness {corr.crash}: {corr.detail} (see {corr.output})")
     perf = it.stage("perf", f"{it.number}")
-    missing = sorted(set(it.baseline.get("shapes", {})) - set(perf.shapes)) if perf.ok else []
+    missing = sorted(set(it.base_medians) - set(perf.shapes)) if perf.ok else []
     if not perf.ok or missing:
         crash = perf.crash or "no-record"
         detail = perf.detail or f"shapes missing from the candidate's records: {', '.join(missing)}"
         return it.revert(status="crash", correctness="PASS", crash_class=crash,
                          reason=f"perf {crash}: {detail} (see {perf.output})")
     it.candidate = git_ops.commit_paths(it.g, it.paths, f"cutile-perf {it.number}: {it.optimization}")
-    base_shapes = {s: it.baseline["shapes"][s] for s in perf.shapes if s in it.baseline.get("shapes", {})}
-    decision = decide.decide(base_shapes, perf.shapes, it.baseline.get("noise", {}), it.thresholds)
+    base_shapes = {s: it.base_medians[s] for s in perf.shapes if s in it.base_medians}
+    decision = decide.decide(base_shapes, perf.shapes, it.noise, it.thresholds)
     extra: dict = {}
     if decision.verdict == "confirm":
         decision, extra, crashed = _confirm(it, list(base_shapes))
         if crashed is not None:
             return it.revert(status="crash", correctness="PASS", crash_class=crashed.crash,
-                             reason=f"confirmation perf {crashed.crash}: {crashed.detail}", shapes=perf.shapes)
+                             reason=f"confirmation perf {crashed.crash}: {crashed.detail}",
+                             shapes=iteration.shapes_field(perf.shapes, perf.test_ids))
     decision_data = _decision_dict(decision)
     if decision.verdict == "keep":
         return it.keep(decision_data, perf, **extra)
     return it.revert(status="revert", correctness="PASS", crash_class=None, reason=decision.reason,
-                     decision=decision_data, shapes=perf.shapes, latency_ms=decide.combine_latency(perf.shapes),
+                     decision=decision_data, shapes=iteration.shapes_field(perf.shapes, perf.test_ids),
+                     latency_ms=decide.combine_latency(perf.shapes),
                      **extra)
 
 
@@ -143,7 +148,7 @@ def _confirm(it: _Iteration, shapes: list[str]):
                 stage = it.stage("perf", f"{it.number}-confirm{k + 1}-{'base' if side == 0 else 'cand'}")
                 if not stage.ok or set(shapes) - set(stage.shapes):
                     return None, {}, stage if not stage.ok else measure.Stage(
-                        "perf", "no-record", stage.duration_s, stage.output, detail="shapes missing")
+                        "perf", "no-record", stage.duration_s, stage.output, detail="shapes missing from a run")
                 for s in shapes:
                     paired[s][side].append(stage.shapes[s])
     finally:
