@@ -122,12 +122,14 @@ def fmha(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
 
 
 def aot_signatures():
-    """(kernel, [KernelSignature]) pairs for compiling without a GPU (tests/test_kernels_compile.py)."""
+    """(kernel, [KernelSignature]) pairs for compiling without a GPU (tests/test_kernels_compile.py).
+
+    Two signatures cover both head dims, both dtypes and both mask modes (fp16/bf16 take the same
+    code path); every combination would quadruple CI compile time for little extra coverage.
+    """
     from tilesuite.aot import contiguous, scalar, signature
 
     sigs = [signature([contiguous(dt, 4), contiguous(dt, 4), contiguous(dt, 4), contiguous(dt, 4),
                        scalar(ct.float32), scalar(ct.int32), head_dim, TILE_M, TILE_N, causal])
-            for dt in (ct.float16, ct.bfloat16)
-            for head_dim in SUPPORTED_HEAD_DIMS
-            for causal in (False, True)]
+            for dt, head_dim, causal in ((ct.float16, 64, True), (ct.bfloat16, 128, False))]
     return [(fmha_kernel, sigs)]
