@@ -28,9 +28,11 @@ from cutile_perf.errors import EXIT_CRASH, CutilePerfError
 
 BENCHMARK_PROPERTY = "benchmark"
 
-# pytest arguments that load our record plugin in a target's pytest run. "-p no:cutile_perf" blocks
-# the entry-point copy first: with both, pytest would register one module under two names and stop
-# with "Plugin already registered under a different name". Works with or without the entry point.
+# pytest arguments that load our record plugin in a target's pytest run. The pytest11 entry point
+# carries the module's own name, so this is a no-op where the entry point is installed and loads the
+# plugin where it is not (a target venv that only has cutile_perf on PYTHONPATH). The older entry
+# point name "cutile_perf" is blocked: with both, pytest would register one module under two names
+# and stop with "Plugin already registered under a different name".
 PYTEST_PLUGIN_ARGS = ("-p", "no:cutile_perf", "-p", "cutile_perf.pytest_plugin")
 
 
