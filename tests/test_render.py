@@ -137,10 +137,11 @@ def test_load_template_finds_subdirectories_and_fails_clearly():
 
 def test_templates_found_as_package_data_in_an_installed_layout(tmp_path):
     # A non-editable install has no checkout around it: the templates must sit in the package.
+    # The package's `templates` link is followed by copytree, as setuptools follows it into a wheel.
     site = tmp_path / "site"
     shutil.copytree(ROOT / "scripts" / "cutile_perf", site / "cutile_perf",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "templates", site / "cutile_perf" / "templates")
+    assert not (site / "cutile_perf" / "templates").is_symlink()
     code = ("import cutile_perf.render as r; print(r.template_dirs()); "
             "print(r.render_perf_results([{'iteration': 0, 'optimization': 'baseline', 'status': 'keep', "
             "'correctness': 'PASS', 'latency_ms': 1.5}]))")
