@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -104,6 +105,10 @@ def interpreter_blockers(module: scan.Module) -> list[str]:
 
 
 def _run_pass(spec: dict, env: dict[str, str], timeout_s: float) -> dict[str, Any]:
+    # The child must import cutile_perf even where it is not installed (e.g. a GPU box running
+    # the checkout): put this package's parent directory first on its path.
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)}
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
         json.dump(spec, fh)
         spec_path = fh.name
