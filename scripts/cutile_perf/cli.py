@@ -32,7 +32,7 @@ Handler = Callable[[argparse.Namespace], Outcome]
 def _sub(subparsers, name: str, help_text: str, epilog: str = "") -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         name,
-        help=help_text,
+        help=help_text.replace("%", "%%"),  # argparse %-formats help strings, not descriptions
         description=help_text,
         epilog=(epilog + "\n\n" if epilog else "") + EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -276,7 +276,7 @@ def _add_probe(subparsers) -> None:
 
 
 def _add_ab(subparsers) -> None:
-    p = _sub(subparsers, "ab", "autotuned vs the fixed config per shape, with 95% confidence intervals and a verdict",
+    p = _sub(subparsers, "ab", "autotuned vs the fixed config per shape, with 95 % confidence intervals and a verdict",
              "Example:\n  cutile-perf ab --target tilesuite.tunables:rms_norm\n\n"
              "Exit 1 when the tuned config is slower than the fixed one on any shape.\n\n" + TARGET_EPILOG)
     _add_tune_target(p)
