@@ -5,7 +5,7 @@ import pytest
 
 from cutile_perf.errors import UsageError
 from cutile_perf.tune.config import Config
-from cutile_perf.tune.spaces import (TEMPLATES, arch_family, hint_problems, is_provisional, matmul_space, product,
+from cutile_perf.tune.spaces import (TEMPLATES, arch_family, attention_space, hint_problems, is_provisional, matmul_space, product,
                                      template, valid)
 
 ARCHS = ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_103", "sm_120"]
@@ -38,11 +38,17 @@ def test_smem_filter_drops_tiles_that_cannot_fit():
     assert valid(Config(TILE_M=128, TILE_N=128, TILE_K=64, occupancy=1, num_ctas=1), "sm_120")
 
 
-def test_hopper_lists_are_marked_provisional_and_exclude_the_known_slow_config():
-    assert is_provisional("sm_90") and not is_provisional("sm_100")
+def test_hopper_lists_follow_the_h200_measurements():
+    assert not is_provisional("matmul", "sm_90") and not is_provisional("attention", "sm_90")
+    assert is_provisional("fused_gemm", "sm_90") and not is_provisional("fused_gemm", "sm_100")
     hopper = matmul_space("sm_90")
-    assert hopper[0] == Config(TILE_M=128, TILE_N=128, TILE_K=64, occupancy=1, num_ctas=1)  # measured H200 winner
-    assert Config(TILE_M=256, TILE_N=256, TILE_K=64, occupancy=1, num_ctas=2) not in hopper  # 15x slower on H200
+    # Measured best: 128x128x64 with occupancy 2 (matmul step 03), then the probe's winner at occupancy 1.
+    assert hopper[:2] == [Config(TILE_M=128, TILE_N=128, TILE_K=64, occupancy=2, num_ctas=1),
+                          Config(TILE_M=128, TILE_N=128, TILE_K=64, occupancy=1, num_ctas=1)]
+    for slow in [(256, 256, 2), (128, 256, 1), (256, 256, 1), (256, 128, 1)]:  # 8-30x slower on the H200
+        m, n, ctas = slow
+        assert Config(TILE_M=m, TILE_N=n, TILE_K=64, occupancy=1, num_ctas=ctas) not in hopper
+    assert {(c.TILE_M, c.TILE_N) for c in attention_space("sm_90")} >= {(128, 128), (128, 64)}  # attention step 03
 
 
 def test_product_and_unknown_kind():

@@ -4,13 +4,17 @@ Kernel types (TileGym's decision tree): memory-bound and balanced kernels (eleme
 reductions) tune occupancy only; matmul tunes TILE_M x TILE_N x TILE_K x occupancy x num_ctas;
 attention TILE_M x TILE_N x num_ctas; fused multi-GEMM uses conservative tiles and low occupancy.
 
-PROVISIONAL sm_90 lists: not yet measured as a set on Hopper. What is known from the H200
-(`shared/notes/h200-measurements.md`): among 16 TileGym matmul configs, 128x128x64 was best at
-4096^3 and 8192^3 bf16, while TileGym's Blackwell config 256x256 num_ctas=2 was 15x slower (and
-512x256 32x slower). Measure before trusting the rest:
+Where the lists come from. sm_90 matmul and attention are MEASURED on an H200 (2026-11-30,
+cuda-tile 1.7.0, tileiras 13.4; raw logs in the team's gpu-results/6); the sm_90 fused-GEMM list
+is still a guess (``PROVISIONAL``); other archs carry TileGym's per-arch choices or conservative
+guesses, none measured by us. The sm_90 matmul ranking (geomean slowdown vs the best over 4096^3 and
+8192^3 fp16, plain 2-D-grid kernel, no occupancy hint) came from
 
     cutile-perf probe --target tilesuite.tunables:matmul --dim TILE_M=64,128,256 --dim TILE_N=64,128,256 \
-        --dim TILE_K=32,64 --dim num_ctas=1,2 --shape M=4096,N=4096,K=4096 --shape M=8192,N=8192,K=8192
+        --dim TILE_K=64 --dim num_ctas=1,2 --shape M=4096,N=4096,K=4096 --shape M=8192,N=8192,K=8192
+
+and the occupancy-2 result from ``cd examples/kernels && python -m tests.check_compute_bound_steps``
+(matmul step 03 and attention step 03, each timed against cuBLAS / SDPA flash in the same run).
 """
 from __future__ import annotations
 
@@ -23,7 +27,8 @@ from cutile_perf.tune.config import Config
 SMEM_PER_CTA = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_89": 99 * 1024, "sm_90": 227 * 1024,
                 "sm_100": 227 * 1024, "sm_120": 99 * 1024}
 CLUSTER_ARCHS = {"sm_90", "sm_100"}  # thread-block clusters (num_ctas > 1); sm_120 and pre-Hopper: no
-PROVISIONAL = {"sm_90"}  # lists below not yet validated by an H200 probe
+# (kernel type, arch family) pairs whose list no probe on that arch has validated yet.
+PROVISIONAL = {("fused_gemm", "sm_90")}
 
 OCCUPANCY_VALUES = (1, 2, 4, 8)
 
@@ -94,9 +99,15 @@ MATMUL = {
     "sm_80": [(64, 64, 32, 1, 1), (128, 128, 32, 1, 1), (128, 64, 32, 2, 1), (64, 128, 64, 1, 1)],
     "sm_86": [(64, 64, 32, 1, 1), (128, 64, 32, 1, 1), (64, 128, 32, 1, 1), (128, 128, 32, 1, 1)],
     "sm_89": [(64, 64, 32, 1, 1), (128, 64, 32, 1, 1), (64, 128, 32, 1, 1), (128, 128, 32, 1, 1)],
-    # PROVISIONAL: 128x128x64 is the measured H200 winner; the others are its neighbours.
-    "sm_90": [(128, 128, 64, 1, 1), (128, 128, 32, 1, 1), (128, 256, 64, 1, 1), (64, 128, 64, 1, 1),
-              (128, 64, 64, 2, 1), (64, 64, 64, 2, 1), (128, 128, 64, 2, 1), (128, 128, 64, 1, 2)],
+    # MEASURED on H200 unless marked. 128x128x64 occupancy 2 (matmul step 03, grouped order):
+    # 88.0-96.6 % of cuBLAS; probe ranks: 128x128x64 nc1 1.000, 256x128x64 nc2 1.026,
+    # 128x256x64 nc2 1.033, 64x256x64 nc1 1.090, 64x128x64 nc1 1.418. Left out as measured
+    # losers: 256x128 nc1 8.3x, 256x256 nc2 13.7x, 128x256 nc1 13.8x, 256x256 nc1 30x slower
+    # (256x256 nc2 spills 1.8 KB per thread on sm_90, see matmul step 05).
+    "sm_90": [(128, 128, 64, 2, 1), (128, 128, 64, 1, 1), (256, 128, 64, 1, 2), (128, 256, 64, 1, 2),
+              (64, 256, 64, 1, 1),
+              (64, 128, 64, 1, 1),  # measured 1.42x at 4096^3+; kept for small problems (fewer tiles than SMs)
+              (64, 256, 64, 2, 1)],  # NOT measured: occupancy 2 on the 4th-ranked tile (same accumulator size as 128x128)
     "sm_100": [(128, 128, 32, 1, 1), (256, 256, 64, 1, 2), (256, 256, 64, 1, 4), (512, 256, 64, 1, 2),
                (128, 256, 64, 1, 1), (128, 128, 64, 1, 2)],
     "sm_120": [(64, 64, 32, 1, 1), (128, 64, 64, 1, 1), (64, 128, 64, 1, 1), (128, 128, 32, 1, 1)],
@@ -107,7 +118,10 @@ ATTENTION = {
     "sm_80": [(64, 64, 1), (128, 64, 1), (64, 32, 1)],
     "sm_86": [(64, 64, 1), (128, 64, 1), (64, 32, 1)],
     "sm_89": [(64, 64, 1), (128, 64, 1), (64, 32, 1)],
-    "sm_90": [(128, 64, 1), (128, 128, 1), (64, 64, 1), (128, 64, 2)],  # PROVISIONAL
+    # MEASURED on H200 (attention step 03, 106-124 % of SDPA flash): 128x128 is the best tile for
+    # D=64 and 128x64 for D=128 (128x128 spills at D=128); 64x64 is the plain version (72-94 %).
+    # 128x64 num_ctas=2 is NOT measured. The space has no head-dim field: key the tuner on D.
+    "sm_90": [(128, 64, 1), (128, 128, 1), (64, 64, 1), (128, 64, 2)],
     "sm_100": [(128, 128, 1), (256, 128, 1), (128, 128, 2), (256, 128, 2)],
     "sm_120": [(64, 64, 1), (128, 64, 1)],
 }
@@ -154,5 +168,6 @@ def template(kind: str, arch: str) -> list[Config]:
         raise UsageError(f"unknown kernel type {kind!r}; known: {', '.join(TEMPLATES)}") from None
 
 
-def is_provisional(arch: str) -> bool:
-    return arch_family(arch) in PROVISIONAL
+def is_provisional(kind: str, arch: str) -> bool:
+    """True when ``template(kind, arch)`` is a guess that no probe on that arch has validated."""
+    return (kind, arch_family(arch)) in PROVISIONAL
