@@ -18,6 +18,8 @@ def report(*, repo: Path, output: Path | None) -> Outcome:
     target = output or session.sandbox / "report.md"
     plot = render.plot_running_best(entries, target.parent / "running_best.png")
     described = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(session).items()}
-    render.write_atomic(target, render.render_report(entries, described, str(plot)))
+    # The plot sits next to the report and is linked by its bare name, so report.md still shows it
+    # wherever the two files are copied together (an absolute path breaks on any other machine).
+    render.write_atomic(target, render.render_report(entries, described, plot.name))
     return Outcome(f"report: {target} (plot: {plot})", {"report": str(target), "plot": str(plot),
                                                           "iterations": len(entries)})
