@@ -10,7 +10,8 @@ and a few module constants that the fake tests read to decide what happens:
 * ``SLEEP_S``: seconds every test sleeps (to trigger the iteration timeout).
 
 Tests change the kernel through ``edit_kernel`` exactly as an agent would: edit the file, leave it
-uncommitted, call ``cutile-perf try``.
+uncommitted, call ``cutile-perf try``. After ``init``, ``allow_no_gpu`` turns the session's GPU gate
+off, since nothing here needs one.
 """
 from __future__ import annotations
 
@@ -152,6 +153,15 @@ def build_tilegym_like_repo(root: Path) -> Path:
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "initial simulated kernel repo")
     return repo
+
+
+def allow_no_gpu(repo: Path) -> None:
+    """Write ``require_gpu: false`` into the session after ``init``: the simulated kernel's fake tests
+    need no GPU, so its ``baseline``/``try`` must not be refused on a CPU-only machine."""
+    path = repo / "sandbox" / "session.yaml"
+    text = path.read_text(encoding="utf-8")
+    assert "require_gpu: true" in text, "init writes require_gpu: true by default"
+    path.write_text(text.replace("require_gpu: true", "require_gpu: false"), encoding="utf-8")
 
 
 def edit_kernel(repo: Path, **changes) -> None:

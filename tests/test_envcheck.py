@@ -56,3 +56,28 @@ def test_versions_line_and_snapshot_never_raise(monkeypatch):
 def test_snapshot_has_the_logged_fields():
     snap = envcheck.snapshot()
     assert set(snap) >= {"gpu", "compute_capability", "driver", "cuda_tile", "tileiras"}
+
+
+def test_probe_runs_the_check_once_in_the_background_and_waits_for_it(monkeypatch):
+    import threading
+
+    calls, release = [], threading.Event()
+
+    def slow_check(*, with_torch=True):
+        calls.append((threading.current_thread().name, with_torch))
+        release.wait(5)
+        return envcheck.Environment(gpu="NVIDIA H200", compute_capability="9.0")
+
+    monkeypatch.setattr(envcheck, "check", slow_check)
+    probe = envcheck.Probe()
+    release.set()  # the command's own work would happen here, while the probe runs
+    first, second = probe.result(), probe.result()
+    assert first is second and first.gpu == "NVIDIA H200" and not first.gpu_problems
+    assert calls == [("cutile-perf-envcheck", False)]  # one probe, off the main thread, without torch
+    assert envcheck.Probe(background=False).result().gpu == "NVIDIA H200"
+
+
+def test_gpu_problems_are_the_missing_or_too_old_gpu_only():
+    env = envcheck.Environment(problems=(envcheck.Problem("gpu", "none"), envcheck.Problem("tileiras", "missing"),
+                                         envcheck.Problem("compute capability", "7.0")))
+    assert [p.what for p in env.gpu_problems] == ["gpu", "compute capability"]

@@ -2,13 +2,15 @@
 
 Never raises: each probe that fails becomes a ``Problem`` with a message saying what to do.
 Probes are cheap (``nvidia-smi`` and package metadata; torch is imported only as a fallback when
-``nvidia-smi`` is absent), so ``snapshot()`` can be recorded with every iteration.
+``nvidia-smi`` is absent), so ``snapshot()`` can be recorded with every iteration. A loop command
+starts one ``Probe`` at its first line: it runs in a background thread while git and pytest work,
+and its one result serves both the GPU gate and the log entry.
 """
 from __future__ import annotations
 
-import importlib.metadata
 import shutil
 import subprocess
+import threading
 from dataclasses import asdict, dataclass, field
 
 from cutile_perf import knobs
@@ -16,6 +18,7 @@ from cutile_perf import knobs
 # cuTile needs compute capability 8.0+; tileiras below 13.3 cannot target Hopper (sm_90).
 MIN_COMPUTE_CAPABILITY = (8, 0)
 _SMI_TIMEOUT_S = 10.0
+GPU_PROBLEMS = ("gpu", "compute capability")
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,11 @@ class Environment:
     def can_measure(self) -> bool:
         return not any(p.fatal_for_measuring for p in self.problems)
 
+    @property
+    def gpu_problems(self) -> tuple[Problem, ...]:
+        """The problems that mean no usable GPU (absent, or below the compute capability cuTile needs)."""
+        return tuple(p for p in self.problems if p.what in GPU_PROBLEMS)
+
     def record(self) -> dict:
         """The fields stored with every log entry (no problems, which belong to the check)."""
         data = asdict(self)
@@ -48,6 +56,8 @@ class Environment:
 
 
 def _package_version(*names: str) -> str | None:
+    import importlib.metadata  # lazy: ~10 ms that `--help` and most commands never need
+
     for name in names:
         try:
             return importlib.metadata.version(name)
@@ -159,6 +169,40 @@ def check(*, with_torch: bool = True) -> Environment:
 def snapshot() -> dict:
     """The environment fields stored with a log entry; fast, no torch import."""
     return check(with_torch=False).record()
+
+
+class Probe:
+    """``check(with_torch=False)`` run once for one command, in a background thread.
+
+    Started at the command's first line, it overlaps ``nvidia-smi`` and the package look-ups with
+    session loading, git and the pytest children; ``result()`` waits for it (or runs it inline when
+    ``background=False``). One object per command, never a process-wide cache: a long-lived process
+    (the test suite, the demo) must see the machine as it is when each command runs.
+    """
+
+    def __init__(self, *, background: bool = True):
+        self._env: Environment | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self._run, name="cutile-perf-envcheck", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._env = check(with_torch=False)
+        except BaseException as exc:  # re-raised in the caller's thread by result()
+            self._error = exc
+
+    def result(self) -> Environment:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        elif self._env is None and self._error is None:
+            self._run()
+        if self._error is not None:
+            raise self._error
+        return self._env
 
 
 def versions_line() -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cutile_perf import envcheck, git_ops, log, render
+from cutile_perf.errors import EnvMissing
 from cutile_perf.session import Session
 
 
@@ -35,6 +36,24 @@ class Clock:
         total = time.monotonic() - self.start
         return {"total_s": round(total, 4), "children_s": round(self.children_s, 4),
                 "harness_s": round(max(total - self.children_s, 0.0), 4)}
+
+
+def require_gpu(session: Session, probe: envcheck.Probe) -> None:
+    """Refuse (EnvMissing, exit 3) before anything is touched when no usable GPU is found.
+
+    Without a GPU the perf tests skip and every iteration would end as a ``no-record`` crash row.
+    ``require_gpu: false`` in session.yaml turns the gate off (the CPU test suite's simulated repo).
+    """
+    if not session.require_gpu:
+        return
+    env = probe.result()
+    if env.gpu is None:
+        # nvidia-smi found nothing; torch may still see a GPU (a container without nvidia-smi).
+        # Slow (imports torch), so only on this rare path.
+        env = envcheck.check(with_torch=True)
+    if env.gpu_problems:
+        raise EnvMissing("no usable GPU: " + "; ".join(p.message for p in env.gpu_problems),
+                         "nothing was changed; `cutile-perf env` shows what this machine has")
 
 
 def fenced_changes(session: Session, changed: list[str]) -> list[str]:
@@ -63,8 +82,9 @@ def paths_touched(session: Session, g, base: str) -> list[str]:
 
 
 def base_entry(session: Session, *, iteration: int, optimization: str, status: str, correctness: str,
-               commit: str | None, base_commit: str | None, clock: Clock, **extra) -> dict:
-    """One log record with the provenance every entry carries."""
+               commit: str | None, base_commit: str | None, clock: Clock, probe: envcheck.Probe | None = None,
+               **extra) -> dict:
+    """One log record with the provenance every entry carries; ``probe``: the command's environment check."""
     entry = {
         "iteration": iteration,
         "optimization": optimization,
@@ -75,7 +95,7 @@ def base_entry(session: Session, *, iteration: int, optimization: str, status: s
         "kernel": session.kernel,
         "branch": session.branch,
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "env": envcheck.snapshot(),
+        "env": probe.result().record() if probe is not None else envcheck.snapshot(),
     }
     entry.update(extra)
     entry["timings"] = clock.timings()

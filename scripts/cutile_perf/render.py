@@ -12,12 +12,14 @@ import functools
 import os
 import tempfile
 from pathlib import Path
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from cutile_perf import stats
 from cutile_perf.decide import combine_latency
 from cutile_perf.log import current_baseline, shape_medians
+
+if TYPE_CHECKING:  # jinja2 is imported on first render only: commands that render nothing skip it
+    import jinja2
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -30,6 +32,8 @@ def template_dirs() -> list[Path]:
 
 @functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
+    import jinja2
+
     dirs = template_dirs()
     if not dirs:
         raise FileNotFoundError(f"no templates directory found (looked in {PACKAGE_DIR / 'templates'} and "

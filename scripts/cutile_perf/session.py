@@ -50,6 +50,9 @@ class Session:
     branch: str
     created: str
     classification: dict = field(default_factory=dict)  # kernel_type, ai_estimate, bound
+    # baseline/try refuse (exit 3) when no usable GPU is found. Only a simulated repository whose
+    # fake tests need no GPU (the CPU test suite) sets it to false.
+    require_gpu: bool = True
     schema: int = SCHEMA
 
     @property
@@ -96,7 +99,9 @@ def load(repo: Path) -> Session:
     if not path.is_file():
         raise NoSession(f"no cutile-perf session in {repo}", "run `cutile-perf init --kernel <name>` first")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        # The C loader when libyaml is there: this file is read by every loop command.
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader) or {}
     except yaml.YAMLError as exc:
         raise UsageError(f"{path}: not valid YAML ({exc})") from None
     known = {f.name for f in fields(Session)} - {"repo"}
@@ -113,6 +118,8 @@ def load(repo: Path) -> Session:
         raise UsageError(f"{path}: timeout_s must be a number of seconds") from None
     if timeout_s <= 0:
         raise UsageError(f"{path}: timeout_s must be positive")
+    if not isinstance(data.get("require_gpu", True), bool):
+        raise UsageError(f"{path}: require_gpu must be true or false")
     data.update(timeout_s=timeout_s, kernel_files=tuple(data["kernel_files"]), fence=tuple(data["fence"]),
                 thresholds=data.get("thresholds") or {}, created=str(data.get("created", "")))
     return Session(repo=Path(repo).resolve(), **data)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cutile_perf import decide, git_ops, iteration, log, measure, stats
+from cutile_perf import decide, envcheck, git_ops, iteration, log, measure, stats
 from cutile_perf import session as session_mod
 from cutile_perf.commands import Outcome, say
 from cutile_perf.errors import DirtyTree, IterationCrashed, Refused, UsageError
@@ -29,8 +29,10 @@ def measure_repeats(session: session_mod.Session, tag: str, repeats: int, deadli
 def baseline(*, repo: Path, repeats: int) -> Outcome:
     if repeats < 1:
         raise UsageError("--repeats must be at least 1")
-    session = session_mod.load(repo)
     clock = iteration.Clock()
+    probe = envcheck.Probe()  # in the background while the tests run; also the GPU gate's answer
+    session = session_mod.load(repo)
+    iteration.require_gpu(session, probe)
     with session_mod.locked(session.repo, "baseline"):
         g = git_ops.open_repo(session.repo)
         entries = log.read_entries(session.log_path)
@@ -60,7 +62,7 @@ def baseline(*, repo: Path, repeats: int) -> Outcome:
         latency = decide.combine_latency(shapes)
         entry = iteration.base_entry(
             session, iteration=0, optimization="baseline", status="keep", correctness="PASS", commit=head,
-            base_commit=head, clock=clock, latency_ms=latency,
+            base_commit=head, clock=clock, probe=probe, latency_ms=latency,
             shapes=iteration.shapes_field(shapes, test_ids, runs), noise=noise, repeats=repeats, crash_class=None,
             patch=None, decision=None, reason="baseline (no code change)",
         )
