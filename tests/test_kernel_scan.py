@@ -89,7 +89,7 @@ def test_find_kernel_and_test_by_name_and_loose_name(tilegym_like_repo):
     assert kernel_scan.find_kernel_files(repo, "rms_norm") == [repo / KERNEL_REL]
     assert kernel_scan.find_kernel_files(repo, "rmsnorm") == [repo / KERNEL_REL]
     assert kernel_scan.find_kernel_files(repo, KERNEL_REL) == [(repo / KERNEL_REL).resolve()]
-    assert kernel_scan.find_test_file(repo, repo / KERNEL_REL) == repo / TEST_REL
+    assert kernel_scan.choose_test_file(repo, repo / KERNEL_REL) == (repo / TEST_REL, [])
     scan = kernel_scan.scan_file(repo / KERNEL_REL, repo)
     assert scan.path == KERNEL_REL and scan.kernel_type == "reduction-norm"
 
@@ -105,6 +105,32 @@ def test_unknown_and_ambiguous_kernel_names(tilegym_like_repo):
         kernel_scan.find_kernel_files(repo, "rms_norm")
     with pytest.raises(UsageError, match="does not exist"):
         kernel_scan.find_kernel_files(repo, "src/nope.py")
+
+
+def _touch(repo, *rels):
+    for rel in rels:
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text("")
+
+
+def test_test_file_is_paired_by_folders_and_ties_are_refused(tilegym_like_repo):
+    repo = tilegym_like_repo
+    liger = repo / "src/fakegym/suites/liger/cutile/rms_norm.py"
+    _touch(repo, "src/fakegym/suites/liger/cutile/rms_norm.py", "tests/suites/liger/test_rms_norm.py",
+           "tests/test_rms_norm.py")
+    # Each kernel takes the test whose folders under tests/ appear in its own path, the most specific first.
+    assert kernel_scan.choose_test_file(repo, repo / KERNEL_REL) == (
+        repo / TEST_REL, [repo / "tests/suites/liger/test_rms_norm.py", repo / "tests/test_rms_norm.py"])
+    assert kernel_scan.choose_test_file(repo, liger)[0] == repo / "tests/suites/liger/test_rms_norm.py"
+    # Two equally good candidates: refused, with every candidate and the flag in one line.
+    _touch(repo, "tests/fakegym/test_rms_norm.py")  # matches one folder of the ops kernel, like tests/ops/
+    with pytest.raises(UsageError) as info:
+        kernel_scan.choose_test_file(repo, repo / KERNEL_REL)
+    message = str(info.value)
+    assert "\n" not in message and "--test" in message
+    assert "tests/fakegym/test_rms_norm.py" in message and TEST_REL in message
+    with pytest.raises(UsageError, match="no tests/\\*\\*/test_softmax.py"):
+        kernel_scan.choose_test_file(repo, repo / "src/fakegym/ops/cutile/softmax.py")
 
 
 def test_playbook_priority_and_what_remains():

@@ -52,21 +52,45 @@ def find_kernel_files(repo: Path, kernel: str) -> list[Path]:
         raise UsageError(f"no kernel named {kernel!r} under src/**/cutile/", "pass the kernel file path with --kernel")
     if len(found) > 1:
         listed = ", ".join(str(p.relative_to(repo)) for p in found)
-        raise UsageError(f"kernel name {kernel!r} is ambiguous: {listed}", "pass one of these paths with --kernel")
+        raise UsageError(f"kernel name {kernel!r} is ambiguous: {listed}",
+                         f"pass one of these paths with --kernel, e.g. --kernel {found[0].relative_to(repo)}")
     return found
 
 
-def find_test_file(repo: Path, kernel_file: Path) -> Path | None:
-    """``tests/**/test_<stem>.py`` for the kernel file; None when there is none or several."""
+def _folders_in_order(needles: tuple[str, ...], haystack: tuple[str, ...]) -> bool:
+    """True when every folder of ``needles`` appears in ``haystack``, in the same order."""
+    it = iter(haystack)
+    return all(any(n == h for h in it) for n in needles)
+
+
+def choose_test_file(repo: Path, kernel_file: Path) -> tuple[Path, list[Path]]:
+    """The test file of a kernel file, and the other candidates it was chosen over.
+
+    Candidates are ``tests/**/test_<stem>.py`` (loosely: ``test_rmsnorm.py`` for ``rms_norm.py``).
+    When there are several, the rule is: keep those whose folders under ``tests/`` all appear, in
+    order, in the kernel's path, and take the one with the most such folders. So in TileGym
+    ``src/tilegym/ops/cutile/rms_norm.py`` pairs with ``tests/ops/test_rms_norm.py`` and
+    ``src/tilegym/suites/liger/cutile/rms_norm.py`` with ``tests/suites/liger/test_rms_norm.py``.
+    No candidate, or a tie, is a UsageError naming the candidates and ``--test``.
+    """
     tests = repo / "tests"
-    if not tests.is_dir():
-        return None
     stem = kernel_file.stem
-    files = _walk(tests, "test_*.py")
+    files = _walk(tests, "test_*.py") if tests.is_dir() else []
     exact = [p for p in files if p.stem == f"test_{stem}"]
-    loose = [p for p in files if _norm(p.stem) == _norm(f"test_{stem}")]
-    found = exact or loose
-    return found[0] if len(found) == 1 else None
+    found = exact or [p for p in files if _norm(p.stem) == _norm(f"test_{stem}")]
+    if not found:
+        raise UsageError(f"no tests/**/test_{stem}.py found", "pass the test file with --test")
+    if len(found) == 1:
+        return found[0], []
+    kernel_dirs = kernel_file.resolve().relative_to(repo.resolve()).parts[:-1]
+    scored = [(len(p.relative_to(tests).parts) - 1, p) for p in found
+              if _folders_in_order(p.relative_to(tests).parts[:-1], kernel_dirs)]
+    best = max((score for score, _ in scored), default=None)
+    winners = [p for score, p in scored if score == best]
+    if len(winners) != 1:
+        listed = ", ".join(str(p.relative_to(repo)) for p in found)
+        raise UsageError(f"several test files for {kernel_file.name}: {listed}", "pass one with --test")
+    return winners[0], [p for p in found if p != winners[0]]
 
 
 @dataclass(frozen=True)

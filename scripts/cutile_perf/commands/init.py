@@ -46,10 +46,9 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
 
     kernel_files = kernel_scan.find_kernel_files(root, kernel)
     test_file = (test if test is None or test.is_absolute() else root / test)
+    other_tests: list[Path] = []
     if test_file is None:
-        test_file = kernel_scan.find_test_file(root, kernel_files[0])
-        if test_file is None:
-            raise UsageError(f"no unique tests/**/test_{kernel_files[0].stem}.py found", "pass it with --test")
+        test_file, other_tests = kernel_scan.choose_test_file(root, kernel_files[0])
     elif not test_file.is_file():
         raise UsageError(f"test file {test} does not exist")
     scan = kernel_scan.scan_file(kernel_files[0], root)
@@ -82,7 +81,10 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
     text = "\n".join([
         f"session ready on branch {branch} (base {git_ops.short(g, session.base_commit)})",
         kernel_scan.render(scan),
-        f"test file: {session.test}",
+        f"test file: {session.test}" + (
+            f" (its folders mirror the kernel's path; also found: "
+            f"{', '.join(p.relative_to(root).as_posix() for p in other_tests)}; --test picks another)"
+            if other_tests else ""),
         f"fence (files you may change): {', '.join(fence)}",
         f"playbook priority ({scan.bound}): {playbook.render_priority(scan.bound)}",
         "environment:",
@@ -90,7 +92,8 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
         "next: cutile-perf baseline",
     ])
     data = {"branch": branch, "base_commit": session.base_commit, "kernel_files": list(session.kernel_files),
-            "fence": fence, "test": session.test, "scan": scan.to_dict(),
+            "fence": fence, "test": session.test, "other_tests": [p.relative_to(root).as_posix() for p in other_tests],
+            "scan": scan.to_dict(),
             "playbook": [i.letter for i in playbook.priority(scan.bound)],
             "environment": {**env.record(), "problems": [p.message for p in env.problems]},
             "session": str(session.sandbox / session_mod.SESSION_FILE)}
