@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fixtures_repo import KERNEL_REL, TEST_REL, edit_kernel, git, tilegym_like_repo  # noqa: F401
+from fixtures_repo import KERNEL_REL, TEST_REL, allow_no_gpu, edit_kernel, git, tilegym_like_repo  # noqa: F401
 
 from cutile_perf.cli import main
 from cutile_perf.decide import Thresholds
@@ -55,6 +55,7 @@ def session_repo(tilegym_like_repo, capsys):
     repo = tilegym_like_repo
     code, data = cli(capsys, repo, "init", "--kernel", "rms_norm", "--timeout", "60")
     assert code == 0, data
+    allow_no_gpu(repo)
     code, data = cli(capsys, repo, "baseline", "--repeats", "2")
     assert code == 0, data
     return repo
@@ -128,6 +129,9 @@ def test_keep_then_revert_then_stop(session_repo, capsys):
     assert "B" not in data["next"] and "E" not in data["next"] and "H" not in data["next"]
     code, data = cli(capsys, repo, "report")
     assert code == 0 and Path(data["report"]).is_file() and Path(data["plot"]).is_file()
+    # The plot is linked relative to the report, so the pair renders wherever it is copied.
+    report_text = Path(data["report"]).read_text()
+    assert "](running_best.png)" in report_text and str(repo) not in report_text.split("## Running best")[1]
 
 
 @pytest.mark.parametrize(
@@ -293,3 +297,63 @@ def test_commands_without_session_are_refused(tilegym_like_repo, capsys):
     for command in ("baseline", "status", "report", "resume"):
         code, data = cli(capsys, tilegym_like_repo, command)
         assert code == 3 and "no cutile-perf session" in data["error"], command
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """Make every environment check report a missing GPU, on any machine."""
+    from cutile_perf import envcheck
+
+    env = envcheck.Environment(cuda_tile="1.7.0", problems=(envcheck.Problem("gpu", "no NVIDIA GPU found"),))
+    monkeypatch.setattr(envcheck, "check", lambda **_: env)
+
+
+def test_baseline_and_try_refuse_without_gpu_and_touch_nothing(tilegym_like_repo, capsys, no_gpu):
+    repo = tilegym_like_repo
+    assert cli(capsys, repo, "init", "--kernel", "rms_norm")[0] == 0
+    assert yaml.safe_load((repo / "sandbox/session.yaml").read_text())["require_gpu"] is True  # the default
+    code, data = cli(capsys, repo, "baseline", "--repeats", "1")
+    assert code == 3 and "no usable GPU" in data["error"], data
+    assert not (repo / "sandbox/experiments.jsonl").exists() and not (repo / "sandbox/runs").exists()
+
+    # With a baseline recorded (gate off), turning it back on refuses `try` before anything moves.
+    allow_no_gpu(repo)
+    assert cli(capsys, repo, "baseline", "--repeats", "1")[0] == 0
+    edit_session(repo, require_gpu=True)
+    before, log_before = head(repo), (repo / "sandbox/experiments.jsonl").read_text()
+    edit_kernel(repo, latency=FAST)
+    code, data = cli(capsys, repo, "try", "B: persistent grid")
+    assert code == 3 and "no usable GPU" in data["error"], data
+    assert head(repo) == before and (repo / "sandbox/experiments.jsonl").read_text() == log_before
+    assert "0.5" in (repo / KERNEL_REL).read_text()  # the agent's edit is still there
+    assert not (repo / "sandbox/cutile-perf.lock").exists()
+
+
+def test_require_gpu_must_be_a_boolean(session_repo, capsys):
+    edit_session(session_repo, require_gpu="no")
+    code, data = cli(capsys, session_repo, "status")
+    assert code == 2 and "require_gpu must be true or false" in data["error"]
+
+
+def test_init_pairs_the_test_file_by_folder_when_names_repeat(tilegym_like_repo, capsys):
+    """TileGym's layout: rms_norm in ops/ and in suites/liger/, with a test file for each."""
+    repo = tilegym_like_repo
+    liger_kernel = "src/fakegym/suites/liger/cutile/rms_norm.py"
+    liger_test = "tests/suites/liger/test_rms_norm.py"
+    for rel, source in ((liger_kernel, (repo / KERNEL_REL).read_text()), (liger_test, (repo / TEST_REL).read_text())):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(source)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "a second rms_norm, as in TileGym's suites/liger")
+
+    code, data = cli(capsys, repo, "init", "--kernel", "rms_norm")
+    assert code == 2 and KERNEL_REL in data["error"] and liger_kernel in data["error"]
+    assert "--kernel" in data["hint"] and not (repo / "sandbox").exists()
+
+    code, data = cli(capsys, repo, "init", "--kernel", liger_kernel, "--branch", "liger")
+    assert code == 0, data
+    assert (data["test"], data["other_tests"]) == (liger_test, [TEST_REL])
+    git(repo, "checkout", "-q", "main")
+    (repo / "sandbox/session.yaml").unlink()
+    code, data = cli(capsys, repo, "init", "--kernel", KERNEL_REL, "--branch", "ops")
+    assert code == 0 and (data["test"], data["other_tests"]) == (TEST_REL, [liger_test]), data

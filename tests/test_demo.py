@@ -8,6 +8,7 @@ import pytest
 from cutile_perf import envcheck
 from cutile_perf.cli import main
 from cutile_perf.commands import demo as demo_mod
+from cutile_perf.commands.try_ import decision_line
 from cutile_perf.errors import EXIT_REFUSED, EnvMissing, Refused, UsageError
 
 from conftest import gpu_skip_reason
@@ -98,3 +99,19 @@ def test_fresh_copy_makes_a_committed_repo_without_optimizations(tmp_path):
     assert not (dest / "optimizations").exists()
     demo_mod._fresh_copy(SUITE, dest)  # a second run replaces its own earlier copy
     assert (dest / demo_mod.DEMO_MARKER).is_file()
+
+
+def test_a_stop_rule_during_the_demo_is_announced_as_deliberately_ignored():
+    step = demo_mod.Step("latency hints", SUITE / "x.py", "same", "")
+    data = {"iteration": 5, "decision": "keep", "reason": "within noise", "patch": None}
+    line = demo_mod.step_line(5, step, decision_line(data), "2 iterations in a row without improvement", last=False)
+    assert line == ("5. latency hints [expected same]: iteration 5: keep - within noise; stop rule reached "
+                    "(2 iterations in a row without improvement); the demo continues through its prepared steps "
+                    "to show each decision")
+    assert "continues" not in demo_mod.step_line(6, step, "x", "stop", last=True)
+    assert demo_mod.step_line(1, step, "x", None, last=False) == "1. latency hints [expected same]: x"
+
+
+def test_decision_line_is_the_try_text_without_the_stop_rule():
+    data = {"iteration": 2, "decision": "revert", "reason": "slower", "patch": "sandbox/patches/2-x.patch"}
+    assert decision_line(data) == "iteration 2: revert - slower (patch: sandbox/patches/2-x.patch)"

@@ -1,9 +1,11 @@
 """git_ops against real git repositories (the simulated TileGym-shaped one)."""
 from __future__ import annotations
 
+import pytest
 from fixtures_repo import KERNEL_REL, git, tilegym_like_repo  # noqa: F401  (fixture import)
 
 from cutile_perf import git_ops
+from cutile_perf.errors import UsageError
 
 
 def test_changed_paths_lists_edits_and_untracked_files(tilegym_like_repo):
@@ -96,3 +98,22 @@ def test_not_a_repository_is_a_usage_error(tmp_path):
 
     with pytest.raises(UsageError, match="not inside a git repository"):
         git_ops.open_repo(tmp_path)
+
+
+def test_init_repo_commits_everything_and_ignores_an_exported_git_dir(tmp_path, monkeypatch, tilegym_like_repo):
+    # An exported GIT_DIR (a git hook, an IDE) must not make init_repo write into that other repository.
+    monkeypatch.setenv("GIT_DIR", str(tilegym_like_repo / ".git"))
+    other_head = git(tilegym_like_repo, "--git-dir", str(tilegym_like_repo / ".git"), "rev-parse", "HEAD").strip()
+    dest = tmp_path / "fresh"
+    (dest / "pkg").mkdir(parents=True)
+    (dest / "pkg" / "k.py").write_text("x = 1\n")
+    (dest / ".gitignore").write_text("*.log\n")
+    (dest / "run.log").write_text("ignored")
+    repo = git_ops.init_repo(dest, "suite (demo start)")
+    assert git_ops.commit_message(repo, git_ops.head(repo)) == "suite (demo start)"
+    assert git_ops.changed_paths(repo) == [] and git_ops.is_ignored(repo, "run.log")
+    assert git_ops.paths_in_commit(repo, "HEAD", ["pkg/k.py", "run.log"]) == ["pkg/k.py"]
+    monkeypatch.delenv("GIT_DIR")
+    assert git(tilegym_like_repo, "rev-parse", "HEAD").strip() == other_head
+    with pytest.raises(UsageError, match="already a git repository"):  # an existing history is never restarted
+        git_ops.init_repo(dest, "again")

@@ -41,6 +41,21 @@ def open_repo(path: Path) -> git.Repo:
     return repo
 
 
+def init_repo(path: Path, message: str) -> git.Repo:
+    """Make ``path`` a new repository whose first commit holds every file under it (``.gitignore`` honoured).
+
+    Refuses a directory that already is a repository's top level: its history is not ours to restart.
+    """
+    path = Path(path).resolve()
+    if (path / ".git").exists():
+        raise UsageError(f"{path} is already a git repository")
+    # GitPython's init would inherit an exported GIT_DIR and initialise that repository instead.
+    git.Repo.init(path, env={"GIT_DIR": str(path / ".git"), "GIT_WORK_TREE": str(path)})
+    repo = open_repo(path)
+    commit_paths(repo, ["."], message)
+    return repo
+
+
 def root(repo: git.Repo) -> Path:
     return Path(repo.working_tree_dir)
 

@@ -5,11 +5,14 @@ repository; then ``init``, ``baseline``, one ``try`` per prepared optimization (
 is copied over the kernel file first, as an agent would edit it) and ``report`` run through
 ``cutile_perf.commands``. The steps come from ``examples/kernels/optimizations/<op>/steps.yaml``.
 Without a GPU it refuses before copying anything.
+
+Unlike an agent's loop, the demo runs every prepared step even after a stop rule holds: its purpose
+is to show each kind of decision (keep, revert, crash). It says so, instead of printing "stop" and
+silently carrying on.
 """
 from __future__ import annotations
 
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,12 +106,21 @@ def _fresh_copy(suite: Path, dest: Path) -> None:
         shutil.rmtree(dest)
     shutil.copytree(suite, dest, ignore=SUITE_IGNORE)
     (dest / DEMO_MARKER).write_text("created by `cutile-perf demo`; deleted by the next demo run\n", encoding="utf-8")
-    # git_ops has no "init"; a fresh repository is the one git call outside it (nothing to protect yet).
-    subprocess.run(["git", "init", "-q", str(dest)], check=True)
     from cutile_perf import git_ops
 
-    repo = git_ops.open_repo(dest)
-    git_ops.commit_paths(repo, ["."], "tilesuite: bundled cuTile kernel suite (demo start)")
+    git_ops.init_repo(dest, "tilesuite: bundled cuTile kernel suite (demo start)")
+
+
+def step_line(number: int, step: Step, decision_text: str, stop: str | None, *, last: bool) -> str:
+    """One demo line per step. When a stop rule holds, say that the demo goes on on purpose."""
+    line = f"{number}. {step.name} [expected {step.expect or '?'}]: {decision_text}"
+    if stop:
+        if last:
+            line += f"; stop rule reached ({stop})"
+        else:
+            line += (f"; stop rule reached ({stop}); the demo continues through its prepared steps "
+                     "to show each decision")
+    return line
 
 
 def demo(*, kernel: str, dest: Path | None = None) -> Outcome:
@@ -121,7 +133,7 @@ def demo(*, kernel: str, dest: Path | None = None) -> Outcome:
     from cutile_perf.commands.baseline import baseline
     from cutile_perf.commands.init import init
     from cutile_perf.commands.report import report
-    from cutile_perf.commands.try_ import try_
+    from cutile_perf.commands.try_ import decision_line, try_
 
     dest = dest or root / "sandbox" / "demo"
     say(f"copying the kernel suite to {dest}")
@@ -129,6 +141,7 @@ def demo(*, kernel: str, dest: Path | None = None) -> Outcome:
     lines = [init(repo=dest, kernel=op, test=None, branch=None, allow=[], timeout_s=600).text.splitlines()[0]]
     say("baseline (3 perf runs for the noise floor)")
     lines.append(baseline(repo=dest, repeats=3).text)
+    lines.append(f"the demo runs all {len(steps)} prepared steps, even once a stop rule holds, to show keeps and reverts")
     results = []
     for number, step in enumerate(steps, start=1):
         say(f"step {number}/{len(steps)}: {step.name} (expected: {step.expect or 'unknown'})")
@@ -136,7 +149,8 @@ def demo(*, kernel: str, dest: Path | None = None) -> Outcome:
         outcome = try_(repo=dest, optimization=step.name)
         results.append({"step": step.name, "file": step.file.name, "expect": step.expect,
                         "exit_code": outcome.exit_code, "result": outcome.data})
-        lines.append(f"{number}. {step.name} [expected {step.expect or '?'}]: {outcome.text}")
+        lines.append(step_line(number, step, decision_line(outcome.data), outcome.data.get("stop"),
+                               last=number == len(steps)))
     final = report(repo=dest, output=None)
     lines += [final.text, f"results table: {dest / 'sandbox' / 'perf_results.md'}"]
     return Outcome("\n".join(lines), {"repo": str(dest), "kernel": op, "steps": results, "report": final.data})

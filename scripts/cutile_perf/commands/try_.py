@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
-from cutile_perf import decide, git_ops, iteration, log, measure
+from cutile_perf import decide, envcheck, git_ops, iteration, log, measure
 from cutile_perf import session as session_mod
 from cutile_perf.commands import Outcome, say
 from cutile_perf.errors import EXIT_CRASH, EXIT_OK, EXIT_REJECTED, FenceViolation, Refused, UsageError
@@ -28,7 +28,7 @@ class _Iteration:
     """State of one ``try``: what to save and where to go back if anything fails."""
 
     def __init__(self, session: session_mod.Session, g, optimization: str, entries: list[dict],
-                 clock: iteration.Clock):
+                 clock: iteration.Clock, probe: envcheck.Probe):
         self.session, self.g, self.optimization, self.entries = session, g, optimization, entries
         self.base = iteration.kept_commit(session, entries)
         self.baseline = log.current_baseline(entries) or {}
@@ -37,6 +37,7 @@ class _Iteration:
         self.number = log.next_iteration(entries)
         self.name = f"{self.number}-{iteration.slug(optimization)}"
         self.clock = clock
+        self.probe = probe
         self.deadline = measure.Deadline(session.timeout_s)
         self.thresholds = decide.Thresholds.from_dict(session.thresholds)
         self.paths: list[str] = []
@@ -60,7 +61,7 @@ class _Iteration:
         entry = iteration.base_entry(
             self.session, iteration=self.number, optimization=self.optimization, status=status,
             correctness=correctness, commit=self.candidate, base_commit=self.base, clock=self.clock,
-            crash_class=crash_class, patch=self.patch, reason=reason, **extra)
+            probe=self.probe, crash_class=crash_class, patch=self.patch, reason=reason, **extra)
         entries = iteration.record(self.session, entry)
         git_ops.reset_to(self.g, self.base, self.paths)
         self.settled = True
@@ -69,8 +70,8 @@ class _Iteration:
     def keep(self, decision: dict, perf: measure.Stage, **extra) -> Outcome:
         entry = iteration.base_entry(
             self.session, iteration=self.number, optimization=self.optimization, status="keep", correctness="PASS",
-            commit=self.candidate, base_commit=self.base, clock=self.clock, crash_class=None, patch=None,
-            reason=decision.get("reason", ""), decision=decision,
+            commit=self.candidate, base_commit=self.base, clock=self.clock, probe=self.probe, crash_class=None,
+            patch=None, reason=decision.get("reason", ""), decision=decision,
             shapes=iteration.shapes_field(perf.shapes, perf.test_ids),
             latency_ms=decide.combine_latency(perf.shapes), **extra)
         entries = iteration.record(self.session, entry)
@@ -84,9 +85,7 @@ class _Iteration:
         data = {"iteration": self.number, "decision": status, "reason": entry.get("reason", ""),
                 "patch": entry.get("patch"), "latency_ms": entry.get("latency_ms"), "commit": entry.get("commit"),
                 "crash_class": entry.get("crash_class"), "stop": stop}
-        text = f"iteration {self.number}: {status} - {data['reason']}"
-        if data["patch"]:
-            text += f" (patch: {data['patch']})"
+        text = decision_line(data)
         if stop:
             text += f"; stop: {stop}"
         return Outcome(text, data, code)
@@ -97,11 +96,19 @@ class _Iteration:
         kind = "interrupted" if isinstance(exc, KeyboardInterrupt) else "error"
         entry = iteration.base_entry(
             self.session, iteration=self.number, optimization=self.optimization, status="crash", correctness="FAIL",
-            commit=self.candidate, base_commit=self.base, clock=self.clock, crash_class=kind, patch=self.patch,
-            reason=f"{kind}: {type(exc).__name__}: {exc}"[:300])
+            commit=self.candidate, base_commit=self.base, clock=self.clock, probe=self.probe, crash_class=kind,
+            patch=self.patch, reason=f"{kind}: {type(exc).__name__}: {exc}"[:300])
         iteration.record(self.session, entry)
         git_ops.reset_to(self.g, self.base, self.paths)
         self.settled = True
+
+
+def decision_line(data: dict) -> str:
+    """``iteration N: <decision> - <reason> (patch: ...)`` from a ``try`` result's data (stop rule not included)."""
+    text = f"iteration {data['iteration']}: {data['decision']} - {data.get('reason', '')}"
+    if data.get("patch"):
+        text += f" (patch: {data['patch']})"
+    return text
 
 
 def _run(it: _Iteration) -> Outcome:
@@ -163,13 +170,15 @@ def try_(*, repo: Path, optimization: str) -> Outcome:
     optimization = " ".join(optimization.split())
     if not optimization:
         raise UsageError("the optimization description is empty", 'e.g. cutile-perf try "occupancy 2 -> 4"')
+    probe = envcheck.Probe()  # nvidia-smi and versions in the background while git and pytest work
     session = session_mod.load(repo)
+    iteration.require_gpu(session, probe)
     with session_mod.locked(session.repo, "try", optimization=optimization):
         g = git_ops.open_repo(session.repo)
         entries = log.read_entries(session.log_path)
         if log.current_baseline(entries) is None:
             raise Refused("no baseline recorded yet", "run `cutile-perf baseline` first")
-        it = _Iteration(session, g, optimization, entries, clock)
+        it = _Iteration(session, g, optimization, entries, clock, probe)
         head = git_ops.head(g)
         if head != it.base:
             raise Refused(f"HEAD {git_ops.short(g, head)} is not the last kept commit {git_ops.short(g, it.base)}",
