@@ -89,7 +89,8 @@ def test_kernels_under_autotune_and_heuristics_are_found_and_the_main_one_is_the
     result = classify_source(src)
     assert [k["name"] for k in result["kernels"]] == ["scale", "mm"]
     assert result["kernel"] == "mm" and result["classification"] == "dot-related"
-    assert result["kernels"][1]["autotune"] == {"config_count": 1, "key": ["n"]}
+    assert result["kernels"][1]["autotune"] == {"config_count": 1, "key": ["n"], "reset_to_zero": [],
+                                                "restore_value": []}
 
 
 @pytest.mark.parametrize("body, pattern", [
@@ -140,3 +141,29 @@ def test_cli_code_option_and_missing_file(capsys):
     assert cli.main(["classify-triton", "--code", src]) == 0
     assert json.loads(capsys.readouterr().out)["classification"] == "element-wise"
     assert cli.main(["classify-triton", "--file", "/nonexistent/kernel.py"]) == 2
+
+
+ATOMIC_KERNEL = ("import triton\nimport triton.language as tl\n"
+                 "@triton.autotune(configs=[triton.Config({'B': 16}), triton.Config({'B': 32})], key=['n']EXTRA)\n"
+                 "@triton.jit\ndef k(x_ptr, out_ptr, n, B: tl.constexpr):\n"
+                 "    offs = tl.program_id(0) * B + tl.arange(0, B)\n"
+                 "    out_ptrs = out_ptr + offs * 0\n"
+                 "    tl.atomic_add(out_ptrs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)\n")
+RESET_RISK = "atomic output not reset by autotune"
+
+
+def test_autotuned_atomic_output_must_be_reset_between_timed_runs():
+    """The pointer is found through the local ``out_ptrs``; a missing reset_to_zero is a risk."""
+    risks = _one(ATOMIC_KERNEL.replace("EXTRA", ""))["risks"]
+    (risk,) = [r for r in risks if r["pattern"] == RESET_RISK]
+    assert "out_ptr" in risk["detail"] and "reset_to_zero=['out_ptr']" in risk["why"]
+    for extra in (", reset_to_zero=['out_ptr']", ", restore_value=('out_ptr',)", ", reset_to_zero='out_ptr'"):
+        kernel = _one(ATOMIC_KERNEL.replace("EXTRA", extra))
+        assert RESET_RISK not in {r["pattern"] for r in kernel["risks"]}, extra
+    assert _one(ATOMIC_KERNEL.replace("EXTRA", ", reset_to_zero=['x_ptr']"))["autotune"]["reset_to_zero"] == ["x_ptr"]
+
+
+def test_corpus_split_k_declares_its_atomic_output_in_reset_to_zero():
+    (kernel,) = classify_source((CORPUS / "splitk_matmul.py").read_text())["kernels"]
+    assert kernel["autotune"]["reset_to_zero"] == ["c_ptr"]
+    assert RESET_RISK not in {r["pattern"] for r in kernel["risks"]}

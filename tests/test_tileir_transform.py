@@ -129,3 +129,35 @@ def test_cli_writes_output_and_refuses_to_overwrite_the_input(tmp_path, capsys):
     code = cli.main(["classify-triton", "--file", str(src), "--apply-optimizations", "--output", str(src)])
     assert code == 2 and src.read_text() == before
     assert cli.main(["classify-triton", "--file", str(src), "--output", str(out)]) == 2
+
+
+def _autotune_keywords(source: str) -> dict[str, str]:
+    """Every @triton.autotune keyword but configs, as source text, per kernel."""
+    found = {}
+    for fn in ast.parse(source).body:
+        for dec in getattr(fn, "decorator_list", []):
+            if isinstance(dec, ast.Call) and ast.unparse(dec.func) == "triton.autotune":
+                found[fn.name] = {kw.arg: ast.unparse(kw.value) for kw in dec.keywords if kw.arg != "configs"}
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(AUTOTUNED))
+def test_autotune_keywords_other_than_configs_are_kept_verbatim(name):
+    original = (CORPUS / f"{name}.py").read_text()
+    assert _autotune_keywords(_optimize(name)["optimized_code"]) == _autotune_keywords(original)
+
+
+def test_reset_to_zero_and_restore_value_also_cover_the_gated_tileir_configs(tmp_path, monkeypatch):
+    """They are autotuner-wide hooks, not per-config: kept in the decorator, they apply to every
+    added config too, so timing the TileIR variants cannot accumulate into the split-K output."""
+    from triton.runtime import driver
+
+    src = (CORPUS / "splitk_matmul.py").read_text().replace(
+        'reset_to_zero=["c_ptr"],', 'reset_to_zero=["c_ptr"], restore_value=["a_ptr"],')
+    out = tmp_path / "splitk_tileir.py"
+    out.write_text(transform.apply_optimizations(src, classify_source(src))["optimized_code"])
+    plain = _import(out).splitk_kernel
+    assert (plain.reset_to_zero, plain.restore_value, len(plain.configs)) == (["c_ptr"], ["a_ptr"], 2)
+    monkeypatch.setattr(driver, "_active", _FakeTileIRDriver())
+    gated = _import(out).splitk_kernel
+    assert len(gated.configs) > 2 and (gated.reset_to_zero, gated.restore_value) == (["c_ptr"], ["a_ptr"])

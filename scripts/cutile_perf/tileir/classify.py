@@ -47,6 +47,16 @@ def _risks(kernel: scan.Kernel) -> list[dict[str, str]]:
                                                                                   "with atomics",
                       "why": "cross-block communication can give wrong results under TileIR's unordered "
                              "memory model; verify or use a separate reduction kernel"})
+    if kernel.autotune is not None:
+        protected = set(kernel.autotune.reset_to_zero) | set(kernel.autotune.restore_value)
+        for name in sorted(kernel.atomic_params - protected):
+            risks.append({"pattern": "atomic output not reset by autotune",
+                          "detail": f"tl.atomic_* into {name}, which reset_to_zero does not list",
+                          "why": "the autotuner times each config by running it several times on the same "
+                                 "arguments, so atomically accumulated outputs add up across runs; list the "
+                                 f"argument in @triton.autotune(reset_to_zero=[{name!r}]). The gated TileIR "
+                                 "configs turn a one-config autotune into a timed one, so this also bites "
+                                 "after --apply-optimizations"})
     if {"atomic_cas", "atomic_xchg"} & set(ops):
         risks.append({"pattern": "lock or spin-wait", "detail": "tl.atomic_cas / tl.atomic_xchg",
                       "why": "locks between blocks rely on memory ordering that TileIR does not guarantee"})
@@ -114,7 +124,8 @@ def classify_kernel(kernel: scan.Kernel) -> dict[str, Any]:
         "recommendations": _recommendations(kernel, kind),
         "risks": _risks(kernel),
         "autotune": None if kernel.autotune is None else {
-            "config_count": kernel.autotune.literal_config_count, "key": kernel.autotune.key},
+            "config_count": kernel.autotune.literal_config_count, "key": kernel.autotune.key,
+            "reset_to_zero": kernel.autotune.reset_to_zero, "restore_value": kernel.autotune.restore_value},
         "ops": dict(sorted(ops.items())),
     }
 

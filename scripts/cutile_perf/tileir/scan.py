@@ -28,6 +28,9 @@ class Autotune:
     configs_node: ast.expr | None
     literal_config_count: int | None  # None when configs is not a list/tuple literal
     key: list[str] | None
+    # Arguments the autotuner zeroes / restores around each timed run (literal string lists only).
+    reset_to_zero: list[str] = field(default_factory=list)
+    restore_value: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -39,6 +42,7 @@ class Kernel:
     method_reductions: dict[str, int] = field(default_factory=dict)
     loaded_params: set[str] = field(default_factory=set)
     stored_params: set[str] = field(default_factory=set)
+    atomic_params: set[str] = field(default_factory=set)  # pointer arguments written with tl.atomic_*
     reduced_names: set[str] = field(default_factory=set)  # variables assigned from a reduction
     divided_by_reduction: bool = False
     decorators: list[str] = field(default_factory=list)
@@ -102,12 +106,49 @@ def _decorator_name(node: ast.expr, aliases: dict[str, str]) -> str | None:
     return dotted(node.func if isinstance(node, ast.Call) else node, aliases)
 
 
-def _base_param(node: ast.AST, params: set[str]) -> str | None:
-    """The kernel parameter a pointer expression is built from (``x_ptr + offs`` -> ``x_ptr``)."""
+def _pointer_operand(node: ast.AST, params: set[str], local_bases: dict[str, str]) -> str | None:
+    """The pointer an ``ptr + offset`` expression starts from: a bare name among the terms of a sum
+    (``x_ptr + row * stride + cols``); products and calls are offsets, never the pointer."""
+    if isinstance(node, ast.Name):
+        return node.id if node.id in params else local_bases.get(node.id)
+    if isinstance(node, ast.Subscript):  # ptrs[:, None]
+        return _pointer_operand(node.value, params, local_bases)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        return (_pointer_operand(node.left, params, local_bases)
+                or _pointer_operand(node.right, params, local_bases))
+    return None
+
+
+def _base_param(node: ast.AST, params: set[str], local_bases: dict[str, str] | None = None) -> str | None:
+    """The kernel parameter a pointer expression is built from (``x_ptr + offs`` -> ``x_ptr``), also
+    through a local pointer variable (``ptrs = x_ptr + offs; tl.store(ptrs, ...)`` -> ``x_ptr``)."""
+    base = _pointer_operand(node, params, local_bases or {})
+    if base:
+        return base
     for sub in ast.walk(node):
         if isinstance(sub, ast.Name) and sub.id in params:
             return sub.id
     return None
+
+
+def _local_pointer_bases(fn: ast.FunctionDef, params: set[str]) -> dict[str, str]:
+    """Local names assigned a pointer expression over a parameter (``c_ptrs = c_ptr + offs``), in order."""
+    bases: dict[str, str] = {}
+    for node in _walk_body(fn):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            base = None if name in params else _pointer_operand(node.value, params, bases)
+            if base:
+                bases[name] = base
+    return bases
+
+
+def _string_list(node: ast.expr | None) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]  # triton accepts one name too
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return []
 
 
 def _autotune(node: ast.Call) -> Autotune:
@@ -122,7 +163,10 @@ def _autotune(node: ast.Call) -> Autotune:
     key = None
     if isinstance(key_node, (ast.List, ast.Tuple)):
         key = [e.value for e in key_node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-    return Autotune(configs_node=configs, literal_config_count=count, key=key)
+    keywords = {kw.arg: kw.value for kw in node.keywords}
+    return Autotune(configs_node=configs, literal_config_count=count, key=key,
+                    reset_to_zero=_string_list(keywords.get("reset_to_zero")),
+                    restore_value=_string_list(keywords.get("restore_value")))
 
 
 def _mentions_occupancy(node: ast.AST) -> bool:
@@ -152,6 +196,7 @@ def _is_tensor_method(func: ast.expr, aliases: dict[str, str]) -> bool:
 
 def _scan_body(kernel: Kernel, fn: ast.FunctionDef, aliases: dict[str, str]) -> None:
     params = set(kernel.params)
+    local_bases = _local_pointer_bases(fn, params)
     for node in _walk_body(fn):
         if isinstance(node, ast.Call):
             name = dotted(node.func, aliases)
@@ -160,11 +205,12 @@ def _scan_body(kernel: Kernel, fn: ast.FunctionDef, aliases: dict[str, str]) -> 
                 kernel.ops[op] = kernel.ops.get(op, 0) + 1
                 if op in {"load", "store"} or op.startswith("atomic_"):
                     target = node.args[0] if node.args else None
-                    base = _base_param(target, params) if target is not None else None
+                    base = _base_param(target, params, local_bases) if target is not None else None
                     if base:
                         (kernel.loaded_params if op == "load" else kernel.stored_params).add(base)
                         if op.startswith("atomic_"):
                             kernel.loaded_params.add(base)
+                            kernel.atomic_params.add(base)
             elif _is_tensor_method(node.func, aliases):
                 kernel.method_reductions[node.func.attr] = kernel.method_reductions.get(node.func.attr, 0) + 1
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):

@@ -26,6 +26,31 @@ def _load_module(path: Path):
     return module
 
 
+def patch_interpreter_scalar_index() -> bool:
+    """Let the Triton CPU interpreter use a runtime scalar as a loop bound under numpy >= 2.4.
+
+    The interpreter (triton 3.6) holds kernel scalars as one-element 1-d arrays and converts them
+    with ``int(array)``, which numpy 2.4 turned into a TypeError; so ``for k in range(0, K, BLOCK)``
+    fails in the interpreter although it compiles fine. This re-points ``tensor.__index__`` at
+    ``.item()`` each time the interpreter patches triton.language. Returns whether it applied.
+    """
+    try:
+        from triton.runtime import interpreter
+    except Exception:
+        return False
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is None or getattr(original, "_cutile_perf_patched", False):
+        return original is not None
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    patched._cutile_perf_patched = True
+    interpreter._patch_lang_tensor = patched
+    return True
+
+
 def _make_input(torch, shape: list[int], dtype_name: str, generator, device: str):
     dtype = getattr(torch, dtype_name)
     if dtype.is_floating_point:
@@ -85,6 +110,8 @@ def _target_backend() -> str | None:
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
+    if spec["device"] == "cpu":
+        patch_interpreter_scalar_index()
     module = _load_module(Path(spec["kernel"]))
     entry = getattr(module, spec["entry"])
     device = spec["device"]
