@@ -1,6 +1,6 @@
 """RMSNorm over the last dimension: ``y = x / sqrt(mean(x**2) + eps) * weight``.
 
-Step 06 (expected SLOWER on H200; kept in the suite to show a real revert): back to one row per CTA,
+Step 07 (expected SLOWER on H200; kept in the suite to show a real revert): back to one row per CTA,
 walking the row in narrow (1, 64) column tiles over two passes, with an occupancy hint of 16. The
 idea an agent might have: small tiles need few registers, so many CTAs fit per SM and hide latency.
 Why it loses: a memory-bound kernel needs about bandwidth x latency bytes in flight (H200: ~4.8 TB/s
