@@ -1,30 +1,37 @@
 """Benchmark the bundled cuTile kernels against torch eager and torch.compile (GPU only).
 
-Prints one table; every column comes from this run, timed by ``cutile_perf.bench`` (cold L2, CUDA
-events, median of the samples):
+For every case it times, in the same run, the shipped PLAIN kernel and the BEST prepared version
+(the step file named by ``best:`` in ``examples/kernels/optimizations/<op>/steps.yaml``, loaded from
+its path; the work tree is never changed). Every column comes from this run, timed by
+``cutile_perf.bench`` (cold L2, CUDA events, median of the samples):
 
-  kernel | shape | dtype | cuTile ms | torch eager ms | torch.compile ms | achieved | % of ceiling
+  kernel | version | shape | dtype | cuTile ms | torch eager ms | torch.compile ms | achieved | % of ceiling | goal
 
 The ceiling is measured in the same run: device-to-device copy bandwidth for memory-bound kernels,
 torch.matmul (cuBLAS) for matmul, SDPA with the flash backend for attention. For matmul and attention
-the torch eager column IS that ceiling.
+the torch eager column IS that ceiling. Goals (GOALS below): memory-bound kernels >= 90 % of copy
+bandwidth AND faster than torch.compile; matmul and attention >= 90 % of their ceiling. Each cuTile
+output is checked against the torch reference first; a wrong result is reported, never timed.
 
 Usage:
-  python benchmarks/kernels.py              # realistic shapes (about a minute on an H200)
+  python benchmarks/kernels.py              # realistic shapes, plain + best (about two minutes on an H200)
   python benchmarks/kernels.py --quick      # small shapes, short budgets: a smoke run
   python benchmarks/kernels.py --markdown   # a Markdown table for a README
+  python benchmarks/kernels.py --all-steps --only softmax   # every prepared step, not only the best
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples" / "kernels" / "src"))  # tilesuite is not installed
+SUITE = ROOT / "examples" / "kernels"
+sys.path.insert(0, str(SUITE / "src"))  # tilesuite is not installed
 sys.path.insert(0, str(ROOT / "scripts"))  # cutile_perf, when not installed
 
 import torch  # noqa: E402
@@ -122,6 +129,52 @@ def work_units(case: Case, inputs: tuple) -> float:
     return float(elem * ((n_big_inputs + 1) * big + small))  # inputs read once, output written once
 
 
+GOALS = {  # kind -> minimum % of the ceiling measured in the same run
+    "memory": 90.0,  # of copy bandwidth; memory-bound kernels must also beat torch.compile
+    "matmul": 90.0,  # of torch.matmul (cuBLAS)
+    "attention": 90.0,  # of SDPA flash
+}
+
+
+def goal_status(kind: str, ceiling_pct: float | None, cutile_ms: float | None, compile_ms: float | None) -> str:
+    """'met', or 'missed: ...' with how far each part of the goal is from being met, or 'n/a'."""
+    if ceiling_pct is None or cutile_ms is None:
+        return "n/a"
+    misses = []
+    if ceiling_pct < GOALS[kind]:
+        misses.append(f"{GOALS[kind] - ceiling_pct:.1f} pts below {GOALS[kind]:.0f} % of ceiling")
+    if kind == "memory" and compile_ms is not None and cutile_ms >= compile_ms:
+        misses.append(f"{100.0 * (cutile_ms / compile_ms - 1.0):.1f} % slower than torch.compile")
+    return "met" if not misses else "missed: " + "; ".join(misses)
+
+
+def steps_file(op: str) -> dict:
+    import yaml
+
+    return yaml.safe_load((SUITE / "optimizations" / op / "steps.yaml").read_text(encoding="utf-8"))
+
+
+def versions(op: str, all_steps: bool) -> list[tuple[str, Path | None]]:
+    """(label, step file) pairs to time: ("plain", None) first, then the best step, or every step."""
+    data = steps_file(op)
+    best = data.get("best")
+    if not best or best not in {step["file"] for step in data["steps"]}:
+        raise ValueError(f"optimizations/{op}/steps.yaml: `best: {best}` is not one of its steps")
+    names = [step["file"] for step in data["steps"]] if all_steps else [best]
+    return [("plain", None)] + [(Path(name).stem + (" (best)" if name == best else ""),
+                                 SUITE / "optimizations" / op / name) for name in names]
+
+
+def load_function(case: Case, path: Path | None) -> Callable:
+    """The op's public function from the shipped module, or from a step file loaded by path."""
+    if path is None:
+        return getattr(importlib.import_module(f"tilesuite.ops.cutile.{case.module}"), case.function)
+    spec = importlib.util.spec_from_file_location(f"bench_{case.module}_{path.stem.replace('-', '_')}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, case.function)
+
+
 def median_ms(fn: Callable, budget: dict) -> float:
     return stats.median(bench.bench(fn, **budget))
 
@@ -134,64 +187,98 @@ def copy_bandwidth_tbps(budget: dict, quick: bool) -> float:
     return 2 * src.numel() / (ms * 1e-3) / 1e12
 
 
+def _error(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"
+
+
 def try_time(fn: Callable, budget: dict) -> tuple[float | None, str]:
     try:
         return median_ms(fn, budget), ""
     except Exception as exc:  # one failing column must not hide the rest of the table
-        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"
+        return None, _error(exc)
 
 
-def run_case(case: Case, budget: dict, copy_tbps: float) -> dict:
-    row = {"kernel": case.kernel, "shape": "x".join(map(str, case.shape)),
-           "dtype": str(case.dtype).replace("torch.", ""), "notes": []}
-    inputs = make_inputs(case)
+def check_close(actual, expected) -> str:
+    """'' when the cuTile output matches the torch reference, else what differs. Bounds are loose
+    (bf16-level, absolute part scaled by the output's magnitude): this catches a broken kernel, while
+    the suite's tests (tests/ops/) hold the per-dtype tolerances."""
+    if actual.shape != expected.shape:
+        return f"WRONG shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    a, e = actual.float(), expected.float()
+    if not torch.allclose(a, e, atol=2e-2 * e.abs().max().item(), rtol=2e-2):
+        return f"WRONG result (max abs diff {(a - e).abs().max().item():.3g})"
+    return ""
+
+
+def torch_columns(case: Case, inputs: tuple, budget: dict) -> dict:
+    """Eager and torch.compile times for one case (one compiled function per shape), plus the reference."""
     ref = torch_reference(case)
-    eager_ms, note = try_time(lambda: ref(*inputs), budget)
-    row["notes"] += [f"eager {note}"] if note else []
+    eager_ms, eager_note = try_time(lambda: ref(*inputs), budget)
     compiled = torch.compile(ref)
-    compile_ms, note = try_time(lambda: compiled(*inputs), budget)
-    row["notes"] += [f"compile {note}"] if note else []
+    compile_ms, compile_note = try_time(lambda: compiled(*inputs), budget)
+    notes = ([f"eager {eager_note}"] if eager_note else []) + ([f"compile {compile_note}"] if compile_note else [])
+    return {"eager_ms": eager_ms, "compile_ms": compile_ms, "expected": ref(*inputs), "notes": notes}
+
+
+def run_version(case: Case, label: str, path: Path | None, inputs: tuple, ref: dict, budget: dict,
+                copy_tbps: float) -> dict:
+    row = {"kernel": case.kernel, "version": label, "shape": "x".join(map(str, case.shape)),
+           "dtype": str(case.dtype).replace("torch.", ""), "eager_ms": ref["eager_ms"],
+           "compile_ms": ref["compile_ms"], "cutile_ms": None, "achieved": "", "ceiling_pct": None,
+           "notes": list(ref["notes"]) if label == "plain" else []}
     try:
-        fn = getattr(importlib.import_module(f"tilesuite.ops.cutile.{case.module}"), case.function)
-    except (ImportError, AttributeError) as exc:  # K2's kernels may be absent: the row still prints
-        fn, cutile_ms = None, None
-        row["notes"].append(f"cuTile kernel missing ({type(exc).__name__})")
-    if fn is not None:
+        fn = load_function(case, path)
         call = (lambda: fn(*inputs, causal=case.causal)) if case.kind == "attention" else (lambda: fn(*inputs))
-        cutile_ms, note = try_time(call, budget)
-        row["notes"] += [f"cuTile {note}"] if note else []
+        wrong = check_close(call(), ref["expected"])
+    except Exception as exc:  # a version that does not import, compile or run is a result to show
+        row["notes"].append(f"cuTile {_error(exc)}")
+        row["goal"] = "n/a"
+        return row
+    if wrong:
+        row["notes"].append(f"cuTile {wrong}")
+        row["goal"] = "wrong result"
+        return row
+    cutile_ms, note = try_time(call, budget)
+    row["notes"] += [f"cuTile {note}"] if note else []
     units = work_units(case, inputs)
-    row.update(cutile_ms=cutile_ms, eager_ms=eager_ms, compile_ms=compile_ms)
-    if cutile_ms is None:
-        row.update(achieved="", ceiling_pct=None)
-    elif case.kind == "memory":
+    row["cutile_ms"] = cutile_ms
+    if cutile_ms is not None and case.kind == "memory":
         tbps = units / (cutile_ms * 1e-3) / 1e12
         row.update(achieved=f"{tbps:.2f} TB/s", ceiling_pct=100.0 * tbps / copy_tbps)
-    else:
+    elif cutile_ms is not None:
         tflops = units / (cutile_ms * 1e-3) / 1e12
-        ceiling = units / (eager_ms * 1e-3) / 1e12 if eager_ms else None
+        ceiling = units / (ref["eager_ms"] * 1e-3) / 1e12 if ref["eager_ms"] else None
         row.update(achieved=f"{tflops:.0f} TFLOP/s", ceiling_pct=100.0 * tflops / ceiling if ceiling else None)
+    row["goal"] = goal_status(case.kind, row["ceiling_pct"], cutile_ms, ref["compile_ms"])
     return row
 
 
-def render(rows: list[dict], header: str, markdown: bool) -> str:
-    cols = ["kernel", "shape", "dtype", "cuTile (ms)", "torch eager (ms)", "torch.compile (ms)", "achieved",
-            "% of ceiling"]
+def run_case(case: Case, budget: dict, copy_tbps: float, all_steps: bool) -> list[dict]:
+    inputs = make_inputs(case)
+    ref = torch_columns(case, inputs, budget)
+    return [run_version(case, label, path, inputs, ref, budget, copy_tbps)
+            for label, path in versions(case.module, all_steps)]
 
+
+COLUMNS = ["kernel", "version", "shape", "dtype", "cuTile (ms)", "torch eager (ms)", "torch.compile (ms)",
+           "achieved", "% of ceiling", "goal"]
+
+
+def render(rows: list[dict], header: str, markdown: bool) -> str:
     def fmt(v, pct=False):
         if v is None or v == "":
             return "n/a"
         return f"{v:.1f} %" if pct else (f"{v:.4f}" if isinstance(v, float) else str(v))
 
-    table = [[r["kernel"], r["shape"], r["dtype"], fmt(r["cutile_ms"]), fmt(r["eager_ms"]), fmt(r["compile_ms"]),
-              fmt(r["achieved"]), fmt(r["ceiling_pct"], pct=True)] for r in rows]
-    notes = [f"- {r['kernel']} {r['shape']}: {n}" for r in rows for n in r["notes"]]
+    table = [[r["kernel"], r["version"], r["shape"], r["dtype"], fmt(r["cutile_ms"]), fmt(r["eager_ms"]),
+              fmt(r["compile_ms"]), fmt(r["achieved"]), fmt(r["ceiling_pct"], pct=True), r["goal"]] for r in rows]
+    notes = [f"- {r['kernel']} {r['version']} {r['shape']}: {n}" for r in rows for n in r["notes"]]
     if markdown:
-        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
         lines += ["| " + " | ".join(r) + " |" for r in table]
     else:
-        widths = [max(len(c), *(len(r[i]) for r in table)) for i, c in enumerate(cols)]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
+        widths = [max(len(c), *(len(r[i]) for r in table)) for i, c in enumerate(COLUMNS)]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths))]
         lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in table]
     return "\n".join([header, "", *lines, *([""] + notes if notes else [])])
 
@@ -200,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small shapes and short budgets (smoke run)")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    parser.add_argument("--all-steps", action="store_true",
+                        help="time every prepared step of steps.yaml, not only the `best:` one")
     parser.add_argument("--only", action="append", default=[], metavar="KERNEL",
                         help="run only rows whose kernel name starts with this (repeatable)")
     args = parser.parse_args(argv)
@@ -213,12 +302,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for case in cases:
         print(f"... {case.kernel} {'x'.join(map(str, case.shape))}", file=sys.stderr, flush=True)
-        rows.append(run_case(case, budget, copy_tbps))
+        rows.extend(run_case(case, budget, copy_tbps, args.all_steps))
         torch.cuda.empty_cache()
     props = torch.cuda.get_device_properties(0)
     header = (f"{props.name} (sm_{props.major}{props.minor}), torch {torch.__version__}; times: median, cold L2, "
               f"CUDA events (cutile_perf.bench). Memory ceiling = copy {copy_tbps:.2f} TB/s; "
-              "matmul ceiling = torch.matmul; attention ceiling = SDPA flash.")
+              "matmul ceiling = torch.matmul; attention ceiling = SDPA flash. Goal: memory-bound >= "
+              f"{GOALS['memory']:.0f} % of copy and faster than torch.compile; matmul/attention >= "
+              f"{GOALS['matmul']:.0f} % of ceiling. version: plain = shipped kernel, else the step file.")
     print(render(rows, header, args.markdown))
     return 0
 

@@ -56,3 +56,49 @@ def test_kernel_compiles(path, arch):
         cubin = io.BytesIO()
         export_kernel(kernel, signatures, cubin, gpu_code=arch, output_format="cubin")
         assert cubin.getvalue()[:4] == b"\x7fELF", f"{path.name} {arch}: output is not an ELF cubin"
+
+
+def load_benchmark():
+    """benchmarks/kernels.py as a module (registered first: its dataclasses look themselves up)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("yaml")
+    path = SUITE.parents[1] / "benchmarks" / "kernels.py"
+    spec = importlib.util.spec_from_file_location("_bench_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("op", sorted(p.parent.name for p in (SUITE / "optimizations").glob("*/steps.yaml")))
+def test_steps_yaml_best_is_an_importable_step(op):
+    """benchmarks/kernels.py times `best:` next to the plain kernel; it must name a listed, loadable step."""
+    import yaml
+
+    data = yaml.safe_load((SUITE / "optimizations" / op / "steps.yaml").read_text(encoding="utf-8"))
+    assert data.get("best") in [step["file"] for step in data["steps"]], f"{op}: best {data.get('best')!r}"
+    module = load_module(SUITE / "optimizations" / op / data["best"])
+    plain = load_module(SUITE / data["kernel_file"])
+    public = [name for name in vars(plain) if not name.startswith("_") and callable(getattr(plain, name))
+              and getattr(getattr(plain, name), "__module__", None) == plain.__name__]
+    assert public and all(callable(getattr(module, name, None)) for name in public), public
+
+
+def test_benchmark_times_plain_then_best_or_every_step():
+    bench = load_benchmark()
+    for case in bench.FULL_CASES + bench.QUICK_CASES:
+        labels = [label for label, _ in bench.versions(case.module, all_steps=False)]
+        assert labels[0] == "plain" and len(labels) == 2 and labels[1].endswith(" (best)"), labels
+    everything = bench.versions("rms_norm", all_steps=True)
+    assert [p.name for _, p in everything[1:]][:2] == ["01-tma-load.py", "02-whole-row-tile.py"]
+    assert sum(label.endswith(" (best)") for label, _ in everything) == 1
+
+
+def test_benchmark_goal_column():
+    goal = load_benchmark().goal_status
+    assert goal("memory", 92.0, 0.20, 0.25) == "met"
+    assert goal("memory", 88.0, 0.2866, 0.2560) == "missed: 2.0 pts below 90 % of ceiling; 12.0 % slower than torch.compile"
+    assert goal("memory", 95.0, 0.30, 0.25) == "missed: 20.0 % slower than torch.compile"
+    assert goal("matmul", 96.6, 0.213, 0.196) == "met"  # torch.compile is not part of the compute-bound goal
+    assert goal("attention", 47.0, 1.9, 0.9) == "missed: 43.0 pts below 90 % of ceiling"
+    assert goal("memory", None, None, 0.3) == "n/a"
