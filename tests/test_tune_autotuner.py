@@ -119,7 +119,7 @@ def test_failed_configs_lose_and_do_not_abort(tmp_path):
 def test_compile_failures_from_the_precompile_stage_are_trials(tmp_path):
     from cutile_perf.tune.precompile import CompileOutcome
 
-    def fake_precompile(kernel, items, sm_arch):
+    def fake_precompile(kernel, items, sm_arch, on_done=None):
         assert sm_arch == "sm_90"
         return {cfg: CompileOutcome(cfg, "compile" if cfg.occupancy == 2 else "ok", 0.1, "tileiras: boom")
                 for cfg, _ in items}
@@ -133,6 +133,40 @@ def test_compile_failures_from_the_precompile_stage_are_trials(tmp_path):
     assert failed == [Trial(Config(occupancy=2), None, "compile", "tileiras: boom", 0.1)]
     assert Config(occupancy=2) not in tuner.timer.timed  # a config that failed to compile is never launched
     assert report.compiled == 3 and tuner.cache["k"].config == Config(occupancy=8)
+
+
+def test_compiled_configs_are_loaded_while_the_others_still_compile(tmp_path):
+    """Pipelined stage 1: each config is launched once (JIT load) as soon as its compile is done."""
+    from cutile_perf.tune.precompile import CompileOutcome
+
+    launcher = FakeLauncher()
+    loaded_during_precompile = []
+
+    def fake_precompile(kernel, items, sm_arch, on_done=None):
+        outcomes = {}
+        for cfg, _ in items:
+            outcomes[cfg] = CompileOutcome(cfg, "ok", 0.1)
+            before = len(launcher.launches)
+            on_done(outcomes[cfg])
+            loaded_during_precompile.extend(h["occupancy"] for _, h, _ in launcher.launches[before:])
+        return outcomes
+
+    def launch_or_fail(stream, grid, kernel, args):
+        if kernel.hints.get("occupancy") == 4:
+            raise RuntimeError("launch failed: out of resources")
+        launcher(stream, grid, kernel, args)
+
+    tuner = Autotuner(FakeKernel(), OCC, fixed=OCC[0], timer=FakeBench({c: 1.0 / c.occupancy for c in OCC}),
+                      precompile=fake_precompile, cache_dir=tmp_path, device=H200, launcher=launch_or_fail)
+    x, grid_fn, args_fn = fn_pair()
+    tuner.tune("k", 0, grid_fn, args_fn)
+    report = tuner.reports["k"]
+    assert loaded_during_precompile == [1, 2, 8]  # every config but the one whose load failed
+    failed = {t.config: t.error for t in report.trials if t.error}
+    assert failed == {Config(occupancy=4): "launch"}
+    assert Config(occupancy=4) not in tuner.timer.timed  # a config that failed to load is never timed
+    assert tuner.cache["k"].config == Config(occupancy=8)
+    assert report.load_s >= 0 and "pool 0.0 s + compile" in report.breakdown()
 
 
 def test_all_failed_raises_tune_failed(tmp_path):

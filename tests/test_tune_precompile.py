@@ -12,7 +12,8 @@ import sqlite3
 import pytest
 
 from cutile_perf.tune.config import Config
-from cutile_perf.tune.precompile import CompileJob, KernelRef, compiler_options, run_jobs, shutdown_pool
+from cutile_perf.tune.precompile import (CompileJob, KernelRef, compile_cost, compiler_options, run_jobs,
+                                         shutdown_pool)
 
 pytestmark = pytest.mark.toolchain
 
@@ -50,8 +51,10 @@ def test_worker_filled_cache_is_hit_by_the_jit_compile_path(tile_cache, monkeypa
     configs = [Config(TM=64, occupancy=2), Config(TM=128, occupancy=1), Config(TM=64, occupancy=3)]
     jobs = [CompileJob(c, KernelRef.of(matmul_kernel), compiler_options(matmul_kernel, c.hints()),
                        (_signature(c.TM),), "sm_90", str(tile_cache), 120.0) for c in configs]
-    outcomes = run_jobs(jobs, workers=2)
+    reported = []
+    outcomes = run_jobs(jobs, workers=2, on_done=reported.append)
     assert {o.status for o in outcomes.values()} == {"ok"}, outcomes
+    assert sorted(reported, key=repr) == sorted(outcomes.values(), key=repr)  # each one reported as it finished
     assert _entries(tile_cache) == 3
 
     tileiras_runs = []
@@ -87,3 +90,10 @@ def test_closure_kernels_are_not_sent_to_workers():
         pass
 
     assert KernelRef.of(local_kernel) is None
+
+
+def test_largest_tiles_are_scheduled_first():
+    configs = [Config(TILE_M=64, TILE_N=64, occupancy=2), Config(TILE_M=256, TILE_N=128), Config(occupancy=4),
+               Config(BLOCK_SIZE=1024, flag=True)]
+    assert [compile_cost(c) for c in configs] == [4096, 32768, 0, 1024]
+    assert sorted(configs, key=compile_cost, reverse=True)[0] == Config(TILE_M=256, TILE_N=128)

@@ -1,7 +1,8 @@
 """Stage 1 of a search: compile every candidate in parallel worker processes before any timing.
 
 cuTile compiles under a process-wide lock (``cuda.tile._compile.global_compiler_lock``), so threads
-cannot overlap two tileiras runs. Worker processes (spawned: no CUDA state is inherited) call
+cannot overlap two tileiras runs. Worker processes (forked from a fork server that never touched
+CUDA, or spawned where there is none) call
 ``compile_tile`` with exactly what the JIT will use: the kernel's own Python function (same file,
 so the same debug locations in the bytecode), its compiler options with the config's hints, the
 signature ``KernelSignature.from_kernel_args`` infers from the real arguments under the minimal
@@ -20,9 +21,10 @@ import dataclasses
 import importlib
 import importlib.util
 import multiprocessing
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,20 +133,70 @@ def run_job(job: CompileJob) -> CompileOutcome:
     return CompileOutcome(job.config, "ok", time.perf_counter() - start)
 
 
+def compile_cost(config: Config) -> int:
+    """A rank for scheduling: tileiras time grows with the tile sizes, so the product of the
+    ``TILE_*``/``BLOCK_*`` fields stands in for it (0 when a config has none)."""
+    cost = 1
+    found = False
+    for name, value in config.items():
+        if isinstance(value, int) and not isinstance(value, bool) and name.upper().startswith(("TILE", "BLOCK")):
+            cost *= max(1, value)
+            found = True
+    return cost if found else 0
+
+
 _POOL: cf.ProcessPoolExecutor | None = None
 _POOL_SIZE = 0
+WORKER_MODULE = "cutile_perf.tune.compile_worker"
 
 
-def _pool(workers: int) -> cf.ProcessPoolExecutor:
-    """One spawned pool per process, reused across tunings (spawn + imports cost ~1-2 s)."""
+def _mp_context():
+    """forkserver where the platform has it, else spawn; never plain fork (CUDA state, threads).
+
+    The fork server imports ``__main__`` and ``compile_worker`` once (torch, cuda.tile and
+    tileiras's version probes come with it), then forks each worker from that warm process:
+    a worker is ready in milliseconds instead of paying its own interpreter start and imports.
+    """
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["__main__", WORKER_MODULE])
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
+def ensure_pool(workers: int, *, wait: bool = False) -> float:
+    """Start (or reuse) the compile worker pool; with ``wait``, block until ``workers`` no-op
+    tasks have run. Returns the seconds spent here (0 when a large enough pool was running).
+
+    Call it early (``prestart_compile_workers``) to hide the start-up behind the caller's own
+    set-up; the pool is reused by every later tuning in this process.
+    """
     global _POOL, _POOL_SIZE
-    if _POOL is None or _POOL_SIZE < workers:
-        shutdown_pool()
-        register_pickling()
-        _POOL = cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                       initializer=register_pickling)
-        _POOL_SIZE = workers
-    return _POOL
+    if _POOL is not None and _POOL_SIZE >= workers:
+        return 0.0
+    start = time.perf_counter()
+    shutdown_pool()
+    register_pickling()
+    _POOL = cf.ProcessPoolExecutor(workers, mp_context=_mp_context(), initializer=register_pickling)
+    _POOL_SIZE = workers
+    ready = [_POOL.submit(_ready) for _ in range(workers)]  # also makes the executor start every worker
+    if wait:
+        cf.wait(ready, timeout=600)
+    return time.perf_counter() - start
+
+
+def _ready() -> int:
+    return os.getpid()
+
+
+def default_workers() -> int:
+    return min(16, os.cpu_count() or 2)
+
+
+def prestart_compile_workers(workers: int | None = None) -> None:
+    """Start the compile workers now, without waiting: call it at program start so that the
+    first tuning finds them ready (their start-up then overlaps your own set-up)."""
+    ensure_pool(workers or default_workers())
 
 
 def shutdown_pool() -> None:
@@ -162,26 +214,34 @@ def shutdown_pool() -> None:
 atexit.register(shutdown_pool)
 
 
-def run_jobs(jobs: Sequence[CompileJob], *, workers: int) -> dict[Config, CompileOutcome]:
-    """Compile all jobs in parallel; a job past its timeout (plus queueing) is reported, not awaited."""
+def run_jobs(jobs: Sequence[CompileJob], *, workers: int,
+             on_done: Callable[[CompileOutcome], None] | None = None) -> dict[Config, CompileOutcome]:
+    """Compile all jobs in parallel, the most expensive first; a job past its timeout (plus
+    queueing) is reported, not awaited. ``on_done`` runs in the calling thread as each job
+    finishes, so the caller can load a compiled config while the others still compile."""
     if not jobs:
         return {}
-    pool = _pool(max(1, min(workers, len(jobs))))
-    futures = {pool.submit(run_job, job): job for job in jobs}
-    waves = -(-len(jobs) // max(1, min(workers, len(jobs))))
+    workers = max(1, min(workers, len(jobs)))
+    ensure_pool(workers)
+    ordered = sorted(jobs, key=lambda j: compile_cost(j.config), reverse=True)  # longest first: shorter tail
+    futures = {_POOL.submit(run_job, job): job for job in ordered}
+    waves = -(-len(jobs) // workers)
     deadline = max(j.timeout_s for j in jobs) * waves + 60.0  # tileiras is killed at timeout_s itself
-    done, pending = cf.wait(futures, timeout=deadline)
     outcomes: dict[Config, CompileOutcome] = {}
-    for fut in done:
-        job = futures[fut]
-        try:
-            outcomes[job.config] = fut.result()
-        except Exception as exc:  # a worker died (BrokenProcessPool): compile in-process instead
-            outcomes[job.config] = CompileOutcome(job.config, "unavailable", 0.0, f"{type(exc).__name__}: {exc}")
-    if pending:
-        for fut in pending:
+    try:
+        for fut in cf.as_completed(futures, timeout=deadline):
             job = futures[fut]
-            outcomes[job.config] = CompileOutcome(job.config, "timeout", deadline, "no answer from the compile worker")
+            try:
+                outcome = fut.result()
+            except Exception as exc:  # a worker died (BrokenProcessPool): the JIT compiles it in-process
+                outcome = CompileOutcome(job.config, "unavailable", 0.0, f"{type(exc).__name__}: {exc}")
+            outcomes[job.config] = outcome
+            if on_done is not None:
+                on_done(outcome)
+    except cf.TimeoutError:
+        for fut, job in futures.items():
+            if job.config not in outcomes:
+                outcomes[job.config] = CompileOutcome(job.config, "timeout", deadline, "no answer from the compile worker")
         shutdown_pool()  # a stuck worker must not hold the next search
     if any(o.status == "unavailable" and "Broken" in o.detail for o in outcomes.values()):
         shutdown_pool()
