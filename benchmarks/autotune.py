@@ -20,7 +20,8 @@ while building its op tables), 16 at once. The fork server now pays that once an
 workers; ``prestart_compile_workers()`` can hide it entirely. Whether 3x is reached at 16
 configs with a cold pool is for the next H200 run to say: each tuning row now prints its own
 breakdown (pool start, compile with overlapped loads, timing), and a second row per size shows
-the same tuning with the pool already running. With only small tiles (about 0.35 s of tileiras
+the same tuning with the pool already running. The fork server starts once per process, so only
+the first cold row (8 configs) pays its start; later cold rows pay only the forks. With only small tiles (about 0.35 s of tileiras
 each) there is little compile time for parallelism to save; the gap grows with tile size and
 config count (large tiles compile for seconds).
 """
