@@ -14,9 +14,11 @@ Where the >= 3x goal at 16 configs stands (H200, 16 CPUs, 2026-11-30, before the
 ours/exhaustive_search 6.2/2.6 s (8 configs), 7.3/5.7 s (16), 9.1/11.7 s (30). exhaustive_search
 costs about 0.35 s per small-tile config there (compile on first launch + timing), so 16 configs
 take ~5.7 s and 3x means ours in ~1.9 s, all stages included. Our per-config slope was already
-~0.14 s (7.3 -> 9.1 s for 14 more configs); the rest was a fixed ~5 s, mostly worker start-up:
-each spawned worker started an interpreter and imported torch (cuTile's C extension imports it
-while building its op tables), 16 at once. The fork server now pays that once and forks warm
+~0.14 s (7.3 -> 9.1 s for 14 more configs); the rest was a fixed ~5 s, most likely worker
+start-up: each spawned worker started an interpreter and imported torch (cuTile's C extension
+imports it while building its op tables), 16 at once. On a 2-CPU box (``--cpu-precompile``, 16
+configs, median of 3): serial 2.86 s; spawned pool 4.82 s cold / 2.41 s reused; fork server
+3.56 s cold (1.0 s of it the server's start) / 2.19 s reused. The fork server now pays that once and forks warm
 workers; ``prestart_compile_workers()`` can hide it entirely. Whether 3x is reached at 16
 configs with a cold pool is for the next H200 run to say: each tuning row now prints its own
 breakdown (pool start, compile with overlapped loads, timing), and a second row per size shows
