@@ -16,7 +16,6 @@ from cutile_perf.render import (
     render_perf_results,
     render_report,
     summarize_session,
-    write_atomic,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,22 +110,6 @@ def test_render_does_not_import_matplotlib_until_plotting():
     code = "import sys, cutile_perf.render; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
-
-
-def test_write_atomic_replaces_and_keeps_old_content_on_failure(tmp_path, monkeypatch):
-    path = tmp_path / "perf_results.md"
-    write_atomic(path, "old\n")
-    write_atomic(path, "new\n")
-    assert path.read_text() == "new\n"
-
-    def broken_replace(src, dst):
-        raise OSError("disk full")
-
-    monkeypatch.setattr(render.os, "replace", broken_replace)
-    with pytest.raises(OSError):
-        write_atomic(path, "half")
-    assert path.read_text() == "new\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["perf_results.md"]
 
 
 def test_load_template_finds_subdirectories_and_fails_clearly():

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cutile_perf import envcheck, git_ops, log, render
+from cutile_perf import atomic, envcheck, git_ops, log, render
 from cutile_perf.errors import EnvMissing
 from cutile_perf.session import Session
 
@@ -71,7 +71,7 @@ def save_patch(session: Session, g, base: str, paths: list[str], name: str, *, t
         return None
     target = session.sandbox / "patches" / f"{name}.patch"
     target.parent.mkdir(parents=True, exist_ok=True)
-    render.write_atomic(target, patch)
+    atomic.write_text(target, patch)
     return str(target.relative_to(session.repo))
 
 
@@ -106,7 +106,7 @@ def record(session: Session, entry: dict) -> list[dict]:
     """Append ``entry`` (fsync'd by ``log``), then re-render perf_results.md from the whole log."""
     log.append_entry(session.log_path, entry)
     entries = log.read_entries(session.log_path)
-    render.write_atomic(session.results_path, render.render_perf_results(entries))
+    atomic.write_text(session.results_path, render.render_perf_results(entries))
     return entries
 
 

@@ -3,18 +3,16 @@
 ``perf_results.md`` is exactly one markdown table, ``iteration | optimization | latency_ms |
 correctness | status``, one row per log entry. An iteration's single ``latency_ms`` is the
 **geometric mean of its per-shape medians** (``decide.combine_latency``), with 6 decimals; a crash
-has no latency and shows ``-``. Renderers return strings; ``write_atomic`` puts them on disk
-(temp file in the same directory, fsync, ``os.replace``), so a reader never sees half a file.
+has no latency and shows ``-``. Renderers return strings; callers write them with
+``atomic.write_text``, so a reader never sees half a file.
 """
 from __future__ import annotations
 
 import functools
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cutile_perf import stats
+from cutile_perf import atomic, stats
 from cutile_perf.decide import combine_latency
 from cutile_perf.log import current_baseline, shape_medians
 
@@ -212,42 +210,9 @@ def plot_running_best(entries: list[dict], png_path: str | Path) -> Path:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="best", fontsize="small")
     fig.tight_layout()
-    png_path = Path(png_path)
-    png_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=png_path.parent, prefix=f".{png_path.name}.", suffix=".png")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format="png")
-        os.replace(tmp, png_path)
-    except BaseException:
-        _remove_quietly(tmp)
-        raise
+    with atomic.replacing(png_path, "wb") as fh:
+        fig.savefig(fh, format="png")
     return png_path
 
 
 # --- files ----------------------------------------------------------------------------------------
-
-
-def write_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` so that ``path`` holds either the old or the new content, never a mix."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        _remove_quietly(tmp)
-        raise
-    return path
-
-
-def _remove_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-

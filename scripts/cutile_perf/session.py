@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from cutile_perf import atomic
 from cutile_perf.errors import Locked, NoSession, UsageError
 
 SANDBOX = "sandbox"
@@ -126,12 +127,7 @@ def load(repo: Path) -> Session:
 
 
 def save(session: Session) -> Path:
-    path = session.sandbox / SESSION_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(session.to_yaml(), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return atomic.write_text(session.sandbox / SESSION_FILE, session.to_yaml())
 
 
 def _pid_alive(pid: int) -> bool:

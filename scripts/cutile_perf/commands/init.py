@@ -5,7 +5,7 @@ import datetime as _dt
 import re
 from pathlib import Path
 
-from cutile_perf import envcheck, git_ops, kernel_scan, playbook
+from cutile_perf import atomic, envcheck, git_ops, kernel_scan, playbook
 from cutile_perf import session as session_mod
 from cutile_perf.commands import Outcome, say
 from cutile_perf.errors import DirtyTree, Refused, UsageError
@@ -74,7 +74,7 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
     session_mod.save(session)
     from cutile_perf import log, render
 
-    render.write_atomic(session.results_path, render.render_perf_results(log.read_entries(session.log_path)))
+    atomic.write_text(session.results_path, render.render_perf_results(log.read_entries(session.log_path)))
     if not env.can_measure:
         say("warning: this machine cannot measure yet (see the environment check); set up here, measure on a GPU")
 

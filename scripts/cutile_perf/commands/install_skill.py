@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cutile_perf import __version__
+from cutile_perf import __version__, atomic
 from cutile_perf.commands import Outcome, say
 from cutile_perf.errors import EnvMissing, Refused, UsageError
 
@@ -48,19 +46,6 @@ def skill_files(root: Path) -> dict[str, bytes]:
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    # A kill mid-write must leave either the old file or the new one, never half of one.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @dataclass
@@ -120,14 +105,14 @@ def apply_plan(plan: Plan, files: dict[str, bytes]) -> list[str]:
     for rel in plan.user_modified:
         target = plan.dest / rel
         backup = target.with_name(target.name + ".bak")
-        _write_atomic(backup, target.read_bytes())  # saved before the overwrite below
+        atomic.write_bytes(backup, target.read_bytes())  # saved before the overwrite below
         backups.append(str(backup))
     for rel, data in plan.write.items():
-        _write_atomic(plan.dest / rel, data)
+        atomic.write_bytes(plan.dest / rel, data)
     for rel in plan.remove:
         (plan.dest / rel).unlink()
     manifest = {"skill": SKILL_NAME, "cutile_perf": __version__, "files": {rel: _sha(d) for rel, d in files.items()}}
-    _write_atomic(plan.dest / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+    atomic.write_bytes(plan.dest / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
     return backups
 
 

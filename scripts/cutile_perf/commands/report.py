@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from cutile_perf import log, render
+from cutile_perf import atomic, log, render
 from cutile_perf import session as session_mod
 from cutile_perf.commands import Outcome
 from cutile_perf.errors import Refused
@@ -20,6 +20,6 @@ def report(*, repo: Path, output: Path | None) -> Outcome:
     described = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(session).items()}
     # The plot sits next to the report and is linked by its bare name, so report.md still shows it
     # wherever the two files are copied together (an absolute path breaks on any other machine).
-    render.write_atomic(target, render.render_report(entries, described, plot.name))
+    atomic.write_text(target, render.render_report(entries, described, plot.name))
     return Outcome(f"report: {target} (plot: {plot})", {"report": str(target), "plot": str(plot),
                                                           "iterations": len(entries)})

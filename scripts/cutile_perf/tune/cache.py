@@ -9,12 +9,11 @@ never found; an entry whose stored parts or config do not match is ignored (and 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cutile_perf import atomic
 from cutile_perf.tune.config import Config, Trial
 
 ENTRY_SCHEMA = 1
@@ -54,14 +53,5 @@ class TuneCache:
         self.directory.mkdir(parents=True, exist_ok=True)
         payload = json.dumps({"schema": ENTRY_SCHEMA, "parts": parts, "config": config.to_json(),
                               "trials": [t.to_json() for t in trials]}, sort_keys=True, indent=1)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{key[:16]}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(payload)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path(key))  # atomic on POSIX and Windows
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic.write_text(self.path(key), payload)  # concurrent writers: the last replace wins whole
         return self.path(key)

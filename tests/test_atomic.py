@@ -1,0 +1,39 @@
+"""Atomic writes: the old content survives a failed write, and no temp file is left behind."""
+from __future__ import annotations
+
+import pytest
+
+from cutile_perf import atomic
+
+
+def test_write_text_replaces_and_keeps_old_content_on_failure(tmp_path, monkeypatch):
+    path = tmp_path / "perf_results.md"
+    atomic.write_text(path, "old\n")
+    atomic.write_text(path, "new\n")
+    assert path.read_text() == "new\n"
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(atomic.os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        atomic.write_text(path, "half")
+    assert path.read_text() == "new\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["perf_results.md"]
+
+
+def test_an_exception_inside_the_block_leaves_the_target_untouched(tmp_path):
+    # The plot is written through `replacing`: a matplotlib error mid-save must not truncate the PNG.
+    path = tmp_path / "running_best.png"
+    atomic.write_bytes(path, b"\x89PNG old")
+    with pytest.raises(RuntimeError):
+        with atomic.replacing(path, "wb") as fh:
+            fh.write(b"partial")
+            raise RuntimeError("savefig failed")
+    assert path.read_bytes() == b"\x89PNG old"
+    assert [p.name for p in tmp_path.iterdir()] == ["running_best.png"]
+
+
+def test_parent_directories_are_created(tmp_path):
+    target = atomic.write_text(tmp_path / "sandbox" / "patches" / "1-x.patch", "diff\n")
+    assert target.read_text() == "diff\n"
