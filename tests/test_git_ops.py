@@ -50,10 +50,10 @@ def test_diff_patch_includes_new_files_and_applies_back(tilegym_like_repo):
     (tilegym_like_repo / KERNEL_REL).write_text("changed\n")
     (tilegym_like_repo / "src/new.py").write_text("new\n")
     patch = git_ops.diff_patch(repo, base, [KERNEL_REL, "src/new.py"])
-    assert "src/new.py" in patch and "+changed" in patch
+    assert b"src/new.py" in patch and b"+changed" in patch
     git_ops.reset_to(repo, base, [KERNEL_REL, "src/new.py"])
     assert git_ops.changed_paths(repo) == []
-    (tilegym_like_repo / "p.patch").write_text(patch)
+    (tilegym_like_repo / "p.patch").write_bytes(patch)
     git(tilegym_like_repo, "apply", "p.patch")
     assert (tilegym_like_repo / "src/new.py").read_text() == "new\n"
 

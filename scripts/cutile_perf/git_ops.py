@@ -130,25 +130,37 @@ def commit_paths(repo: git.Repo, paths: Iterable[str], message: str) -> str:
     return head(repo)
 
 
-def diff_patch(repo: git.Repo, base: str, paths: Iterable[str]) -> str:
-    """A binary-safe patch from ``base`` to the work tree for ``paths``, untracked files included.
+def _diff_bytes(repo: git.Repo, *args: str) -> bytes:
+    # Bytes, not str: a kernel holding non-UTF-8 text (a Latin-1 comment) is diffed as text, and a
+    # decoded patch could not be written back byte for byte, so the revert that needs it would fail.
+    return repo.git.diff(*args, stdout_as_string=False, strip_newline_in_stdout=False)
+
+
+def diff_patch(repo: git.Repo, base: str, paths: Iterable[str]) -> bytes:
+    """A binary-safe patch (bytes) from ``base`` to the work tree for ``paths``, untracked files included.
 
     The paths are staged first (``git add -A``) so that a new file inside the fence is in the patch;
     callers use this right before a revert, when the index is about to be reset anyway.
     """
     paths = list(paths)
     if not paths:
-        return ""
+        return b""
     repo.git.add("-A", "--", *paths)
-    return repo.git.diff("--cached", "--binary", base, "--", *paths, strip_newline_in_stdout=False)
+    return _diff_bytes(repo, "--cached", "--binary", base, "--", *paths)
 
 
-def diff_commits(repo: git.Repo, older: str, newer: str, paths: Iterable[str]) -> str:
-    """A binary-safe patch between two commits for ``paths``."""
+def diff_commits(repo: git.Repo, older: str, newer: str, paths: Iterable[str]) -> bytes:
+    """A binary-safe patch (bytes) between two commits for ``paths``."""
     paths = list(paths)
     if not paths:
-        return ""
-    return repo.git.diff("--binary", older, newer, "--", *paths, strip_newline_in_stdout=False)
+        return b""
+    return _diff_bytes(repo, "--binary", older, newer, "--", *paths)
+
+
+def _path_list(out: str) -> list[str]:
+    """Paths from a ``-z`` listing. Without ``-z`` git quotes non-ASCII names ("caf\\303\\251.py"),
+    which then match no file: a revert would skip or delete a fenced file with such a name."""
+    return [p for p in out.split("\0") if p]
 
 
 def paths_in_commit(repo: git.Repo, sha: str, paths: Iterable[str]) -> list[str]:
@@ -156,8 +168,7 @@ def paths_in_commit(repo: git.Repo, sha: str, paths: Iterable[str]) -> list[str]
     paths = list(paths)
     if not paths:
         return []
-    out = repo.git.ls_tree("-r", "--name-only", sha, "--", *paths)
-    return [p for p in out.splitlines() if p]
+    return _path_list(repo.git.ls_tree("-r", "-z", "--name-only", sha, "--", *paths, strip_newline_in_stdout=False))
 
 
 def restore_paths(repo: git.Repo, sha: str, paths: Iterable[str]) -> None:
@@ -166,11 +177,13 @@ def restore_paths(repo: git.Repo, sha: str, paths: Iterable[str]) -> None:
     Touches nothing else, so work outside the fence survives even if it appeared mid-iteration.
     """
     paths = list(paths)
+    if not paths:
+        return
     present = paths_in_commit(repo, sha, paths)
     if present:
         repo.git.checkout(sha, "--", *present)
     work = root(repo)
-    tracked_now = set(repo.git.ls_files("--", *paths).splitlines()) if paths else set()
+    tracked_now = set(_path_list(repo.git.ls_files("-z", "--", *paths, strip_newline_in_stdout=False)))
     for rel in set(paths) - set(present):
         target = work / rel
         if rel in tracked_now:
@@ -191,8 +204,7 @@ def reset_to(repo: git.Repo, sha: str, paths: Iterable[str]) -> None:
 
 
 def changed_between(repo: git.Repo, older: str, newer: str) -> list[str]:
-    out = repo.git.diff("--name-only", older, newer)
-    return [p for p in out.splitlines() if p]
+    return _path_list(repo.git.diff("-z", "--name-only", older, newer, strip_newline_in_stdout=False))
 
 
 def commits_between(repo: git.Repo, older: str, newer: str = "HEAD") -> list[str]:

@@ -6,13 +6,14 @@ its path logged *before* the work tree is reset, so a kill at any point leaves t
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cutile_perf import atomic, envcheck, git_ops, log, render
-from cutile_perf.errors import EnvMissing
+from cutile_perf.errors import EnvMissing, Refused
 from cutile_perf.session import Session
 
 
@@ -56,9 +57,32 @@ def require_gpu(session: Session, probe: envcheck.Probe) -> None:
                          "nothing was changed; `cutile-perf env` shows what this machine has")
 
 
+def require_session_branch(session: Session, g) -> None:
+    """Refuse (exit 3) unless the session branch is checked out.
+
+    Right after ``init`` the user's branch and the session branch are the same commit, so the HEAD
+    check alone would let ``try`` commit onto ``main`` (or onto a detached HEAD, where the commit is
+    lost at the next checkout), and ``resume`` reset ``main``'s own commits away.
+    """
+    branch = git_ops.current_branch(g)
+    if branch != session.branch:
+        where = "a detached HEAD" if branch is None else f"branch {branch}"
+        raise Refused(f"the repository is on {where}, not the session branch {session.branch}",
+                      f"git checkout {session.branch}, then run the command again")
+
+
 def fenced_changes(session: Session, changed: list[str]) -> list[str]:
     """The changed paths an iteration owns: inside the fence, sandbox excluded."""
     return [p for p in changed if session.in_fence(p) and not p.startswith("sandbox/")]
+
+
+def fingerprint(session: Session, paths: list[str]) -> dict[str, str | None]:
+    """sha256 of each path's bytes (None when absent): what the tests are about to measure."""
+    out: dict[str, str | None] = {}
+    for rel in paths:
+        target = session.repo / rel
+        out[rel] = hashlib.sha256(target.read_bytes()).hexdigest() if target.is_file() else None
+    return out
 
 
 def save_patch(session: Session, g, base: str, paths: list[str], name: str, *, to_commit: str | None = None) -> str | None:
@@ -71,7 +95,7 @@ def save_patch(session: Session, g, base: str, paths: list[str], name: str, *, t
         return None
     target = session.sandbox / "patches" / f"{name}.patch"
     target.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(target, patch)
+    atomic.write_bytes(target, patch)
     return str(target.relative_to(session.repo))
 
 

@@ -94,8 +94,44 @@ class Session:
         return header + yaml.safe_dump(data, sort_keys=False)
 
 
+def _top_level(start: Path) -> Path:
+    """The nearest directory at or above ``start`` holding ``.git`` (a directory, or a worktree's file).
+
+    The session lives at the repository's top level: ``try`` run from ``src/`` must find it there,
+    not tell the user to ``init`` again. ``start`` itself when no ``.git`` is found.
+    """
+    start = Path(start).resolve()
+    for candidate in (start, *start.parents):
+        if (candidate / ".git").exists():
+            return candidate
+    return start
+
+
+_GLOB_CHARS = set("*?[")
+
+
+def _check_paths(path: Path, key: str, value) -> tuple[str, ...]:
+    """``kernel_files``/``fence`` as repo-relative POSIX paths, or a UsageError naming the bad entry.
+
+    Entries are compared with git's repo-relative paths as plain strings, so an absolute path, a
+    ``..`` or a glob would silently fence nothing (and a bare string would fence its characters).
+    """
+    if not isinstance(value, list) or not value:
+        raise UsageError(f"{path}: {key} must be a non-empty list of repo-relative paths, not {value!r}")
+    for entry in value:
+        parts = entry.split("/") if isinstance(entry, str) else []
+        bad = (not isinstance(entry, str) or not entry.strip() or entry.startswith("/") or "\\" in entry
+               or any(p in {".", ".."} for p in parts) or parts[0] in {".git", SANDBOX} or _GLOB_CHARS & set(entry))
+        if bad:
+            raise UsageError(f"{path}: {key} entry {entry!r} is not a repo-relative file or directory/ path",
+                             "no absolute path, '..', glob, .git or sandbox; e.g. src/pkg/ops/kernel.py")
+    return tuple(value)
+
+
 def load(repo: Path) -> Session:
-    """The session of ``repo``; NoSession when init has not run there."""
+    """The session of the repository containing ``repo``; NoSession when init has not run there."""
+    if not (sandbox(repo) / SESSION_FILE).is_file():
+        repo = _top_level(repo)
     path = sandbox(repo) / SESSION_FILE
     if not path.is_file():
         raise NoSession(f"no cutile-perf session in {repo}", "run `cutile-perf init --kernel <name>` first")
@@ -121,7 +157,8 @@ def load(repo: Path) -> Session:
         raise UsageError(f"{path}: timeout_s must be positive")
     if not isinstance(data.get("require_gpu", True), bool):
         raise UsageError(f"{path}: require_gpu must be true or false")
-    data.update(timeout_s=timeout_s, kernel_files=tuple(data["kernel_files"]), fence=tuple(data["fence"]),
+    data.update(timeout_s=timeout_s, kernel_files=_check_paths(path, "kernel_files", data["kernel_files"]),
+                fence=_check_paths(path, "fence", data["fence"]),
                 thresholds=data.get("thresholds") or {}, created=str(data.get("created", "")))
     return Session(repo=Path(repo).resolve(), **data)
 

@@ -23,8 +23,10 @@ def resume(*, repo: Path) -> Outcome:
         raise Locked(f"a cutile-perf `{lock.get('command')}` (pid {lock.get('pid')}) is still running",
                      "wait for it; resume is for runs that were killed")
     clock = iteration.Clock()
+    g = git_ops.open_repo(session.repo)
+    # Before the lock: a stale lock (it names the killed run's optimization) must outlive a refusal.
+    iteration.require_session_branch(session, g)
     with session_mod.locked(session.repo, "resume", replace_stale=True):
-        g = git_ops.open_repo(session.repo)
         entries = log.read_entries(session.log_path)
         kept = iteration.kept_commit(session, entries)
         head = git_ops.head(g)

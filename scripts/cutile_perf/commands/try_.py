@@ -41,6 +41,7 @@ class _Iteration:
         self.deadline = measure.Deadline(session.timeout_s)
         self.thresholds = decide.Thresholds.from_dict(session.thresholds)
         self.paths: list[str] = []
+        self.snapshot: dict[str, str | None] = {}  # the fenced files' hashes when the tests started
         self.candidate: str | None = None
         self.patch: str | None = None
         self.settled = False  # kept, or reverted and reset
@@ -125,6 +126,11 @@ def _run(it: _Iteration) -> Outcome:
         detail = perf.detail or f"shapes missing from the candidate's records: {', '.join(missing)}"
         return it.revert(status="crash", correctness="PASS", crash_class=crash,
                          reason=f"perf {crash}: {detail} (see {perf.output})")
+    if iteration.fingerprint(it.session, it.paths) != it.snapshot:
+        # An edit made while pytest ran would be committed (and maybe kept) as code nobody measured.
+        # Crash instead; the latest content is in the saved patch.
+        return it.revert(status="crash", correctness="PASS", crash_class="changed-during-run",
+                         reason="the fenced files changed while the tests ran; the latest version is in the patch")
     it.candidate = git_ops.commit_paths(it.g, it.paths, f"cutile-perf {it.number}: {it.optimization}")
     base_shapes = {s: it.base_medians[s] for s in perf.shapes if s in it.base_medians}
     decision = decide.decide(base_shapes, perf.shapes, it.noise, it.thresholds)
@@ -175,6 +181,7 @@ def try_(*, repo: Path, optimization: str) -> Outcome:
     iteration.require_gpu(session, probe)
     with session_mod.locked(session.repo, "try", optimization=optimization):
         g = git_ops.open_repo(session.repo)
+        iteration.require_session_branch(session, g)
         entries = log.read_entries(session.log_path)
         if log.current_baseline(entries) is None:
             raise Refused("no baseline recorded yet", "run `cutile-perf baseline` first")
@@ -193,6 +200,7 @@ def try_(*, repo: Path, optimization: str) -> Outcome:
         if not it.paths:
             raise Refused(f"no change to the fenced files ({', '.join(session.fence)})",
                           "edit the kernel, then run try again")
+        it.snapshot = iteration.fingerprint(session, it.paths)
         try:
             return _run(it)
         except BaseException as exc:
