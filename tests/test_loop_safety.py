@@ -287,3 +287,16 @@ def test_unwritable_patch_dir_never_resets_the_unsaved_change(session_repo, caps
     committed = git(repo, "show", f"HEAD:{KERNEL_REL}")
     assert "3.0" in (repo / KERNEL_REL).read_text() or "3.0" in committed  # still in the tree or a commit
     assert not (repo / LOCK).exists()
+
+
+def test_file_the_user_stages_during_the_run_is_not_swept_into_the_candidate_commit(session_repo):
+    repo = session_repo
+    edit_kernel(repo, latency=FAST, sleep=0.5)
+    proc = start_try(repo, "faster")
+    wait_for(repo / "sandbox/runs/1-correctness.log")
+    (repo / "README.md").write_text("staged by the user mid-run\n")
+    git(repo, "add", "README.md")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert git(repo, "show", "--name-only", "--format=", "HEAD").split() == [KERNEL_REL]
+    assert (repo / "README.md").read_text() == "staged by the user mid-run\n"

@@ -126,7 +126,8 @@ def commit_paths(repo: git.Repo, paths: Iterable[str], message: str) -> str:
     repo.git.add("-A", "--", *paths)
     env = None if _has_identity(repo) else _FALLBACK_IDENTITY
     # --no-verify: the target's hooks (formatters, linters) must not rewrite the measured change.
-    repo.git.commit("-q", "--no-verify", "--allow-empty", "-m", message, env=env)
+    # --only -- paths: a file the user staged while the tests ran must not be swept into the commit.
+    repo.git.commit("-q", "--no-verify", "--allow-empty", "-m", message, "--only", "--", *paths, env=env)
     return head(repo)
 
 
