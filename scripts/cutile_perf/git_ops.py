@@ -208,23 +208,9 @@ def changed_between(repo: git.Repo, older: str, newer: str) -> list[str]:
     return _path_list(repo.git.diff("-z", "--name-only", older, newer, strip_newline_in_stdout=False))
 
 
-def commits_between(repo: git.Repo, older: str, newer: str = "HEAD") -> list[str]:
-    """Shas reachable from ``newer`` but not from ``older``, newest first."""
-    out = repo.git.rev_list(f"{older}..{newer}")
-    return [s for s in out.splitlines() if s]
-
-
 def is_ancestor(repo: git.Repo, older: str, newer: str) -> bool:
     try:
         repo.git.merge_base("--is-ancestor", older, newer)
-        return True
-    except git.GitCommandError:
-        return False
-
-
-def commit_exists(repo: git.Repo, sha: str) -> bool:
-    try:
-        repo.git.cat_file("-e", f"{sha}^{{commit}}")
         return True
     except git.GitCommandError:
         return False

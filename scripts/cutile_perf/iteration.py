@@ -10,7 +10,6 @@ import hashlib
 import re
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from cutile_perf import atomic, envcheck, git_ops, log, render
 from cutile_perf.errors import EnvMissing, Refused
@@ -160,7 +159,3 @@ def shapes_field(medians: dict[str, float], test_ids: dict[str, str],
         if runs and sid in runs:
             out[sid]["runs"] = runs[sid]
     return out
-
-
-def relpath(session: Session, path: Path) -> str:
-    return str(path.relative_to(session.repo))
