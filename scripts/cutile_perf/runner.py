@@ -97,7 +97,7 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
     output_path.parent.mkdir(parents=True, exist_ok=True)
     env = knobs.child_env(**(env_overrides or {}))
     # The record plugin must be importable in the child even when cutile-perf runs from a checkout.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(package_parent()), env.get("PYTHONPATH", "")) if p)
+    env = with_package_on_path(env)
     start = time.monotonic()
     with output_path.open("wb") as out:
         out.write(("$ " + " ".join(argv) + "\n").encode())
@@ -153,3 +153,9 @@ def classify(result: RunResult) -> str | None:
 def package_parent() -> Path:
     """The directory holding the ``cutile_perf`` package, for the child's PYTHONPATH."""
     return Path(__file__).resolve().parent.parent
+
+
+def with_package_on_path(env: dict[str, str]) -> dict[str, str]:
+    """A copy of ``env`` whose PYTHONPATH starts with ``package_parent()``, so a child process
+    imports this ``cutile_perf`` even where it is not installed (a GPU box running the checkout)."""
+    return {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(package_parent()), env.get("PYTHONPATH", "")) if p)}

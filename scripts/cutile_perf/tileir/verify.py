@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from cutile_perf import knobs
+from cutile_perf import knobs, runner
 from cutile_perf.errors import UsageError
 from cutile_perf.tileir import check, scan
 from cutile_perf.tileir.verify_child import RESULT_PREFIX
@@ -105,10 +104,7 @@ def interpreter_blockers(module: scan.Module) -> list[str]:
 
 
 def _run_pass(spec: dict, env: dict[str, str], timeout_s: float) -> dict[str, Any]:
-    # The child must import cutile_perf even where it is not installed (e.g. a GPU box running
-    # the checkout): put this package's parent directory first on its path.
-    package_root = str(Path(__file__).resolve().parents[2])
-    env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)}
+    env = runner.with_package_on_path(env)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
         json.dump(spec, fh)
         spec_path = fh.name
