@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from cutile_perf.errors import UsageError
 from cutile_perf.tune.config import Config, as_config, as_space
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[3] / "templates"
 KINDS = ("occupancy", "tile_search", "split_buffer")
 
 
 def _environment():
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)), keep_trailing_newline=True,
-                             undefined=jinja2.StrictUndefined)
+    from cutile_perf.render import template_dirs
+
+    # render's template finder (package data, then the checkout), so an installed wheel finds them too.
+    # Its own environment: these templates are written for jinja2's default whitespace handling.
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(d) for d in template_dirs()]),
+                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     env.filters["pyrepr"] = repr
     return env
 
