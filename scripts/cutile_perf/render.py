@@ -12,7 +12,7 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cutile_perf import atomic, stats
+from cutile_perf import atomic, checkout_root, stats
 from cutile_perf.decide import combine_latency
 from cutile_perf.log import current_baseline, shape_medians
 
@@ -24,7 +24,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 def template_dirs() -> list[Path]:
     """Where templates are looked up: package data first (an installed wheel), then the checkout."""
-    candidates = [PACKAGE_DIR / "templates", PACKAGE_DIR.parents[1] / "templates"]
+    candidates = [PACKAGE_DIR / "templates", checkout_root() / "templates"]
     return [d for d in candidates if d.is_dir()]
 
 
@@ -35,7 +35,7 @@ def _environment() -> jinja2.Environment:
     dirs = template_dirs()
     if not dirs:
         raise FileNotFoundError(f"no templates directory found (looked in {PACKAGE_DIR / 'templates'} and "
-                                f"{PACKAGE_DIR.parents[1] / 'templates'}); reinstall cutile-perf")
+                                f"{checkout_root() / 'templates'}); reinstall cutile-perf")
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader([str(d) for d in dirs]),
         undefined=jinja2.StrictUndefined,  # a misspelt field fails loudly instead of rendering blank

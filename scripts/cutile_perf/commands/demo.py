@@ -16,6 +16,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from cutile_perf import checkout_root
 from cutile_perf.commands import Outcome, say
 from cutile_perf.errors import EnvMissing, Refused, UsageError
 
@@ -40,11 +41,6 @@ class Step:
     file: Path
     expect: str
     why: str
-
-
-def checkout_root() -> Path:
-    """The cutile-perf checkout this package runs from (scripts/cutile_perf/ -> checkout)."""
-    return Path(__file__).resolve().parents[3]
 
 
 def suite_dir(root: Path) -> Path:

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cutile_perf import __version__, atomic
+from cutile_perf import __version__, atomic, checkout_root
 from cutile_perf.commands import Outcome, say
 from cutile_perf.errors import EnvMissing, Refused, UsageError
 
@@ -27,7 +27,7 @@ AGENT_CHOICES = (*AGENT_DIRS, "all")
 
 def bundle_root() -> Path:
     """The checkout that holds SKILL.md: the package lives in <root>/scripts/cutile_perf/."""
-    root = Path(__file__).resolve().parents[3]
+    root = checkout_root()
     if not (root / "SKILL.md").is_file():
         raise EnvMissing(
             f"SKILL.md not found next to the cutile-perf package (looked in {root})",
