@@ -127,7 +127,8 @@ def combine_latency(medians: dict[str, float]) -> float:
     return stats.geomean(list(medians.values()))
 
 
-def _pct(change: float) -> str:
+def format_change(change: float) -> str:
+    """A relative change as text: ``-0.031`` -> ``"-3.1 %"``."""
     return f"{change * 100:+.1f} %"
 
 
@@ -158,13 +159,13 @@ def decide(
     agg_noise = _aggregate_noise(floor, shapes, t.min_noise)
     agg_gate, agg_band = t.noise_k * agg_noise, t.confirm_band * t.noise_k * widest
     made = dict(changes=changes, gates=gates, geomean_change=agg, worst_shape=worst)
-    slower = f"shape {worst} {_pct(changes[worst])} vs baseline (gate {gates[worst] * 100:.1f} %)"
+    slower = f"shape {worst} {format_change(changes[worst])} vs baseline (gate {gates[worst] * 100:.1f} %)"
 
     if changes[worst] > gates[worst] + bands[worst]:
         return Decision("revert", "regression", f"{slower}: slower", **made)
     if changes[worst] > gates[worst]:
         return Decision("confirm", "borderline", f"{slower}: borderline slower, re-measure interleaved", **made)
-    geo = f"geomean {_pct(agg)} (gate {agg_gate * 100:.1f} %); worst shape {worst} {_pct(changes[worst])}"
+    geo = f"geomean {format_change(agg)} (gate {agg_gate * 100:.1f} %); worst shape {worst} {format_change(changes[worst])}"
     if agg > agg_gate + agg_band:
         return Decision("revert", "regression", f"{geo}: slower overall", **made)
     if agg > agg_gate:
@@ -209,12 +210,12 @@ def confirm(paired: dict[str, tuple[list[float], list[float]]], t: Thresholds) -
     ratio, low, high = stats.ratio_ci(base_agg, cand_agg, confidence=t.confidence)
     agg_gate = max(t.min_noise, stats.relative_spread(base_agg))
     made = dict(changes=changes, gates=gates, geomean_change=ratio - 1.0, worst_shape=worst, source="confirm")
-    ci = lambda lo, hi: f"[{_pct(lo - 1)}, {_pct(hi - 1)}]"  # noqa: E731
+    ci = lambda lo, hi: f"[{format_change(lo - 1)}, {format_change(hi - 1)}]"  # noqa: E731
 
     if intervals[worst][1] - 1.0 > gates[worst]:
-        return Decision("revert", "regression", f"shape {worst} {_pct(changes[worst])} slower, interval "
+        return Decision("revert", "regression", f"shape {worst} {format_change(changes[worst])} slower, interval "
                         f"{ci(*intervals[worst][1:])} beyond gate {gates[worst] * 100:.1f} % (interleaved)", **made)
-    geo = f"geomean {_pct(ratio - 1)}, interval {ci(low, high)}, gate {agg_gate * 100:.1f} % (interleaved)"
+    geo = f"geomean {format_change(ratio - 1)}, interval {ci(low, high)}, gate {agg_gate * 100:.1f} % (interleaved)"
     if low - 1.0 > agg_gate:
         return Decision("revert", "regression", f"{geo}: slower overall", **made)
     if 1.0 - high > agg_gate:

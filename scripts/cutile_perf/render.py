@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cutile_perf import atomic, checkout_root, stats
-from cutile_perf.decide import combine_latency
+from cutile_perf.decide import combine_latency, format_change
 from cutile_perf.log import current_baseline, shape_medians
 
 if TYPE_CHECKING:  # jinja2 is imported on first render only: commands that render nothing skip it
@@ -61,7 +61,7 @@ def format_ms6(value: float | None) -> str:
 
 
 def format_pct(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:+.1f} %"
+    return "-" if value is None else format_change(value)
 
 
 def format_speedup(value: float | None) -> str:
