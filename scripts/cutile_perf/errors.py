@@ -32,6 +32,13 @@ class UsageError(CutilePerfError):
     exit_code = EXIT_USAGE
 
 
+class BadEnvValue(UsageError, ValueError):
+    """An environment variable we read holds a value we do not accept (a typo must not pass silently).
+
+    Also a ValueError: library callers (a kernel's launcher reading DISABLE_AUTOTUNE) catch it as one.
+    """
+
+
 class Refused(CutilePerfError):
     """Nothing was changed: the command refused to start."""
 

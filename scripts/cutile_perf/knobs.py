@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from cutile_perf.errors import BadEnvValue
+
 OWN_ENV_VARS: dict[str, str] = {
     "CUTILE_PERF_RECORDS": "file the pytest plugin appends benchmark records to (JSON lines); set by the harness",
     "CUTILE_PERF_TUNE_CACHE_DIR": "directory of the persistent tuning cache (default: the user cache dir)",
@@ -60,7 +62,7 @@ def _flag(name: str) -> bool:
     if value in _FALSE:
         return False
     # A typo must not silently enable or disable tuning.
-    raise ValueError(f"{name}={os.environ[name]!r}: expected one of 1/true/yes/on or 0/false/no/off")
+    raise BadEnvValue(f"{name}={os.environ[name]!r}: expected one of 1/true/yes/on or 0/false/no/off")
 
 
 def autotune_disabled() -> bool:
@@ -85,7 +87,7 @@ def tune_cache_dir() -> Path:
 def bench_mode() -> str:
     value = os.environ.get("CUTILE_PERF_BENCH_MODE", "cold").strip().lower() or "cold"
     if value not in {"cold", "warm", "graph"}:
-        raise ValueError(f"CUTILE_PERF_BENCH_MODE={value!r}: expected cold, warm or graph")
+        raise BadEnvValue(f"CUTILE_PERF_BENCH_MODE={value!r}: expected cold, warm or graph")
     return value
 
 
