@@ -302,7 +302,8 @@ def _add_verify_triton(subparsers) -> None:
 TARGET_EPILOG = """\
 Naming a kernel: --target MODULE:ATTRIBUTE names a cutile_perf.tune.Tunable object (kernel, final
 space per arch, fixed config, default shapes, problem(shape) -> grid_fn/args_fn). The bundled suite
-has tilesuite.tunables:rms_norm and tilesuite.tunables:matmul (PYTHONPATH=examples/kernels/src).
+has tilesuite.tunables:rms_norm and tilesuite.tunables:matmul (PYTHONPATH=examples/kernels/src in a
+checkout, or <dir>/src after `cutile-perf example copy --dest <dir>`).
 --shape NAME=INT,... (repeatable) replaces the tunable's default shapes."""
 
 
