@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures_repo import tilegym_like_repo  # noqa: F401  (fixture)
 
 from cutile_perf.commands.install_skill import MANIFEST, install_skill, is_installed_skill_path, plan_install, skill_dirs
 from cutile_perf.errors import EXIT_REFUSED, Refused, UsageError
@@ -295,3 +296,35 @@ def test_command_mentions_cuts_at_shell_syntax():
     assert doccheck.command_mentions(text) == [
         (1, "cutile-perf example show rms_norm --step 04"), (3, 'cutile-perf try "a -> b"'),
         (4, "cutile-perf init --kernel k --test t.py")]
+
+
+# --- install, then the whole loop, in a simulated TileGym-shaped repository -----------------------
+
+
+def test_loop_runs_in_a_repo_with_the_skill_installed(tilegym_like_repo, capsys):
+    # Regression: the installed skill dirs were untracked files, so `init` saw a dirty tree and
+    # every `try` refused with "changes outside the fence" (issue 10).
+    from fixtures_repo import KERNEL_REL, allow_no_gpu, edit_kernel, git
+
+    from cutile_perf.cli import main
+
+    repo = tilegym_like_repo
+
+    def cli(*args: str) -> tuple[int, dict]:
+        code = main([*args, "--repo", str(repo), "--json"])
+        return code, json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    assert cli("install-skill", "--target", str(repo))[0] == 0
+    code, data = cli("init", "--kernel", "rms_norm", "--timeout", "60")
+    assert code == 0, data
+    allow_no_gpu(repo)
+    code, data = cli("baseline", "--repeats", "2")
+    assert code == 0, data
+    assert cli("install-skill", "--target", str(repo))[0] == 0  # a re-install mid-session is harmless
+    edit_kernel(repo, latency={"256x1024": 0.5, "4096x1024": 1.0})
+    code, data = cli("try", "B: persistent grid")
+    assert (code, data["decision"]) == (0, "keep"), data
+    assert git(repo, "show", "--name-only", "--format=", "HEAD").split() == [KERNEL_REL]
+    assert git(repo, "status", "--porcelain").strip() == ""
+    for sub in skill_dirs():
+        assert (repo / sub / "SKILL.md").is_file()
