@@ -226,7 +226,7 @@ def commit_message(repo: git.Repo, sha: str) -> str:
     return repo.git.log("-1", "--format=%B", sha).strip()
 
 
-def exclude_locally(repo: git.Repo, pattern: str) -> bool:
+def exclude_locally(repo: git.Repo, pattern: str, comment: str = "cutile-perf session files") -> bool:
     """Add ``pattern`` to ``.git/info/exclude`` (never committed); False when it was already there."""
     exclude = Path(repo.git.rev_parse("--git-common-dir"))
     if not exclude.is_absolute():
@@ -238,7 +238,7 @@ def exclude_locally(repo: git.Repo, pattern: str) -> bool:
     exclude.parent.mkdir(parents=True, exist_ok=True)
     prefix = "" if not existing or existing[-1] == "" else "\n"
     with exclude.open("a", encoding="utf-8") as fh:
-        fh.write(f"{prefix}# cutile-perf session files\n{pattern}\n")
+        fh.write(f"{prefix}# {comment}\n{pattern}\n")
     return True
 
 
