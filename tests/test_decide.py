@@ -40,7 +40,7 @@ def test_thresholds_defaults_are_the_seed_rules_and_round_trip():
 
 
 @pytest.mark.parametrize("data, message", [
-    ({"noise": 1}, "unknown threshold"), ({"keep": -0.1}, "must be a number >= 0"),
+    ({"noise": 1}, "unknown threshold"), ({"keep": -0.1}, "must be a finite number >= 0"),
     ({"keep": 0.1}, "must not exceed new_baseline"), ({"patience": 0}, ">= 1"), ({"confidence": 1.5}, "between"),
 ])
 def test_thresholds_reject_bad_values(data, message):

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from cutile_perf.history import History, current_baseline, shape_medians
-from cutile_perf.log import append_entry, read_entries, read_log, validate_entry
+from cutile_perf.log import anchor_of, append_entry, check_chain, read_entries, read_log, validate_entry
 
 
 def next_iteration(entries):
@@ -30,8 +30,25 @@ def test_append_then_read_round_trips(tmp_path):
     path = tmp_path / "sandbox" / "experiments.jsonl"
     for e in (entry(0), entry(1, tier="new-baseline"), entry(2, "crash", crash_class="compile")):
         append_entry(path, e)
-    assert read_entries(path) == [entry(0), entry(1, tier="new-baseline"), entry(2, "crash", crash_class="compile")]
+    rows = read_entries(path)
+    assert [{k: v for k, v in r.items() if k != "prev"} for r in rows] == [
+        entry(0), entry(1, tier="new-baseline"), entry(2, "crash", crash_class="compile")]
     assert all(json.loads(line) for line in path.read_text().splitlines())  # one object per line
+
+
+def test_rows_are_hash_chained_and_a_hand_edit_or_truncation_is_located(tmp_path):
+    path = tmp_path / "experiments.jsonl"
+    for e in (entry(0), entry(1, tier="new-baseline"), entry(2, "crash", crash_class="compile")):
+        append_entry(path, e)
+    anchor = anchor_of(path)
+    assert check_chain(path, anchor) is None
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text(lines[0] + lines[1].replace('"latency_ms": 0.3', '"latency_ms": 0.1') + lines[2])
+    assert "line 3 does not follow line 2" in check_chain(path, anchor)
+    path.write_text(lines[0] + lines[1])
+    assert "truncated after line 2" in check_chain(path, anchor)
+    path.write_text("".join(lines) + lines[2])
+    assert "line 4" in check_chain(path, anchor)
 
 
 def test_truncated_last_line_is_skipped_and_reported(tmp_path):

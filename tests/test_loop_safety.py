@@ -246,7 +246,7 @@ def test_hostile_optimization_text_stays_one_commit_line_one_file_name_one_table
 
     edit_kernel(repo, latency=FAST)
     code, data = cli(capsys, repo, "try", text)
-    assert code == 0 and git(repo, "log", "-1", "--format=%B").strip() == f"cutile-perf 2: {' '.join(text.split())}"
+    assert code == 0 and git(repo, "log", "-1", "--format=%s").strip() == f"cutile-perf 2: {' '.join(text.split())}"
 
 
 def test_non_utf8_kernel_bytes_are_saved_byte_exact_and_reverted(session_repo, capsys):

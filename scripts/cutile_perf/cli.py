@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -89,6 +91,24 @@ def _add_try(subparsers) -> None:
         from cutile_perf.commands.try_ import try_
 
         return try_(repo=a.repo, optimization=a.optimization)
+
+    p.set_defaults(handler=run)
+
+
+def _add_verify(subparsers) -> None:
+    p = _sub(subparsers, "verify",
+             "re-run correctness and re-measure two kept commits interleaved in pristine checkouts: "
+             "does the recorded speedup reproduce?",
+             "Examples:\n  cutile-perf verify                     # the baseline vs the last kept commit\n"
+             "  cutile-perf verify --from <sha> --to <sha> --pairs 5")
+    p.add_argument("--from", dest="older", metavar="COMMIT", help="older kept commit (default: the baseline)")
+    p.add_argument("--to", dest="newer", metavar="COMMIT", help="newer kept commit (default: the last kept commit)")
+    p.add_argument("--pairs", type=int, default=3, help="interleaved (from, to) perf pairs (default 3)")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.verify import verify
+
+        return verify(repo=a.repo, older=a.older, newer=a.newer, pairs=a.pairs)
 
     p.set_defaults(handler=run)
 
@@ -368,6 +388,7 @@ SUBCOMMANDS: list[Callable] = [
     _add_baseline,
     _add_try,
     _add_status,
+    _add_verify,
     _add_report,
     _add_resume,
     _add_env,
@@ -429,9 +450,25 @@ def _log_unexpected(args: argparse.Namespace) -> Path | None:
         return None
 
 
+def _sigterm_as_interrupt(signum, frame) -> None:
+    # SIGTERM (a CI job cancelled, `kill`) ends an iteration like Ctrl-C: patch saved, row logged,
+    # branch settled, children killed. Without this, Python dies on the spot and leaves all of it.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if threading.current_thread() is not threading.main_thread():
+        return _run(args)
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        return _run(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         outcome: Outcome = args.handler(args)
     except CutilePerfError as exc:

@@ -24,6 +24,7 @@ noise, however it looks. Changes are signed fractions: -0.06 is 6 % faster.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import asdict, dataclass, field, fields
 
 from cutile_perf import stats
@@ -62,10 +63,16 @@ class Thresholds:
     # a time while the verdict is ambiguous, up to max_confirm_pairs.
     min_confirm_pairs: int = 3
     max_confirm_pairs: int = 3
+    # A single run whose worst case is slower by more than this fraction of its gate is re-measured
+    # interleaved instead of being kept as "within noise": a real slowdown just under the gate must
+    # not slip through, nor several of them add up (issue 9's ratchet).
+    recheck_fraction: float = 0.25
+    # The interleaved slowdown test: mean per-pair log ratio over its standard error (see confirm).
+    slower_z: float = 3.5
 
     def __post_init__(self):
         for name in ("new_baseline", "keep", "regression_tolerance", "noise_k", "min_noise", "confirm_band",
-                     "min_plausible_ms"):
+                     "min_plausible_ms", "recheck_fraction", "slower_z"):
             value = getattr(self, name)
             if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"threshold {name}={value!r} must be a finite number >= 0")
@@ -187,6 +194,9 @@ def decide(
         return Decision("revert", "regression", f"{slower}: slower", **made)
     if changes[worst] > gates[worst]:
         return Decision("confirm", "borderline", f"{slower}: borderline slower, re-measure interleaved", **made)
+    if changes[worst] > t.recheck_fraction * gates[worst]:
+        return Decision("confirm", "borderline", f"{slower}: within noise but not clearly, re-measure interleaved",
+                        **made)
     geo = f"geomean {format_change(agg)} (gate {agg_gate * 100:.1f} %); worst shape {worst} {format_change(changes[worst])}"
     if agg > agg_gate + agg_band:
         return Decision("revert", "regression", f"{geo}: slower overall", **made)
@@ -208,13 +218,50 @@ def _improvement_tier(improvement: float, t: Thresholds) -> str:
     return "keep-recommend-stop"
 
 
-def confirm(paired: dict[str, tuple[list[float], list[float]]], t: Thresholds) -> Decision:
+# A noise floor (``noise_floor``) estimates the width of the band runs land in; a roughly uniform
+# band of width W has a standard deviation of W / sqrt(12) ~ W / 3.5.
+NOISE_WIDTH_PER_SD = 3.5
+
+
+def paired_log_ratios(paired: dict[str, tuple[list[float], list[float]]], prior_runs: dict[str, list[float]] | None,
+                      minimum: float) -> dict[str, tuple[float, float]]:
+    """Per case: the mean of the per-pair log ratios log(candidate/baseline) and its standard error.
+
+    Pairs are interleaved, so drift between rounds cancels inside each pair. The run-to-run spread
+    is one pooled estimate over every case, from the baseline side of the pairs and the baseline's
+    own repeated runs (``prior_runs``): more degrees of freedom than any single case has, so three
+    samples that agree by luck cannot shrink it. Never below ``minimum`` read as a band width.
+    """
+    squares, dof = 0.0, 0
+    for samples in [base for base, _cand in paired.values()] + list((prior_runs or {}).values()):
+        if len(samples) > 1:
+            logs = [math.log(v) for v in samples]
+            centre = statistics.fmean(logs)
+            squares += sum((x - centre) ** 2 for x in logs)
+            dof += len(logs) - 1
+    sigma = max(math.sqrt(squares / dof) if dof else 0.0, minimum / NOISE_WIDTH_PER_SD)
+    out = {}
+    for case, (base, cand) in paired.items():
+        n = min(len(base), len(cand))
+        diffs = [math.log(cand[i] / base[i]) for i in range(n)]
+        out[case] = (statistics.fmean(diffs), sigma * math.sqrt(2.0 / n))
+    return out
+
+
+def confirm(paired: dict[str, tuple[list[float], list[float]]], t: Thresholds,
+            prior_runs: dict[str, list[float]] | None = None) -> Decision:
     """Final verdict from an interleaved re-measurement: ``{shape: (baseline_samples, candidate_samples)}``.
 
     Each sample is one run's median. A shape is slower when the whole ``t.confidence`` interval of
     median(candidate)/median(baseline) lies beyond its gate, ``max(tolerance, noise of the baseline
     samples)``: the interval already carries the statistics, the gate the practical size. An
     improvement needs the interval of the per-pair geomean ratio to lie below ``1 - gate``.
+
+    A second slowdown rule works on the per-pair log ratios (``paired_log_ratios``): a case whose
+    mean exceeds ``slower_z`` standard errors (one spread pooled over all cases and the baseline's
+    own runs) is slower. It catches a real slowdown smaller than the gate, which the interval rule
+    lets through; with every candidate judged against the baseline commit, such small slowdowns
+    cannot add up over several "within noise" keeps.
     """
     if not paired:
         raise ValueError("confirm needs at least one shape")
@@ -237,6 +284,13 @@ def confirm(paired: dict[str, tuple[list[float], list[float]]], t: Thresholds) -
     if intervals[worst][1] - 1.0 > gates[worst]:
         return Decision("revert", "regression", f"shape {worst} {format_change(changes[worst])} slower, interval "
                         f"{ci(*intervals[worst][1:])} beyond gate {gates[worst] * 100:.1f} % (interleaved)", **made)
+    tests = paired_log_ratios(paired, prior_runs, t.min_noise)
+    z = {s: mean / se for s, (mean, se) in tests.items()}
+    surest = max(shapes, key=lambda s: z[s])
+    if z[surest] > t.slower_z and changes[surest] > t.regression_tolerance:
+        return Decision("revert", "regression", f"shape {surest} {format_change(changes[surest])} slower in every "
+                        f"sense the pairs allow: z = {z[surest]:.1f} > {t.slower_z:g} (interleaved)",
+                        **{**made, "worst_shape": surest})
     geo = f"geomean {format_change(ratio - 1)}, interval {ci(low, high)}, gate {agg_gate * 100:.1f} % (interleaved)"
     if low - 1.0 > agg_gate:
         return Decision("revert", "regression", f"{geo}: slower overall", **made)
@@ -312,6 +366,7 @@ class Reference:
     noise: dict  # case -> relative noise floor
     passed_tests: frozenset = frozenset()  # correctness test ids that passed at the baseline
     kernel_names: dict = field(default_factory=dict)  # case -> kernel_name the baseline record carried
+    runs: dict = field(default_factory=dict)  # case -> the baseline's per-run medians (the noise sample)
 
 
 @dataclass(frozen=True)
@@ -411,7 +466,7 @@ def judge(ref: Reference, t: Thresholds, *, correctness: StageEvidence | None = 
     rounds = min(min(len(paired[c][0]), len(paired[c][1])) for c in cases)
     if rounds < t.min_confirm_pairs:
         return Verdict("re-measure", f"{rounds} of {t.min_confirm_pairs} interleaved pairs")
-    confirmed = confirm(paired, t)
+    confirmed = confirm(paired, t, ref.runs)
     if confirmed.tier == "no-change" and rounds < t.max_confirm_pairs:
         return Verdict("re-measure", "ambiguous after the interleaved pairs so far", decision=confirmed)
     still = [c for c in cases if stats.median(paired[c][0]) / stats.median(paired[c][1]) > t.plausible_factor]

@@ -126,10 +126,19 @@ def _has_identity(repo: git.Repo) -> bool:
         return False
 
 
+def _stage(repo: git.Repo, paths: list[str]) -> None:
+    """``git add -A`` of ``paths``, skipping those in neither the work tree nor the index: a deletion
+    already staged matches no file, and ``git add`` would fail on it (the diff still shows it)."""
+    indexed = set(_path_list(repo.git.ls_files("-z", "--", *paths, strip_newline_in_stdout=False)))
+    addable = [p for p in paths if p in indexed or (root(repo) / p).exists() or (root(repo) / p).is_symlink()]
+    if addable:
+        repo.git.add("-A", "--", *addable)
+
+
 def commit_paths(repo: git.Repo, paths: Iterable[str], message: str) -> str:
     """Stage exactly ``paths`` (additions, edits, deletions) and commit them; returns the new sha."""
     paths = list(paths)
-    repo.git.add("-A", "--", *paths)
+    _stage(repo, paths)
     env = None if _has_identity(repo) else _FALLBACK_IDENTITY
     # --no-verify: the target's hooks (formatters, linters) must not rewrite the measured change.
     # --only -- paths: a file the user staged while the tests ran must not be swept into the commit.
@@ -152,7 +161,7 @@ def diff_patch(repo: git.Repo, base: str, paths: Iterable[str]) -> bytes:
     paths = list(paths)
     if not paths:
         return b""
-    repo.git.add("-A", "--", *paths)
+    _stage(repo, paths)
     return _diff_bytes(repo, "--cached", "--binary", base, "--", *paths)
 
 
@@ -361,3 +370,11 @@ def worktree_blob_sha(repo: git.Repo, path: str) -> str | None:
     if not target.is_file() or target.is_symlink():
         return None
     return repo.git.hash_object("--no-filters", "--", path)
+
+
+def resolve(repo: git.Repo, rev: str) -> str:
+    """The full sha of a commit named by ``rev``; ValueError naming it when git knows no such commit."""
+    try:
+        return repo.git.rev_parse("--verify", "-q", f"{rev}^{{commit}}")
+    except git.GitCommandError:
+        raise ValueError(f"{rev!r} names no commit in this repository") from None

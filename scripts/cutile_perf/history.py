@@ -84,6 +84,11 @@ class History:
                 return entry["noise"]
         return {}
 
+    def noise_runs(self) -> dict[str, list[float]]:
+        """case -> per-run medians of the baseline's repeated perf runs (the run-to-run noise sample)."""
+        first = self.first() or {}
+        return {c: list(s["runs"]) for c, s in (first.get("shapes") or {}).items() if s.get("runs")}
+
     def passed_tests(self) -> frozenset[str]:
         """Correctness test ids that passed at the baseline: each must pass in every later iteration."""
         first = self.first() or {}
@@ -99,7 +104,7 @@ class History:
         if row is None:
             return None
         return Reference(commit=row.get("commit"), medians=shape_medians(row), noise=self.noise(),
-                         passed_tests=self.passed_tests(), kernel_names=self.kernel_names())
+                         passed_tests=self.passed_tests(), kernel_names=self.kernel_names(), runs=self.noise_runs())
 
     def next_iteration(self) -> int:
         return max((e.get("iteration", -1) for e in self.entries), default=-1) + 1

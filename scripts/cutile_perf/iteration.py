@@ -205,3 +205,51 @@ def refuse_foreign_commits(session: Session, g, kept: str, head: str) -> None:
                       "to keep them aside: git branch <name> HEAD first")
     raise Refused(f"HEAD {git_ops.short(g, head)} is not the last kept commit {git_ops.short(g, kept)}",
                   "run `cutile-perf resume`")
+
+
+class StageRunner:
+    """Runs test stages in pristine checkouts of commits (one checkout per commit, built once).
+
+    Protected paths always come from the session's base commit, fenced paths from the commit asked
+    for: the baseline, every candidate, the interleaved re-check and ``verify`` all measure this way.
+    """
+
+    def __init__(self, session: Session, g, deadline, clock: Clock, on_start=None):
+        from cutile_perf import measure  # noqa: PLC0415 - measure imports session, not iteration
+
+        self.measure = measure
+        self.session, self.g, self.deadline, self.clock, self.on_start = session, g, deadline, clock, on_start
+        self.tracked = git_ops.tracked_files(g)
+        self.checkouts: dict = {}
+
+    def fenced_files(self, commit: str) -> list[str]:
+        return [e.path for e in git_ops.tree_entries(self.g, commit) if self.session.in_fence(e.path)]
+
+    def checkout(self, commit: str):
+        from cutile_perf import pristine  # noqa: PLC0415
+
+        if commit not in self.checkouts:
+            self.checkouts[commit] = pristine.build(self.g, protected_from=self.session.base_commit,
+                                                    fenced_from=commit, fence=self.session.fence)
+        return self.checkouts[commit]
+
+    def stage(self, name: str, tag: str, commit: str):
+        result = self.measure.run_stage(self.session, name, tag, self.deadline, checkout=self.checkout(commit),
+                                        fenced_files=self.fenced_files(commit), tracked=self.tracked,
+                                        on_start=self.on_start)
+        self.clock.add_child(result.duration_s)
+        return result
+
+    def defined_names(self, commit: str) -> set[str]:
+        return self.measure.defined_names(self.checkout(commit).root, self.fenced_files(commit))
+
+    def close(self) -> None:
+        for checkout in self.checkouts.values():
+            checkout.remove()
+        self.checkouts.clear()
+
+    def __enter__(self) -> StageRunner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -260,7 +260,7 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
                      + (f" (restored; the changed copies are in sandbox/tampered/{tag}/)" if touched_user else ""))
     elif report.forged:
         integrity = (CrashClass.TAMPERED, f"the run report has lines the plugin did not write: {report.forged[0]}")
-    else:
+    elif crash is None:
         problem = origin_problem(report.modules, checkout.root, fenced_files, require_import=report.ended)
         if problem:
             integrity = (CrashClass.MEASURED_WRONG_CODE, problem)

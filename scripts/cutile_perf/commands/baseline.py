@@ -9,44 +9,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cutile_perf import decide, envcheck, git_ops, iteration, measure, pristine, stats
+from cutile_perf import decide, envcheck, git_ops, iteration, measure, stats
 from cutile_perf import session as session_mod
 from cutile_perf.commands import Outcome, say
 from cutile_perf.errors import DirtyTree, IterationCrashed, Refused, UsageError
 
 
-class BaselineRun:
-    """The base commit's pristine checkout and the stages run in it."""
-
-    def __init__(self, session: session_mod.Session, g, deadline: measure.Deadline, clock: iteration.Clock):
-        self.session, self.g, self.deadline, self.clock = session, g, deadline, clock
-        self.checkout = pristine.build(g, protected_from=session.base_commit, fenced_from=session.base_commit,
-                                       fence=session.fence)
-        self.tracked = git_ops.tracked_files(g)
-        self.fenced = [e.path for e in git_ops.tree_entries(g, session.base_commit) if session.in_fence(e.path)]
-
-    def stage(self, name: str, tag: str) -> measure.Stage:
-        result = measure.run_stage(self.session, name, tag, self.deadline, checkout=self.checkout,
-                                   fenced_files=self.fenced, tracked=self.tracked)
-        self.clock.add_child(result.duration_s)
-        return result
-
-    def perf_repeats(self, repeats: int, test_ids: dict[str, str], names: dict[str, str]) -> dict[str, list[float]]:
-        """Per-case medians of ``repeats`` perf runs; a crashed run stops the baseline."""
-        runs: dict[str, list[float]] = {}
-        empty = decide.Reference(commit=self.session.base_commit, medians={}, noise={})
-        for k in range(repeats):
-            say(f"perf run {k + 1}/{repeats}")
-            stage = self.stage("perf", f"0-r{k + 1}")
-            verdict = decide.judge_records(stage.evidence(), empty, self.session.thresholds)
-            if verdict.final:
-                raise IterationCrashed(f"baseline perf run failed: {verdict.reason}", f"read {stage.output}")
-            test_ids.update(stage.test_ids)
-            names.update(stage.kernel_names)
-            for case, value in stage.shapes.items():
-                runs.setdefault(case, []).append(value)
-        # A case that vanished from one run cannot be compared fairly: keep cases seen every time.
-        return {c: v for c, v in runs.items() if len(v) == repeats}
+def perf_repeats(runner: iteration.StageRunner, commit: str, repeats: int, test_ids: dict[str, str],
+                 names: dict[str, str]) -> dict[str, list[float]]:
+    """Per-case medians of ``repeats`` perf runs; a crashed run stops the baseline."""
+    runs: dict[str, list[float]] = {}
+    empty = decide.Reference(commit=commit, medians={}, noise={})
+    for k in range(repeats):
+        say(f"perf run {k + 1}/{repeats}")
+        stage = runner.stage("perf", f"0-r{k + 1}", commit)
+        verdict = decide.judge_records(stage.evidence(), empty, runner.session.thresholds)
+        if verdict.final:
+            raise IterationCrashed(f"baseline perf run failed: {verdict.reason}", f"read {stage.output}")
+        test_ids.update(stage.test_ids)
+        names.update(stage.kernel_names)
+        for case, value in stage.shapes.items():
+            runs.setdefault(case, []).append(value)
+    # A case that vanished from one run cannot be compared fairly: keep cases seen every time.
+    return {c: v for c, v in runs.items() if len(v) == repeats}
 
 
 def baseline(*, repo: Path, repeats: int) -> Outcome:
@@ -70,20 +55,17 @@ def baseline(*, repo: Path, repeats: int) -> Outcome:
         if changed:
             raise DirtyTree(f"the baseline is the committed kernel; uncommitted change to {', '.join(changed[:5])}",
                             "commit or stash it first (the baseline never measures the work tree)")
-        run = BaselineRun(session, g, measure.Deadline(session.timeout_s * max(repeats, 1)), clock)
-        try:
+        with iteration.StageRunner(session, g, measure.Deadline(session.timeout_s * repeats), clock) as runner:
             say("correctness")
-            corr = run.stage("correctness", "0")
+            corr = runner.stage("correctness", "0", head)
             verdict = decide.judge_correctness(corr.evidence(), decide.Reference(commit=head, medians={}, noise={}))
             if verdict.final:
                 raise IterationCrashed(f"baseline {verdict.reason}",
                                        f"read {corr.output}; fix the kernel or the commands in sandbox/session.yaml")
             test_ids: dict[str, str] = {}
             names: dict[str, str] = {}
-            runs = run.perf_repeats(repeats, test_ids, names)
-            defined = measure.defined_names(run.checkout.root, run.fenced)
-        finally:
-            run.checkout.remove()
+            runs = perf_repeats(runner, head, repeats, test_ids, names)
+            defined = runner.defined_names(head)
         if not runs:
             raise IterationCrashed("baseline perf runs recorded no case in every run", "check the perf command")
         shapes = {c: stats.median(v) for c, v in runs.items()}

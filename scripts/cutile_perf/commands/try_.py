@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from cutile_perf import decide, envcheck, git_ops, iteration, measure, pristine, txn
+from cutile_perf import decide, envcheck, git_ops, iteration, measure, txn
 from cutile_perf import session as session_mod
 from cutile_perf.commands import Outcome, say
 from cutile_perf.crash import CrashClass
@@ -71,33 +71,19 @@ class _Iteration:
         self.session, self.g, self.history, self.ref, self.state = session, g, history, reference, state
         self.clock, self.probe = clock, probe
         self.t: decide.Thresholds = session.thresholds
-        self.deadline = measure.Deadline(session.timeout_s)
-        self.tracked = git_ops.tracked_files(g)
-        self.checkouts: dict[str, pristine.Checkout] = {}
+        self.runner = iteration.StageRunner(session, g, measure.Deadline(session.timeout_s), clock,
+                                            on_start=lambda pgid: state.add_child(session, pgid))
 
     # -- measuring --------------------------------------------------------------------------------
 
-    def checkout(self, fenced_from: str) -> pristine.Checkout:
-        if fenced_from not in self.checkouts:
-            self.checkouts[fenced_from] = pristine.build(self.g, protected_from=self.session.base_commit,
-                                                         fenced_from=fenced_from, fence=self.session.fence)
-        return self.checkouts[fenced_from]
-
     def stage(self, name: str, tag: str, commit: str) -> measure.Stage:
         say(f"iteration {self.state.iteration}: {name}" + (f" ({tag.split('-', 1)[1]})" if "-" in tag else ""))
-        result = measure.run_stage(self.session, name, tag, self.deadline, checkout=self.checkout(commit),
-                                   fenced_files=self.fenced_files(), tracked=self.tracked,
-                                   on_start=lambda pgid: self.state.add_child(self.session, pgid))
-        self.clock.add_child(result.duration_s)
-        return result
-
-    def fenced_files(self) -> list[str]:
-        return [e.path for e in git_ops.tree_entries(self.g, self.state.candidate) if self.session.in_fence(e.path)]
+        return self.runner.stage(name, tag, commit)
 
     def kernel_name_problem(self, perf: measure.Stage) -> str | None:
         if not self.ref.kernel_names:
             return None
-        defined = measure.defined_names(self.checkout(self.state.candidate).root, self.fenced_files())
+        defined = self.runner.defined_names(self.state.candidate)
         for case, _baseline_name in sorted(self.ref.kernel_names.items()):
             name = perf.kernel_names.get(case)
             if name is None or not measure.names_defined(name, defined):
@@ -122,7 +108,7 @@ class _Iteration:
             k = len(next(iter(paired.values()))[0]) + 1
             for side, commit in ((0, self.ref.commit), (1, cand)):
                 run = self.stage("perf", f"{number}-confirm{k}-{'base' if side == 0 else 'cand'}", commit)
-                check = decide.judge(self.ref, self.t, perf=run.evidence())
+                check = decide.judge_records(run.evidence(), self.ref, self.t)
                 if check.final:  # a crash of a confirmation run is the iteration's crash
                     return decide.Verdict("crash", f"interleaved re-check: {check.reason}", check.crash_class), perf, {}
                 for case in paired:
@@ -151,11 +137,8 @@ class _Iteration:
         candidate = git_ops.commit_paths(self.g, state.paths, commit_message(state.iteration, state.optimization,
                                                                              self.ref.commit))
         state.advance(s, "committed", candidate=candidate)
-        try:
+        with self.runner:
             verdict, perf, extra = self.measure()
-        finally:
-            for checkout in self.checkouts.values():
-                checkout.remove()
         if self.changed_during_run():
             # An edit made while pytest ran is not what was measured: never keep it; the latest
             # content goes into the patch when the branch is settled.

@@ -1,0 +1,100 @@
+"""``cutile-perf verify [--from A --to B]``: does the recorded speedup reproduce from git alone?
+
+Re-runs correctness on B and re-measures A and B interleaved (A, B, A, B, ...) in pristine
+checkouts of the two commits, then compares the measured geomean ratio B/A, with its bootstrap
+interval, to the one the log recorded. The log is read only to know what was claimed: what runs
+comes from the commits, whatever the work tree holds.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from cutile_perf import decide, envcheck, git_ops, iteration, measure, stats
+from cutile_perf import session as session_mod
+from cutile_perf.commands import Outcome, say
+from cutile_perf.errors import EXIT_OK, EXIT_REJECTED, Refused, UsageError
+from cutile_perf.history import moved_performance, shape_medians
+
+
+def claimed_ratio(rows: list[dict], older: str, newer: str) -> tuple[float | None, list[str]]:
+    """The geomean latency ratio newer/older the log claims, over the cases both reference rows hold.
+
+    A commit's claim is the reference in force once it was kept: its own numbers when it moved
+    performance, else those of the baseline before it ("no-change" keeps claim no change).
+    """
+    def reference_at(commit: str) -> dict | None:
+        ref = None
+        for row in rows:
+            if moved_performance(row):
+                ref = shape_medians(row)
+            if row.get("status") == "keep" and row.get("commit") == commit:
+                return ref
+        return None
+
+    a, b = reference_at(older), reference_at(newer)
+    if a is None or b is None:
+        return None, []
+    cases = sorted(set(a) & set(b))
+    if not cases:
+        return None, []
+    return stats.geomean([b[c] / a[c] for c in cases]), cases
+
+
+def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int) -> Outcome:
+    if pairs < decide.MIN_CONFIRM_SAMPLES:
+        raise UsageError(f"--pairs must be at least {decide.MIN_CONFIRM_SAMPLES}")
+    clock = iteration.Clock()
+    probe = envcheck.Probe()
+    session = session_mod.load(repo)
+    iteration.require_gpu(session, probe)
+    with session_mod.locked(session.repo, "verify"):
+        g = git_ops.open_repo(session.repo)
+        history = iteration.open_history(session, g)
+        if history.baseline() is None:
+            raise Refused("no baseline recorded yet", "run `cutile-perf baseline` first")
+        try:
+            a = git_ops.resolve(g, older or history.first()["commit"])
+            b = git_ops.resolve(g, newer or history.kept_commit(session.base_commit))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        claim, cases = claimed_ratio(history.rows, a, b)
+        if claim is None:
+            raise Refused(f"the log records no kept row for {git_ops.short(g, a)} and {git_ops.short(g, b)}",
+                          "pass --from/--to commits that the session kept (see cutile-perf status)")
+        reference = history.reference()
+        tag = f"verify-{git_ops.short(g, a)}-{git_ops.short(g, b)}"
+        with iteration.StageRunner(session, g, measure.Deadline(session.timeout_s * (pairs + 1)), clock) as runner:
+            say(f"correctness of {git_ops.short(g, b)}")
+            corr = runner.stage("correctness", tag, b)
+            verdict = decide.judge_correctness(corr.evidence(), reference)
+            if verdict.final:
+                return Outcome(f"NOT VERIFIED: {git_ops.short(g, b)} fails correctness: {verdict.reason}",
+                               {"verified": False, "correctness": verdict.reason}, EXIT_REJECTED)
+            samples = {c: ([], []) for c in cases}
+            for k in range(pairs):
+                for side, commit in ((0, a), (1, b)):
+                    say(f"pair {k + 1}/{pairs}: perf of {git_ops.short(g, commit)}")
+                    run = runner.stage("perf", f"{tag}-{k + 1}-{'from' if side == 0 else 'to'}", commit)
+                    check = decide.judge_records(run.evidence(), decide.Reference(commit, {c: 1.0 for c in cases}, {}),
+                                                 session.thresholds)
+                    if check.final:
+                        return Outcome(f"NOT VERIFIED: a perf run crashed: {check.reason}",
+                                       {"verified": False, "crash": check.reason}, EXIT_REJECTED)
+                    for c in cases:
+                        samples[c][side].append(run.shapes[c])
+    base_agg = [stats.geomean([samples[c][0][i] for c in cases]) for i in range(pairs)]
+    cand_agg = [stats.geomean([samples[c][1][i] for c in cases]) for i in range(pairs)]
+    ratio, low, high = stats.ratio_ci(base_agg, cand_agg, confidence=session.thresholds.confidence)
+    gate = max(session.thresholds.min_noise, stats.relative_spread(base_agg))
+    reproduces = low - gate <= claim <= high + gate
+    per_case = {c: stats.median(samples[c][1]) / stats.median(samples[c][0]) for c in cases}
+    word = "VERIFIED" if reproduces else "NOT VERIFIED"
+    text = (f"{word}: {git_ops.short(g, a)} -> {git_ops.short(g, b)} recorded {decide.format_change(claim - 1)}, "
+            f"measured {decide.format_change(ratio - 1)} (interval {decide.format_change(low - 1)} to "
+            f"{decide.format_change(high - 1)}, gate {gate * 100:.1f} %, {pairs} interleaved pairs); correctness passed")
+    lines = [text, "", "| case | from (ms) | to (ms) | change |", "|---|---|---|---|"]
+    lines += [f"| {c} | {stats.median(samples[c][0]):.6f} | {stats.median(samples[c][1]):.6f} | "
+              f"{decide.format_change(per_case[c] - 1)} |" for c in cases]
+    data = {"verified": reproduces, "from": a, "to": b, "claimed_ratio": claim, "measured_ratio": ratio,
+            "interval": [low, high], "gate": gate, "per_case": per_case, "pairs": pairs}
+    return Outcome("\n".join(lines), data, EXIT_OK if reproduces else EXIT_REJECTED)
