@@ -104,6 +104,12 @@ def test_handoff_answers_the_jit_without_frontend_or_tileiras(tile_cache, monkey
     assert handoff.give(kernel, out[cfg].handoffs, "sm_90") == 1
     calls = []
     monkeypatch.setattr(compile_mod, "compile_tile", lambda *a, **k: calls.append(a))
+    # The JIT passes the signature without a symbol; from_kernel_args (what stage 1 uses on a GPU)
+    # fills the mangled one in. Both must match: the first H200 run matched none for this reason.
+    named = _signature(128).with_mangled_symbol("matmul_kernel")
+    assert named.symbol and named != _signature(128)
+    handoff.drop(kernel)
+    handoff.give(kernel, [type(h)(named, h.cubin, h.symbol, h.providers)], "sm_90")
     cubin, symbol, _, providers = kernel._compile(_signature(128), default_tile_context, (9, 0))
     assert (cubin, symbol, providers) == (h.cubin, h.symbol, ())
     assert calls == [] and handoff.used(kernel) == 1

@@ -172,10 +172,10 @@ class Autotuner:
         and the launch. ``self._hot`` maps key -> (config, kernel, launcher) so nothing else is
         looked up per call (the launcher is resolved once, at tune time).
         """
-        hot = self._hot.get(key)
-        if hot is None:
-            hot = self._hot_entry(key, stream, grid_fn, args_fn, inplace)
-        cfg, kernel, launcher = hot
+        try:
+            cfg, kernel, launcher = self._hot[key]
+        except KeyError:
+            cfg, kernel, launcher = self._hot_entry(key, stream, grid_fn, args_fn, inplace)
         launcher(stream, grid_fn(cfg), kernel, args_fn(cfg))
         return cfg
 

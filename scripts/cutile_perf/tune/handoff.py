@@ -29,14 +29,22 @@ def handoff_class() -> type:
         def _compile(self, signature, context, compute_capability=None):
             table = self.__dict__.get("_cutile_perf_handoffs")
             if table:
+                wanted = _unnamed(signature)
                 for i, (sig, arch, entry) in enumerate(table):
-                    if sig == signature and (compute_capability is None or format_sm_arch(*compute_capability) == arch):
+                    if sig == wanted and (compute_capability is None or format_sm_arch(*compute_capability) == arch):
                         del table[i]
                         self.__dict__["_cutile_perf_used"] = self.__dict__.get("_cutile_perf_used", 0) + 1
                         return entry.cubin, entry.symbol, None, tuple(entry.providers)
             return super()._compile(signature, context, compute_capability)
 
     return HandoffKernel
+
+
+def _unnamed(signature: Any) -> Any:
+    """The signature without its symbol: ``from_kernel_args`` fills in the mangled symbol, the
+    JIT passes ``symbol=None`` (the first H200 run matched none of 30 configs for that reason)."""
+    with_symbol = getattr(signature, "with_symbol", None)
+    return with_symbol(None) if with_symbol is not None and signature.symbol is not None else signature
 
 
 def is_cutile_kernel(kernel: Any) -> bool:
@@ -62,7 +70,7 @@ def give(kernel: Any, handoffs: Iterable[Any], sm_arch: str) -> int:
     table = kernel.__dict__.setdefault("_cutile_perf_handoffs", [])
     added = 0
     for h in handoffs:
-        table.append((h.signature, sm_arch, h))
+        table.append((_unnamed(h.signature), sm_arch, h))
         added += 1
     return added
 
