@@ -1,36 +1,47 @@
-"""Autotuning benchmark. Prints one table; every number below is measured in this run.
+"""Autotuning benchmark. Prints one table with a goal column; every number is measured in the run.
 
-    python benchmarks/autotune.py                   # GPU, about 2-5 minutes on an H200
-    python benchmarks/autotune.py --cpu-precompile  # no GPU: stage 1 alone, serial vs worker pool
+    python benchmarks/autotune.py                   # GPU, all sections, about 2 minutes on an H200
+    python benchmarks/autotune.py tuning overhead   # GPU, only the named sections (tuning overhead warm budget)
+    python benchmarks/autotune.py --cpu-precompile  # no GPU: stage 1 alone, serial vs threads vs worker pool
 
-1. Tuning wall time, 8/16/30 matmul configs: ours (parallel precompile + cuTile's timing) vs
-   ``cuda.tile.tune.exhaustive_search`` (serial compile on first launch). Each contender gets its
-   own empty cuTile disk cache; the winners are compared on exhaustive_search's own measurements.
-2. Host overhead of a cached launch (``Autotuner.launch`` and a dict lookup) vs a raw ``ct.launch``.
-3. A second process with a warm persistent cache: configs compiled and timed (goal: 0 and 0).
-4. Budgeted search (sample_refine, budget 30) vs exhaustive on a ~100-config space.
+Sections (run from the checkout root with PYTHONPATH=scripts:examples/kernels/src):
+1. tuning: the first tuning in a process at 8/16/30 matmul configs, ours vs
+   ``cuda.tile.tune.exhaustive_search``, each count in a fresh child process, each contender on an
+   empty cuTile disk cache; the winners are compared on exhaustive_search's own measurements.
+2. overhead: host time of a cached ``Autotuner.launch`` and of a dict lookup over a raw ``ct.launch``.
+3. warm: a second process with a warm persistent cache: configs compiled and timed (goal 0 and 0).
+4. budget: 256 matmul configs, legality-pruned for sm_90 and 4096^3, then the model-based
+   ``surrogate`` strategy and ``sample_refine`` (same budget) vs exhaustive over the legal ones.
 
-Measured (H200, 16 CPUs, matmul 4096^3 fp16, one run, fork-server compile pool): 16 configs
-1.0 s vs exhaustive_search 4.8 s = 5.0x (goal >= 3x met), 30 configs 1.4 s vs 9.8 s = 6.8x, same
-winner 128x128x64. The fork server starts once per process, so only the first tuning (the cold
-8-config row) pays its start: 4.6 s = pool 3.5 s + compile 0.9 s + timing 0.2 s vs 2.3 s (0.5x);
-1.1 s (2.2x) with the pool running. Launch: raw ct.launch 4.79 us, dict lookup +0.28 us,
-Autotuner.launch +0.36 us. Second process, warm cache: 0.24 s, 0 compiled, 0 timed. Budgeted:
-19 of 100 configs evaluated, winner +10.5 % from the exhaustive best.
-Before the fork server (spawned workers, each importing torch), the same run gave 6.2/2.6 s,
-7.3/5.7 s and 9.1/11.7 s at 8/16/30 configs: a fixed ~5 s, inferred then to be worker start-up;
-the breakdown above supports that (the pool's start, 3.5 s, is now paid once per process). On a 2-CPU box (``--cpu-precompile``, 16 configs,
-median of 3): serial 2.86 s; spawned pool 4.82 s cold / 2.41 s reused; fork server 3.56 s cold
-(1.0 s of it the server's start) / 2.19 s reused. ``prestart_compile_workers()`` overlaps the
-start with other work. With only small tiles (about 0.35 s of tileiras each) there is little
-compile time for parallelism to save; the gap grows with tile size and config count (large
-tiles compile for seconds).
+Measured (H200, 16 CPUs, cuda-tile 1.7.0, matmul 4096^3 fp16; single runs). Sections 1-2 from
+``python benchmarks/autotune.py tuning overhead`` after the handoff fix, 3-4 from the full run
+just before it:
+
+| measurement | ours | reference | goal |
+| --- | --- | --- | --- |
+| first tuning, 8 configs | 1.19 s = compile 0.94 s (threads, 8 handoffs) + timing 0.24 s | exhaustive_search 2.48 s: 2.1x | >= 2x met |
+| first tuning, 16 configs | 1.35 s = compile 0.88 s + timing 0.48 s | 5.93 s: 4.4x | >= 5x MISSED |
+| first tuning, 30 configs | 2.03 s = compile 1.15 s + timing 0.88 s | 12.12 s: 6.0x | >= 8x MISSED |
+| winner at 8/16/30 | 128x128x64 occupancy 1 num_ctas 1 | same | same |
+| Autotuner.launch over raw ct.launch (5.55 us) | +0.34 us (dict lookup alone +0.10 us) | - | <= 0.5 us met |
+| second process, warm persistent cache | 0.27 s, compiled 0, timed 0 | - | 0 and 0 met |
+| legality pruning | 256 -> 224 configs (32: shared memory, accumulator spill) | - | - |
+| surrogate on 224 configs | 56 evaluated (25 %), winner = exhaustive best (+0.0 %) | exhaustive 224 | <= 2 % with <= 30 % met |
+| sample_refine, same budget | 36 evaluated, winner +14.0 % (local optimum) | exhaustive 224 | - |
+
+The full run's own tuning rows, before the fix (0 handoffs: from_kernel_args fills in the mangled
+symbol, the JIT passes none, so no signature matched): 2.8x / 3.7x / 5.0x at 8/16/30, load 1.06 s
+at 30 configs (0.09 s with handoffs); launch +0.56 us over 6.72 us. Why 16 and 30 still miss:
+ours times with exhaustive_search's own sampler, and that stage alone took 0.48 s / 0.88 s, 8 %
+and 7 % of exhaustive_search's whole run (8x needs 12.5 %); stage 1 is bounded by frontends
+that run one at a time (cuTile's lock and the GIL) plus the slowest tileiras.
 """
 from __future__ import annotations
 
 import itertools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -110,28 +121,50 @@ def run_cutile(configs, grid_fn, args_fn):
     return time.perf_counter() - t0, result
 
 
-def section_tuning(rows, grid_fn, args_fn):
-    from cutile_perf.tune.precompile import shutdown_pool
+def tuning_child(count: int) -> None:
+    """A fresh process (as a user's program): the first tuning in it, ours, then exhaustive_search.
 
+    Both get an empty cuTile disk cache. cuTile's toolchain probes (``tileiras --version``, the
+    bytecode-version probe) are paid once before either, on an unrelated kernel, so neither pays
+    them; the matmul kernel's Python frontend is first met by ours (theirs then finds its
+    parsed function cached: an edge for them, if any).
+    """
+    import torch
+
+    from cutile_perf.tune.precompile import pool_running
+
+    grid_fn, args_fn = problem()
+    x = torch.zeros(1024, device="cuda")
+    ct.launch(torch.cuda.current_stream(), (1,), tiny_kernel, (x, 1024))  # toolchain probes, CUDA context
+    torch.cuda.synchronize()
+    configs = matmul_configs(count)
+    assert not pool_running()
+    fresh_tile_cache()
+    ours_s, tuner = run_ours(configs, grid_fn, args_fn)
+    report = tuner.reports["k"]
+    fresh_tile_cache()
+    theirs_s, result = run_cutile(configs, grid_fn, args_fn)
+    means = {m.config: m.mean_us for m in result.successes}
+    ours_best = tuner.cache["k"].config
+    print(json.dumps({"count": count, "ours_s": ours_s, "theirs_s": theirs_s, "breakdown": report.breakdown(),
+                      "compiler": report.compiler, "handoffs": report.handoffs, "compiled": report.compiled,
+                      "ours_best": ours_best.label(), "theirs_best": result.best.config.label(),
+                      "gap": means.get(ours_best, float("nan")) / result.best.mean_us - 1}))
+
+
+GOALS_TUNE = {8: 2.0, 16: 5.0, 30: 8.0}
+
+
+def section_tuning(rows):
     for count in (8, 16, 30):
-        configs = matmul_configs(count)
-        fresh_tile_cache()
-        shutdown_pool()  # the cold row pays the worker start-up
-        ours_s, tuner = run_ours(configs, grid_fn, args_fn)
-        fresh_tile_cache()
-        warm_s, warm_tuner = run_ours(configs, grid_fn, args_fn)  # same process, pool already running
-        fresh_tile_cache()
-        theirs_s, result = run_cutile(configs, grid_fn, args_fn)
-        ours_best = tuner.cache["k"].config
-        means = {m.config: m.mean_us for m in result.successes}
-        gap = means.get(ours_best, float("nan")) / result.best.mean_us - 1
-        rows.append((f"tune {count} matmul configs: ours / exhaustive_search", f"{ours_s:.1f} s / {theirs_s:.1f} s",
-                     f"{theirs_s / ours_s:.1f}x faster (goal >= 3x at 16); winner {ours_best.label()} is "
-                     f"{gap:+.1%} vs theirs {result.best.config.label()}"))
-        rows.append(("  ours, cold pool: where the time goes", tuner.reports["k"].breakdown(),
-                     f"compiled by workers {tuner.reports['k'].compiled}/{count}"))
-        rows.append(("  ours, pool already running", f"{warm_s:.1f} s",
-                     f"{theirs_s / warm_s:.1f}x faster; {warm_tuner.reports['k'].breakdown()}"))
+        child = run_child("--child-tuning", str(count))
+        speedup = child["theirs_s"] / child["ours_s"]
+        goal = GOALS_TUNE[count]
+        rows.append((f"first tuning in a process, {count} matmul configs: ours / exhaustive_search",
+                     f"{child['ours_s']:.2f} s / {child['theirs_s']:.2f} s", f"{speedup:.1f}x faster",
+                     f">= {goal:g}x", "met" if speedup >= goal else "MISSED"))
+        rows.append(("  ours: where the time goes", child["breakdown"],
+                     f"winner {child['ours_best']} {child['gap']:+.1%} vs theirs ({child['theirs_best']})", "", ""))
 
 
 def section_overhead(rows):
@@ -144,6 +177,8 @@ def section_overhead(rows):
     tuner = Autotuner(tiny_kernel, [Config(TILE=1024)], fixed=Config(TILE=1024), persistent=False)
     grid_fn, args_fn = (lambda cfg: (1,)), (lambda cfg: (x, cfg.TILE))
     tuner.launch(stream, "k", grid_fn, args_fn)
+    ct.launch(stream, (1,), tiny_kernel, (x, 1024))
+    cfg_kernel = tuner.cache["k"]
     n = 20000
 
     def per_call(fn):
@@ -155,13 +190,19 @@ def section_overhead(rows):
         torch.cuda.synchronize()
         return elapsed / n * 1e6
 
-    raw = per_call(lambda: ct.launch(stream, (1,), tiny_kernel, (x, 1024)))
-    cached = per_call(lambda: tuner.launch(stream, "k", grid_fn, args_fn))
-    cfg_kernel = tuner.cache["k"]
-    lookup = per_call(lambda: ct.launch(stream, (1,), tuner.cache["k"].kernel, (x, cfg_kernel.config.TILE)))
-    rows.append(("host time per launch: raw ct.launch", f"{raw:.2f} us", ""))
-    rows.append(("  + dict lookup (pattern in user code)", f"{lookup - raw:+.2f} us", "goal <= 1 us"))
-    rows.append(("  Autotuner.launch (lookup + grid_fn + args_fn)", f"{cached - raw:+.2f} us", "goal <= 1 us"))
+    cases = {"raw": lambda: ct.launch(stream, (1,), tiny_kernel, (x, 1024)),
+             "tuner": lambda: tuner.launch(stream, "k", grid_fn, args_fn),
+             "lookup": lambda: ct.launch(stream, (1,), tuner.cache["k"].kernel, (x, cfg_kernel.config.TILE))}
+    samples = {k: [] for k in cases}
+    for _ in range(5):  # interleaved rounds: clock drift hits every case alike
+        for name, fn in cases.items():
+            samples[name].append(per_call(fn))
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    rows.append(("host time per launch: raw ct.launch (median of 5 x 20000)", f"{med['raw']:.2f} us", "", "", ""))
+    rows.append(("  + dict lookup (pattern in user code)", f"{med['lookup'] - med['raw']:+.2f} us", "", "", ""))
+    extra = med["tuner"] - med["raw"]
+    rows.append(("  Autotuner.launch (lookup + grid_fn + args_fn)", f"{extra:+.2f} us", "", "<= 0.5 us",
+                 "met" if extra <= 0.5 else "MISSED"))
 
 
 def child_warm_cache(tune_dir: str) -> None:
@@ -180,6 +221,13 @@ def child_warm_cache(tune_dir: str) -> None:
     print(json.dumps({"source": r.source, "compiled": r.compiled, "timed": r.timed, "s": time.perf_counter() - t0}))
 
 
+def run_child(*args: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, env=dict(os.environ))
+    if out.returncode:
+        raise RuntimeError(f"child {args} failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def section_warm_cache(rows, grid_fn, args_fn):
     import torch
 
@@ -189,32 +237,49 @@ def section_warm_cache(rows, grid_fn, args_fn):
     configs = matmul_configs(8)
     Autotuner(bench_matmul_kernel, configs, fixed=configs[0], cache_dir=tune_dir).tune(
         "k", torch.cuda.current_stream(), grid_fn, args_fn)
-    out = subprocess.run([sys.executable, __file__, "--child-warm-cache", tune_dir], capture_output=True, text=True,
-                         env=dict(os.environ), check=True)
-    child = json.loads(out.stdout.strip().splitlines()[-1])
+    child = run_child("--child-warm-cache", tune_dir)
+    ok = child["compiled"] == 0 and child["timed"] == 0
     rows.append(("second process, warm persistent cache", f"{child['s']:.2f} s",
-                 f"source={child['source']} compiled={child['compiled']} timed={child['timed']} (goal 0 and 0)"))
+                 f"source={child['source']} compiled={child['compiled']} timed={child['timed']}", "0 and 0",
+                 "met" if ok else "MISSED"))
+
+
+def budget_space():
+    """256 matmul configs, legality-pruned for sm_90 and 4096^3 (the fixed config is kept)."""
+    from cutile_perf.tune import Config
+    from cutile_perf.tune.legality import prune
+
+    raw = [Config(TILE_M=m, TILE_N=n, TILE_K=k, occupancy=o, num_ctas=c) for m, n, k, o, c in
+           itertools.product((32, 64, 128, 256), (32, 64, 128, 256), (16, 32, 64, 128), (1, 2), (1, 2))]
+    fixed = Config(TILE_M=64, TILE_N=64, TILE_K=32, occupancy=1, num_ctas=1)
+    kept, dropped = prune(raw, arch="sm_90", dims={"TILE_M": N, "TILE_N": N, "TILE_K": N}, keep=[fixed])
+    return raw, [fixed] + [c for c in kept if c != fixed], dropped
 
 
 def section_budget(rows, grid_fn, args_fn):
-    from cutile_perf.tune import Config
-    from cutile_perf.tune.spaces import valid
-
-    space = [Config(TILE_M=m, TILE_N=n, TILE_K=k, occupancy=o, num_ctas=c) for m, n, k, o, c in
-             itertools.product((32, 64, 128, 256), (32, 64, 128, 256), (32, 64), (1, 2), (1, 2))]
-    space = [c for c in space if valid(c, "sm_90")][:100]
-    fixed = Config(TILE_M=64, TILE_N=64, TILE_K=32, occupancy=1, num_ctas=1)
-    space = [fixed] + [c for c in space if c != fixed]
+    raw, space, dropped = budget_space()
     fresh_tile_cache()
+    model_s, model = run_ours(space, grid_fn, args_fn, strategy="surrogate")  # cold tile cache: its own compiles
+    local_s, local = run_ours(space, grid_fn, args_fn, strategy="sample_refine",
+                              options={"budget": model.reports["k"].timed})
     full_s, full = run_ours(space, grid_fn, args_fn)
     scores = {t.config: t.score for t in full.reports["k"].trials}
     best = min(scores.values())
-    budget_s, budgeted = run_ours(space, grid_fn, args_fn, strategy="sample_refine", options={"budget": 30})
-    pick = budgeted.cache["k"].config
-    rows.append((f"budgeted vs exhaustive on {len(space)} configs",
-                 f"{budgeted.reports['k'].timed} vs {full.reports['k'].timed} evaluated",
-                 f"winner {pick.label()} is {scores[pick] / best - 1:+.1%} from the exhaustive best "
-                 f"(exhaustive {full_s:.0f} s, budgeted {budget_s:.0f} s with a warm tile cache)"))
+    best_cfg = min(scores, key=scores.get)
+    rows.append((f"legality pruning: {len(raw)} matmul configs", f"{len(space)} legal", f"{len(dropped)} dropped before "
+                 "compiling (smem, sm_90 accumulator spill)", "", ""))
+    for name, tuner, secs in (("surrogate (model-based)", model, model_s), ("sample_refine, same budget", local, local_s)):
+        pick = tuner.cache["k"].config
+        gap = scores[pick] / best - 1
+        frac = tuner.reports["k"].timed / full.reports["k"].timed
+        goal = name.startswith("surrogate")
+        rows.append((f"budgeted {name} vs exhaustive on {len(space)} configs",
+                     f"{tuner.reports['k'].timed} of {full.reports['k'].timed} evaluated ({frac:.0%})",
+                     f"winner {pick.label()} {gap:+.1%} from the exhaustive best; {secs:.0f} s",
+                     "<= 2 % with <= 30 %" if goal else "",
+                     ("met" if gap <= 0.02 and frac <= 0.30 else "MISSED") if goal else ""))
+    rows.append(("  exhaustive (all legal configs)", f"{full_s:.0f} s", f"best {best_cfg.label()} "
+                 f"{best * 1000:.1f} us", "", ""))
 
 
 def _aot_jobs(configs, cache_dir):
@@ -244,6 +309,17 @@ def cpu_serial(configs) -> float:
         hinted = bench_matmul_kernel.replace_hints(**job.config.hints())
         compile_tile(hinted._annotated_function, list(job.signatures), "sm_90", hinted._compiler_options)
     return time.perf_counter() - t0
+
+
+def cpu_threads(configs) -> tuple[float, int]:
+    """Stage 1 in threads in this process (what a first tuning does now): seconds and configs ok."""
+    from cutile_perf.tune.threadcompile import default_threads, run_threads
+
+    jobs = _aot_jobs(configs, fresh_tile_cache())
+    t0 = time.perf_counter()
+    out = run_threads(bench_matmul_kernel, [(j.config, list(j.signatures)) for j in jobs], "sm_90",
+                      workers=default_threads(), timeout_s=120.0)
+    return time.perf_counter() - t0, sum(o.status == "ok" for o in out.values())
 
 
 def cpu_pool_child(method: str, count: int) -> None:
@@ -279,6 +355,9 @@ def cpu_precompile(count: int = 16, reps: int = 3) -> None:
     runs: dict[str, list[float]] = {}
     for _ in range(reps):
         runs.setdefault("serial", []).append(cpu_serial(configs))
+        threads_s, threads_ok = cpu_threads(configs)
+        assert threads_ok == count, threads_ok
+        runs.setdefault("threads", []).append(threads_s)
         for method in ("spawn", "forkserver"):
             out = subprocess.run([sys.executable, __file__, "--cpu-pool-child", method, str(count)],
                                  capture_output=True, text=True, check=True, env=dict(os.environ))
@@ -290,6 +369,7 @@ def cpu_precompile(count: int = 16, reps: int = 3) -> None:
     print(f"stage 1 alone (sm_90 cubins, no GPU), {count} matmul configs, {os.cpu_count()} CPUs, "
           f"{min(16, os.cpu_count() or 2)} workers, median of {reps}; load average {os.getloadavg()[0]:.1f}")
     print(f"  serial in-process compile_tile         {med['serial']:.2f} s")
+    print(f"  threads in-process (tileiras overlapped) {med['threads']:.2f} s")
     for method in ("spawn", "forkserver"):
         print(f"  {method:<10} pool, new process: cold {med[method + ' cold']:.2f} s "
               f"(workers answering after {med[method + ' cold_start']:.2f} s), reused {med[method + ' reused']:.2f} s")
@@ -299,25 +379,55 @@ def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "--child-warm-cache":
         child_warm_cache(sys.argv[2])
         return 0
+    if len(sys.argv) == 3 and sys.argv[1] == "--child-tuning":
+        tuning_child(int(sys.argv[2]))
+        return 0
     if len(sys.argv) == 2 and sys.argv[1] == "--cpu-precompile":
         cpu_precompile()
         return 0
     if len(sys.argv) == 4 and sys.argv[1] == "--cpu-pool-child":
         cpu_pool_child(sys.argv[2], int(sys.argv[3]))
         return 0
+    sections = {"tuning", "overhead", "warm", "budget"}
+    only = set(sys.argv[1:]) or sections
+    if only - sections:
+        print(f"unknown section {', '.join(sorted(only - sections))}; sections: {', '.join(sorted(sections))}",
+              file=sys.stderr)
+        return 2
+    rows = _EchoRows()  # each row also goes to stderr as soon as it is measured (a timeout keeps them)
+    if "tuning" in only:
+        section_tuning(rows)  # child processes: run before this process touches the GPU much
     grid_fn, args_fn = problem()
-    fresh_tile_cache()
-    run_cutile(matmul_configs(1), grid_fn, args_fn)  # toolchain probes happen once, outside every row
-    rows: list[tuple[str, str, str]] = []
-    section_tuning(rows, grid_fn, args_fn)
-    section_overhead(rows)
-    section_warm_cache(rows, grid_fn, args_fn)
-    section_budget(rows, grid_fn, args_fn)
-    width = max(len(r[0]) for r in rows)
-    print(f"autotune benchmark, matmul {N}^3 fp16, {os.cpu_count()} CPUs")
-    for name, value, note in rows:
-        print(f"{name:<{width}}  {value:<22} {note}")
+    if "overhead" in only:
+        section_overhead(rows)
+    if "warm" in only:
+        section_warm_cache(rows, grid_fn, args_fn)
+    if "budget" in only:
+        section_budget(rows, grid_fn, args_fn)
+    import torch
+
+    print(f"autotune benchmark, matmul {N}^3 fp16, {torch.cuda.get_device_name()}, {os.cpu_count()} CPUs, "
+          f"cuda-tile {_version()}")
+    header = ("measurement", "value", "note", "goal", "")
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(5)]
+    for r in [header] + rows:
+        print("  ".join(f"{c:<{w}}" for c, w in zip(r, widths)).rstrip())
     return 0
+
+
+class _EchoRows(list):
+    def append(self, row) -> None:
+        print(" | ".join(row), file=sys.stderr, flush=True)
+        super().append(row)
+
+
+def _version() -> str:
+    from importlib.metadata import version
+
+    try:
+        return version("cuda-tile")
+    except Exception:
+        return "unknown"
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Real tuning of real kernels on the GPU (skipped without one).
 
 What each test proves:
-* the parallel precompile stage leaves zero tileiras runs for the main process's timing stage;
+* stage 1 runs every tileiras in its compile threads (none in the caller's thread, none in the
+  timing stage), and each config's first launch takes the handed-off cubin (no second frontend);
 * a second tuner (a new process, in effect) loads the persisted answer: nothing compiled or timed;
 * split-buffer tuning of an in-place kernel leaves the input incremented exactly once;
 * code generated from templates/autotune runs for real.
@@ -30,9 +31,12 @@ def fresh_tile_cache(tmp_path, monkeypatch):
 def tileiras_runs(monkeypatch):
     import cuda.tile._compile as compile_mod
 
-    runs = []
+    import threading
+
+    runs = []  # the name of the thread that ran each tileiras
     real = compile_mod.compile_cubin
-    monkeypatch.setattr(compile_mod, "compile_cubin", lambda *a, **k: (runs.append(a), real(*a, **k))[1])
+    monkeypatch.setattr(compile_mod, "compile_cubin",
+                        lambda *a, **k: (runs.append(threading.current_thread().name), real(*a, **k))[1])
     return runs
 
 
@@ -67,7 +71,10 @@ def test_precompiled_candidates_are_cache_hits_in_the_timing_stage(fresh_tile_ca
     tuned = tuner.tune("k", torch.cuda.current_stream(), grid_fn, args_fn)
     report = tuner.reports["k"]
     assert report.compiled == len(space), report
-    assert tileiras_runs == [], "the main process ran tileiras although the workers had compiled every config"
+    assert report.compiler == "threads"  # no pool was running: nothing to start
+    assert len(tileiras_runs) == len(space)
+    assert all(name.startswith("cutile-perf-compile") for name in tileiras_runs), tileiras_runs
+    assert report.handoffs == len(space), report.breakdown()  # first launches took stage 1's cubins
     tuner.launch(torch.cuda.current_stream(), "k", grid_fn, args_fn)
     torch.testing.assert_close(c.float(), (a.float() @ b.float()), rtol=2e-2, atol=2e-1)
     assert tuned.config in space

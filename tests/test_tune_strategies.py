@@ -33,14 +33,14 @@ def bowl(c):
 
 
 def test_registry_and_docs_table_come_from_the_modules():
-    assert set(STRATEGIES) == {"exhaustive", "sample_refine"}
+    assert set(STRATEGIES) == {"exhaustive", "sample_refine", "surrogate"}
     rows = {r["name"]: r for r in strategy_table()}
     assert rows["sample_refine"]["options"]["budget"] == 30
     assert all(r["parallel_compile"] for r in rows.values())
 
 
 def test_unknown_strategy_and_option_list_what_is_allowed():
-    with pytest.raises(UsageError, match="available: exhaustive, sample_refine"):
+    with pytest.raises(UsageError, match="available: exhaustive, sample_refine, surrogate"):
         get_strategy("bayes")
     with pytest.raises(UsageError, match=r"no option budgte; allowed: budget \(max configs"):
         resolve_options("sample_refine", {"budgte": 3})

@@ -23,10 +23,12 @@ from cutile_perf.errors import IterationCrashed, UsageError
 from cutile_perf.tune import keys
 from cutile_perf.tune.cache import TuneCache
 from cutile_perf.tune.config import Config, Trial, as_config, as_space, best_trial
+from cutile_perf.tune import handoff
 from cutile_perf.tune.precompile import (CompileJob, CompileOutcome, KernelRef, compiler_options, default_workers,
-                                         ensure_pool, jit_signature, run_jobs)
+                                         ensure_pool, jit_signature, pool_running, run_jobs)
 from cutile_perf.tune.splitbuf import split_buffer
 from cutile_perf.tune.strategies import get_strategy, resolve_options
+from cutile_perf.tune.threadcompile import ThreadPrecompiler
 from cutile_perf.tune.timing import TIMERS, Candidate, Timer, warm_up
 
 
@@ -47,7 +49,9 @@ class TuneReport:
     trials: list[Trial] = field(default_factory=list)
     compiled: int = 0  # configs compiled by the workers
     timed: int = 0  # configs that reached the timing stage
-    pool_s: float = 0.0  # starting the compile workers (0 when a running pool was reused)
+    pool_s: float = 0.0  # starting the compile workers (0 when a running pool was reused, or threads)
+    compiler: str = ""  # threads | pool | none: who ran stage 1
+    handoffs: int = 0  # configs whose first launch took stage 1's cubin directly (no second frontend)
     compile_s: float = 0.0  # stage 1 after the pool was up, loads of finished configs included
     load_s: float = 0.0  # part of compile_s: first launch of each compiled config, overlapped
     timing_s: float = 0.0
@@ -55,8 +59,9 @@ class TuneReport:
 
     def breakdown(self) -> str:
         """``pool 0.4 s + compile 1.2 s (load 0.3 s overlapped) + timing 0.8 s``, for benchmark logs."""
-        return (f"pool {self.pool_s:.1f} s + compile {self.compile_s:.1f} s (load {self.load_s:.1f} s overlapped)"
-                f" + timing {self.timing_s:.1f} s")
+        head = f"pool {self.pool_s:.1f} s + " if self.pool_s else ""
+        return (f"{head}compile {self.compile_s:.2f} s [{self.compiler or 'none'}, handoffs {self.handoffs}]"
+                f" (load {self.load_s:.2f} s overlapped) + timing {self.timing_s:.2f} s")
 
 
 class ProcessPrecompiler:
@@ -94,13 +99,37 @@ class ProcessPrecompiler:
         return run_jobs(jobs, workers=self.workers, on_done=on_done)
 
 
+class AutoPrecompiler:
+    """Stage 1 by whoever is ready: the worker pool when one is running in this process (started by
+    ``prestart_compile_workers`` or an earlier search), else threads in this process.
+
+    Threads never pay a start (the pool's first start cost 3.5-4.8 s on the H200 host, the whole
+    budget of a small space); the pool runs frontends in parallel, which pays off once it is up.
+    ``last_mode`` says which one ran the last call.
+    """
+
+    def __init__(self, workers: int | None = None, timeout_s: float = 60.0):
+        self.threads = ThreadPrecompiler(workers, timeout_s)
+        self.processes = ProcessPrecompiler(workers, timeout_s)
+        self.last_pool_s = 0.0
+        self.last_mode = ""
+
+    def __call__(self, kernel, items, sm_arch, *, on_done=None):
+        chosen = self.processes if pool_running() and KernelRef.of(kernel) is not None else self.threads
+        self.last_mode = "pool" if chosen is self.processes else "threads"
+        out = chosen(kernel, items, sm_arch, on_done=on_done)
+        self.last_pool_s = chosen.last_pool_s
+        return out
+
+
 class Autotuner:
     """Tune-once / cache / launch for one kernel over one search space.
 
     ``fixed`` is the config launched when autotuning is disabled; it must be in ``space`` and is
     always evaluated first. ``timer`` is ``"cutile"`` (``exhaustive_search``'s sampling),
     ``"bench"`` (``cutile_perf.bench``) or any ``Timer`` (e.g. ``FakeBench`` in tests).
-    ``precompile`` is a callable like ``ProcessPrecompiler`` or None for in-process compilation.
+    ``precompile`` is ``"auto"`` (``AutoPrecompiler``), ``"threads"``, ``"pool"``, a callable like
+    ``ProcessPrecompiler``, or None (each config compiles on its first launch, like ``exhaustive_search``).
     """
 
     def __init__(self, kernel: Any, space: Iterable[Any], *, fixed: Any, name: str | None = None,
@@ -121,12 +150,15 @@ class Autotuner:
         self.strategy = get_strategy(strategy)
         self.options = resolve_options(strategy, options)
         self.timer: Timer = TIMERS[timer]() if isinstance(timer, str) else timer
-        self.precompile = ProcessPrecompiler(timeout_s=compile_timeout_s) if precompile == "auto" else precompile
+        makers = {"auto": AutoPrecompiler, "threads": ThreadPrecompiler, "pool": ProcessPrecompiler}
+        self.precompile = (makers[precompile](timeout_s=compile_timeout_s) if isinstance(precompile, str)
+                           else precompile)
         self.persistent = persistent
         self._cache_dir = cache_dir
         self._device = device
         self._launcher = launcher
         self.cache: dict[Any, Tuned] = {}
+        self._hot: dict[Any, tuple] = {}  # launch's view of cache; rebuilt from it on a miss
         self.reports: dict[Any, TuneReport] = {}
         self._kernels: dict[Config, Any] = {}
 
@@ -134,12 +166,23 @@ class Autotuner:
 
     def launch(self, stream: Any, key: Any, grid_fn: Callable[[Config], tuple], args_fn: Callable[[Config], tuple],
                *, inplace: Sequence[int] = ()) -> Config:
+        """Launch the tuned kernel of ``key`` (tuning it first on a miss); returns its config.
+
+        Hot path, measured against a raw ``ct.launch``: one dict lookup, the two user callbacks
+        and the launch. ``self._hot`` maps key -> (config, kernel, launcher) so nothing else is
+        looked up per call (the launcher is resolved once, at tune time).
+        """
         try:
-            cfg, kernel = self.cache[key]
+            cfg, kernel, launcher = self._hot[key]
         except KeyError:
-            cfg, kernel = self.tune(key, stream, grid_fn, args_fn, inplace=inplace)
-        self.launcher(stream, grid_fn(cfg), kernel, args_fn(cfg))
+            cfg, kernel, launcher = self._hot_entry(key, stream, grid_fn, args_fn, inplace)
+        launcher(stream, grid_fn(cfg), kernel, args_fn(cfg))
         return cfg
+
+    def _hot_entry(self, key, stream, grid_fn, args_fn, inplace):
+        tuned = self.cache.get(key) or self.tune(key, stream, grid_fn, args_fn, inplace=inplace)
+        hot = self._hot[key] = (tuned.config, tuned.kernel, self.launcher)
+        return hot
 
     @property
     def launcher(self) -> Callable[..., Any]:
@@ -153,9 +196,7 @@ class Autotuner:
         """The hinted kernel object of ``config``, created once (a new object has an empty JIT cache)."""
         k = self._kernels.get(config)
         if k is None:
-            hints = config.hints()
-            k = self.kernel.replace_hints(**hints) if hints else self.kernel
-            self._kernels[config] = k
+            k = self._kernels[config] = handoff.hinted_kernel(self.kernel, config.hints())
         return k
 
     # --- tuning ---------------------------------------------------------------------------------
@@ -169,6 +210,7 @@ class Autotuner:
         the caller's final launch.
         """
         start = time.perf_counter()
+        self._hot.pop(key, None)  # launch re-reads the new answer from self.cache
         if knobs.autotune_disabled():
             tuned = Tuned(self.fixed, self.kernel_for(self.fixed))
             self.cache[key] = tuned
@@ -219,12 +261,23 @@ class Autotuner:
             return Candidate(c, self.kernel_for(c), tuple(grid_fn(c)), tuple(search_args_fn(c)), stream, self.launcher)
 
         def load(outcome: CompileOutcome) -> None:
-            # Pipelined: the main process loads (JIT disk-cache hit + first launch) a config as soon
-            # as its worker is done, while the workers still compile the rest.
+            # Pipelined: the main process loads (first launch: the handed-off cubin, else a JIT
+            # disk-cache hit) a config as soon as it is compiled, while the rest still compile.
             if outcome.status != "ok":
                 return
             t = time.perf_counter()
-            failed.extend(warm_up([candidate(outcome.config)])[1])
+            cfg = outcome.config
+            kernel = self.kernel_for(cfg)
+            given = handoff.give(kernel, outcome.handoffs, self.device.sm_arch)
+            bad = warm_up([candidate(cfg)])[1]
+            if bad and given:
+                # Never let the handoff itself fail a config: retry through cuTile's own JIT path.
+                handoff.drop(kernel)
+                self._kernels.pop(cfg, None)
+                bad = warm_up([candidate(cfg)])[1]
+            elif given and handoff.used(kernel):
+                report.handoffs += 1
+            failed.extend(bad)
             report.load_s += time.perf_counter() - t
 
         t0 = time.perf_counter()
@@ -233,6 +286,9 @@ class Autotuner:
             items = [(c, [search_args_fn(c)] + ([real_args_fn(c)] if real_args_fn else [])) for c in configs]
             outcomes = self.precompile(self.kernel, items, self.device.sm_arch, on_done=load)
             pool_s = getattr(self.precompile, "last_pool_s", 0.0)
+            report.compiler = getattr(self.precompile, "last_mode", "") or (
+                "threads" if isinstance(self.precompile, ThreadPrecompiler)
+                else "pool" if isinstance(self.precompile, ProcessPrecompiler) else "custom")
             report.pool_s += pool_s
             t0 += pool_s
             for cfg, out in outcomes.items():

@@ -21,7 +21,7 @@ HINT_NAMES = ("num_ctas", "occupancy", "opt_level", "num_worker_warps")
 class Config(Mapping):
     """An immutable configuration: ``Config(TILE_M=128, occupancy=2)``; ``cfg.TILE_M``; ``cfg["TILE_M"]``."""
 
-    __slots__ = ("_items", "_hash")
+    __slots__ = ("_items", "_hash", "__dict__")
 
     def __init__(self, _values: Mapping[str, Any] | None = None, /, **values: Any):
         merged = {**(_values or {}), **values}
@@ -31,6 +31,13 @@ class Config(Mapping):
                 raise UsageError(f"config field {name}={value!r}: only int, float, str, bool or None values are allowed")
         object.__setattr__(self, "_items", tuple(sorted(merged.items())))
         object.__setattr__(self, "_hash", hash(self._items))
+        # Fields become plain instance attributes: ``cfg.TILE_M`` in a user's grid_fn/args_fn runs on
+        # every launch, and a normal attribute hit is several times cheaper than ``__getattr__``.
+        # A field named like a method (``keys``, ``hints``) stays reachable only as ``cfg["keys"]``.
+        fast = self.__dict__
+        for name, value in self._items:
+            if name.isidentifier() and not hasattr(Config, name):
+                fast[name] = value
 
     def __getattr__(self, name: str) -> Any:
         for key, value in object.__getattribute__(self, "_items"):

@@ -85,6 +85,7 @@ class CompileOutcome:
     status: str  # ok | compile | timeout | unavailable
     seconds: float
     detail: str = ""
+    handoffs: tuple = ()  # threadcompile.Handoff per compiled signature (cubin + symbol), for the JIT
 
 
 def register_pickling() -> None:
@@ -126,11 +127,17 @@ def run_job(job: CompileJob) -> CompileOutcome:
         return CompileOutcome(job.config, "unavailable", time.perf_counter() - start, f"{type(exc).__name__}: {exc}")
     try:
         with ct.compiler_timeout(job.timeout_s):
-            compile_tile(kernel._annotated_function, list(job.signatures), job.sm_arch, kernel._compiler_options)
+            result = compile_tile(kernel._annotated_function, list(job.signatures), job.sm_arch, kernel._compiler_options)
     except Exception as exc:
         status = "timeout" if "Timeout" in type(exc).__name__ else "compile"
         return CompileOutcome(job.config, status, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"[-2000:])
-    return CompileOutcome(job.config, "ok", time.perf_counter() - start)
+    handoffs = ()
+    if result.cubin and not result.library_lifecycle_providers:  # provider modules do not pickle: disk cache only
+        from cutile_perf.tune.threadcompile import Handoff
+
+        handoffs = tuple(Handoff(sig, result.cubin, done.symbol)
+                         for sig, done in zip(job.signatures, result.kernel_signatures))
+    return CompileOutcome(job.config, "ok", time.perf_counter() - start, "", handoffs)
 
 
 def compile_cost(config: Config) -> int:
@@ -183,6 +190,11 @@ def ensure_pool(workers: int, *, wait: bool = False) -> float:
     if wait:
         cf.wait(ready, timeout=600)
     return time.perf_counter() - start
+
+
+def pool_running() -> bool:
+    """True when a compile pool was started in this process and has not been shut down."""
+    return _POOL is not None
 
 
 def _ready() -> int:

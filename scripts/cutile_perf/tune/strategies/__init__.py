@@ -14,13 +14,14 @@ from typing import Any
 
 from cutile_perf.errors import UsageError
 from cutile_perf.tune.config import Config, Trial
-from cutile_perf.tune.strategies import exhaustive, sample_refine
+from cutile_perf.tune.strategies import exhaustive, sample_refine, surrogate
 
 Evaluate = Callable[[Sequence[Config]], list[Trial]]
 
 STRATEGIES: dict[str, ModuleType] = {
     "exhaustive": exhaustive,
     "sample_refine": sample_refine,
+    "surrogate": surrogate,
 }
 
 
