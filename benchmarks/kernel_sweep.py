@@ -52,7 +52,8 @@ def rms_norm_kernel(x, weight, out, eps: float, TILE_M: ct.Constant[int], TILE_N
 
 @ct.kernel
 def layer_norm_kernel(x, weight, bias, out, eps: float, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int],
-                      PERSISTENT: ct.Constant[bool], LOAD_TMA: ct.Constant[bool], STORE_TMA: ct.Constant[bool]):
+                      PERSISTENT: ct.Constant[bool], LOAD_TMA: ct.Constant[bool], STORE_TMA: ct.Constant[bool],
+                      ONE_PASS: ct.Constant[bool]):
     n = x.shape[1]
     in_row = ct.reshape(ct.arange(TILE_N, dtype=ct.int32), (1, TILE_N)) < n
     w = ct.reshape(ct.astype(ct.load(weight, (0,), (TILE_N,), padding_mode=ZERO), ct.float32), (1, TILE_N))
@@ -64,6 +65,13 @@ def layer_norm_kernel(x, weight, bias, out, eps: float, TILE_M: ct.Constant[int]
             dev = ct.where(in_row, t - ct.sum(t, axis=1, keepdims=True) / n, 0.0)
             rstd = ct.rsqrt(ct.sum(dev * dev, axis=1, keepdims=True) / n + eps)
             ct.store(out, (block, 0), ct.astype(dev * rstd * w + b, out.dtype), latency=3, allow_tma=STORE_TMA)
+    elif ONE_PASS:
+        # Both sums from the same registers at once (var = E[x^2] - mean^2): no reduction waits on another.
+        t = ct.astype(ct.load(x, (ct.bid(0), 0), (TILE_M, TILE_N), padding_mode=ZERO, allow_tma=LOAD_TMA),
+                      ct.float32)
+        mean = ct.sum(t, axis=1, keepdims=True) / n
+        rstd = ct.rsqrt(ct.sum(t * t, axis=1, keepdims=True) / n - mean * mean + eps)
+        ct.store(out, (ct.bid(0), 0), ct.astype((t - mean) * rstd * w + b, out.dtype), allow_tma=STORE_TMA)
     else:
         t = ct.astype(ct.load(x, (ct.bid(0), 0), (TILE_M, TILE_N), padding_mode=ZERO, allow_tma=LOAD_TMA),
                       ct.float32)
@@ -92,16 +100,27 @@ def softmax_kernel(x, out, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int],
 
 
 @ct.kernel
-def swiglu_kernel(a, b, out, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int], FAST: ct.Constant[bool]):
+def swiglu_kernel(a, b, out, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int], FAST: ct.Constant[bool],
+                  LOAD_TMA: ct.Constant[bool]):
     idx = (ct.bid(0), ct.bid(1))
-    av = ct.astype(ct.load(a, idx, (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
-    bv = ct.astype(ct.load(b, idx, (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
+    av = ct.astype(ct.load(a, idx, (TILE_M, TILE_N), padding_mode=ZERO, allow_tma=LOAD_TMA), ct.float32)
+    bv = ct.astype(ct.load(b, idx, (TILE_M, TILE_N), padding_mode=ZERO, allow_tma=LOAD_TMA), ct.float32)
     if FAST:
         denom = 1.0 + ct.exp2(av * -LOG2E, flush_to_zero=True)
         gated = ct.truediv(av, denom, flush_to_zero=True, rounding_mode=ct.RoundingMode.APPROX) * bv
     else:
         gated = av / (1.0 + ct.exp(0.0 - av)) * bv
     ct.store(out, idx, ct.astype(gated, out.dtype))
+
+
+@ct.kernel
+def swiglu_flat_kernel(a, b, out, TILE: ct.Constant[int]):
+    """The tensors as 1-D arrays: one tile index, no per-row bounds."""
+    av = ct.astype(ct.load(a, (ct.bid(0),), (TILE,), padding_mode=ZERO), ct.float32)
+    bv = ct.astype(ct.load(b, (ct.bid(0),), (TILE,), padding_mode=ZERO), ct.float32)
+    denom = 1.0 + ct.exp2(av * -LOG2E, flush_to_zero=True)
+    gated = ct.truediv(av, denom, flush_to_zero=True, rounding_mode=ct.RoundingMode.APPROX) * bv
+    ct.store(out, (ct.bid(0),), ct.astype(gated, out.dtype))
 
 
 @dataclass(frozen=True)
@@ -113,22 +132,27 @@ class RowConfig:
     load_tma: bool
     store_tma: bool
     warps: int = 0  # num_worker_warps hint, 0 = the compiler's default (4)
+    one_pass: bool = False  # layer norm only: mean and E[x^2] in one pass (non-persistent kernel)
 
     def label(self) -> str:
         return (f"tm={self.tile_m} occ={self.occupancy or '-'} warps={self.warps or '-'} "
                 f"{'persistent' if self.persistent else 'grid=all'} "
-                f"load={'tma' if self.load_tma else 'ldg'} store={'tma' if self.store_tma else 'stg'}")
+                f"load={'tma' if self.load_tma else 'ldg'} store={'tma' if self.store_tma else 'stg'}"
+                + (" one-pass" if self.one_pass else ""))
 
 
 @dataclass(frozen=True)
 class SwigluConfig:
-    tile_m: int
+    tile_m: int  # 0 = the tensors viewed as 1-D, tile_n elements per CTA
     tile_n: int
     occupancy: int
     fast: bool
+    load_tma: bool | None = None  # None: the compiler chooses (it picks LDG here)
 
     def label(self) -> str:
-        return f"tile={self.tile_m}x{self.tile_n} occ={self.occupancy or '-'} {'fast' if self.fast else 'precise'} sigmoid"
+        shape = f"flat {self.tile_n}" if self.tile_m == 0 else f"{self.tile_m}x{self.tile_n}"
+        tma = {None: "", True: " load=tma", False: " load=ldg"}[self.load_tma]
+        return f"tile={shape} occ={self.occupancy or '-'} {'fast' if self.fast else 'precise'} sigmoid{tma}"
 
 
 def _row_grid(rows: int, cfg: RowConfig, device_index: int) -> tuple[int]:
@@ -153,6 +177,8 @@ def row_function(op: str, cfg: RowConfig):
         grid = _row_grid(rows.shape[0], cfg, rows.device.index)
         if op == "softmax":
             args = (rows, out, cfg.tile_m, tile_n, *flags)
+        elif op == "layer_norm":
+            args = (rows, *[p.contiguous() for p in params], out, 1e-5, cfg.tile_m, tile_n, *flags, cfg.one_pass)
         else:
             eps = 1e-6 if op == "rms_norm" else 1e-5
             args = (rows, *[p.contiguous() for p in params], out, eps, cfg.tile_m, tile_n, *flags)
@@ -163,13 +189,18 @@ def row_function(op: str, cfg: RowConfig):
 
 
 def swiglu_function(cfg: SwigluConfig):
-    kernel = _hinted(swiglu_kernel, cfg.occupancy)
+    kernel = _hinted(swiglu_flat_kernel if cfg.tile_m == 0 else swiglu_kernel, cfg.occupancy)
 
     def run(a, b):
+        if cfg.tile_m == 0:
+            a1, b1 = a.contiguous().view(-1), b.contiguous().view(-1)
+            out = torch.empty_like(a1)
+            ct.launch(current_stream(), (ct.cdiv(a1.numel(), cfg.tile_n),), kernel, (a1, b1, out, cfg.tile_n))
+            return out.view(a.shape)
         a2, b2 = as_rows(a), as_rows(b)
         out = torch.empty_like(a2)
         grid = (ct.cdiv(a2.shape[0], cfg.tile_m), ct.cdiv(a2.shape[1], cfg.tile_n))
-        ct.launch(current_stream(), grid, kernel, (a2, b2, out, cfg.tile_m, cfg.tile_n, cfg.fast))
+        ct.launch(current_stream(), grid, kernel, (a2, b2, out, cfg.tile_m, cfg.tile_n, cfg.fast, cfg.load_tma))
         return out.view(a.shape)
 
     return run
@@ -197,6 +228,19 @@ def row_configs(row_bytes: int) -> list[RowConfig]:
         RowConfig(tm16, 2, t, t, f, 8),  # 8 worker warps (TileGym's layer norm default on sm_90)
         RowConfig(tm16, 2, f, f, f, 8),
         RowConfig(tm32, 1, t, t, f, 8),
+        # Second round, around the first round's winner (TMA load, STG store, one CTA per row block):
+        RowConfig(tm8, 4, f, t, f),
+        RowConfig(tm16, 2, f, t, f),
+        RowConfig(tm32, 2, f, t, f),
+        RowConfig(tm8, 8, f, t, f),
+        RowConfig(max(1, tm8 // 2), 8, f, t, f),
+        RowConfig(tm16, 4, f, t, f, 8),
+        RowConfig(tm8, 4, f, f, f),
+        RowConfig(max(1, tm8 // 2), 4, f, f, f),
+        RowConfig(max(1, tm8 // 2), 2, f, f, f),
+        RowConfig(tm16, 4, f, t, f, 0, True),   # layer norm: one-pass statistics
+        RowConfig(tm8, 4, f, t, f, 0, True),
+        RowConfig(tm16, 4, f, t, f, 8, True),
     ]
 
 
@@ -209,13 +253,25 @@ SWIGLU_CONFIGS = [
     SwigluConfig(4, 1024, 0, True),   # step 02's tiles
     SwigluConfig(1, 4096, 4, True),
     SwigluConfig(1, 2048, 0, False),
+    # Second round:
+    SwigluConfig(1, 512, 0, True),
+    SwigluConfig(1, 1024, 8, True),
+    SwigluConfig(1, 1024, 16, True),
+    SwigluConfig(1, 2048, 8, True),
+    SwigluConfig(1, 1024, 4, True, True),
+    SwigluConfig(2, 1024, 4, True, True),
+    SwigluConfig(4, 1024, 4, True, True),
+    SwigluConfig(4, 1024, 2, True, True),
+    SwigluConfig(0, 1024, 0, True),
+    SwigluConfig(0, 2048, 8, True),
 ]
 
 
 def configs_for(case) -> list:
     if case.module == "swiglu":
         return list(SWIGLU_CONFIGS)
-    return row_configs(case.shape[-1] * torch.empty((), dtype=case.dtype).element_size())
+    configs = row_configs(case.shape[-1] * torch.empty((), dtype=case.dtype).element_size())
+    return [c for c in configs if case.module == "layer_norm" or not c.one_pass]
 
 
 def function_for(case, cfg):
