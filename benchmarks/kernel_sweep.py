@@ -11,6 +11,7 @@ become prepared step files; this script never changes the work tree.
 Usage:
   python benchmarks/kernel_sweep.py                 # every op, every config (a few minutes: each config compiles)
   python benchmarks/kernel_sweep.py --only swiglu   # one op
+  python benchmarks/kernel_sweep.py --round 3       # only the third round's configs
   python benchmarks/kernel_sweep.py --quick         # QUICK_CASES shapes, short budgets (smoke run)
 """
 from __future__ import annotations
@@ -62,9 +63,14 @@ def layer_norm_kernel(x, weight, bias, out, eps: float, TILE_M: ct.Constant[int]
         for block in range(ct.bid(0), ct.num_tiles(x, axis=0, shape=(TILE_M, TILE_N)), ct.num_blocks(0)):
             t = ct.astype(ct.load(x, (block, 0), (TILE_M, TILE_N), padding_mode=ZERO, latency=10,
                                   allow_tma=LOAD_TMA), ct.float32)
-            dev = ct.where(in_row, t - ct.sum(t, axis=1, keepdims=True) / n, 0.0)
-            rstd = ct.rsqrt(ct.sum(dev * dev, axis=1, keepdims=True) / n + eps)
-            ct.store(out, (block, 0), ct.astype(dev * rstd * w + b, out.dtype), latency=3, allow_tma=STORE_TMA)
+            mean = ct.sum(t, axis=1, keepdims=True) / n
+            if ONE_PASS:
+                rstd = ct.rsqrt(ct.sum(t * t, axis=1, keepdims=True) / n - mean * mean + eps)
+                y = (t - mean) * rstd * w + b
+            else:
+                dev = ct.where(in_row, t - mean, 0.0)
+                y = dev * ct.rsqrt(ct.sum(dev * dev, axis=1, keepdims=True) / n + eps) * w + b
+            ct.store(out, (block, 0), ct.astype(y, out.dtype), latency=3, allow_tma=STORE_TMA)
     elif ONE_PASS:
         # Both sums from the same registers at once (var = E[x^2] - mean^2): no reduction waits on another.
         t = ct.astype(ct.load(x, (ct.bid(0), 0), (TILE_M, TILE_N), padding_mode=ZERO, allow_tma=LOAD_TMA),
@@ -101,10 +107,14 @@ def softmax_kernel(x, out, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int],
 
 @ct.kernel
 def swiglu_kernel(a, b, out, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int], FAST: ct.Constant[bool],
-                  LOAD_TMA: ct.Constant[bool]):
+                  LOAD_TMA: ct.Constant[int]):
     idx = (ct.bid(0), ct.bid(1))
-    av = ct.astype(ct.load(a, idx, (TILE_M, TILE_N), padding_mode=ZERO, allow_tma=LOAD_TMA), ct.float32)
-    bv = ct.astype(ct.load(b, idx, (TILE_M, TILE_N), padding_mode=ZERO, allow_tma=LOAD_TMA), ct.float32)
+    if LOAD_TMA == 1:  # 1: allow_tma=True; 0: the compiler's choice (a kernel argument cannot be None)
+        av = ct.astype(ct.load(a, idx, (TILE_M, TILE_N), padding_mode=ZERO, allow_tma=True), ct.float32)
+        bv = ct.astype(ct.load(b, idx, (TILE_M, TILE_N), padding_mode=ZERO, allow_tma=True), ct.float32)
+    else:
+        av = ct.astype(ct.load(a, idx, (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
+        bv = ct.astype(ct.load(b, idx, (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
     if FAST:
         denom = 1.0 + ct.exp2(av * -LOG2E, flush_to_zero=True)
         gated = ct.truediv(av, denom, flush_to_zero=True, rounding_mode=ct.RoundingMode.APPROX) * bv
@@ -147,7 +157,7 @@ class SwigluConfig:
     tile_n: int
     occupancy: int
     fast: bool
-    load_tma: bool | None = None  # None: the compiler chooses (it picks LDG here)
+    load_tma: bool | None = None  # None: the compiler chooses (it picks LDG here, and with True too)
 
     def label(self) -> str:
         shape = f"flat {self.tile_n}" if self.tile_m == 0 else f"{self.tile_m}x{self.tile_n}"
@@ -200,18 +210,19 @@ def swiglu_function(cfg: SwigluConfig):
         a2, b2 = as_rows(a), as_rows(b)
         out = torch.empty_like(a2)
         grid = (ct.cdiv(a2.shape[0], cfg.tile_m), ct.cdiv(a2.shape[1], cfg.tile_n))
-        ct.launch(current_stream(), grid, kernel, (a2, b2, out, cfg.tile_m, cfg.tile_n, cfg.fast, cfg.load_tma))
+        ct.launch(current_stream(), grid, kernel, (a2, b2, out, cfg.tile_m, cfg.tile_n, cfg.fast, int(bool(cfg.load_tma))))
         return out.view(a.shape)
 
     return run
 
 
-def row_configs(row_bytes: int) -> list[RowConfig]:
-    """Rows per CTA scaled to the row size (about 8, 16 or 32 KB of input per CTA), then the knobs."""
+def row_configs(row_bytes: int, rounds: set[int] | None = None) -> list[RowConfig]:
+    """Rows per CTA scaled to the row size (about 8, 16 or 32 KB of input per CTA), then the knobs.
+    Round 1 was the first H200 sweep, 2 and 3 refine around its winners; `rounds` picks some."""
     tm8 = max(1, 8192 // row_bytes)
     tm16, tm32 = 2 * tm8, 4 * tm8
     t, f = True, False
-    return [
+    first = [
         RowConfig(tm16, 4, t, t, t),   # the shipped best steps (TMA load and store, persistent, occupancy 4)
         RowConfig(tm16, 4, t, t, f),   # ... with a register-to-global store
         RowConfig(tm32, 1, t, t, f),   # TileGym's static persistent: 1 CTA per SM, bigger tiles
@@ -228,7 +239,8 @@ def row_configs(row_bytes: int) -> list[RowConfig]:
         RowConfig(tm16, 2, t, t, f, 8),  # 8 worker warps (TileGym's layer norm default on sm_90)
         RowConfig(tm16, 2, f, f, f, 8),
         RowConfig(tm32, 1, t, t, f, 8),
-        # Second round, around the first round's winner (TMA load, STG store, one CTA per row block):
+    ]
+    second = [  # around the first round's winner (TMA load, STG store, one CTA per row block)
         RowConfig(tm8, 4, f, t, f),
         RowConfig(tm16, 2, f, t, f),
         RowConfig(tm32, 2, f, t, f),
@@ -242,9 +254,20 @@ def row_configs(row_bytes: int) -> list[RowConfig]:
         RowConfig(tm8, 4, f, t, f, 0, True),
         RowConfig(tm16, 4, f, t, f, 8, True),
     ]
+    third = [  # occupancy around the winner; layer norm's one-pass statistics in the persistent loop
+        RowConfig(tm16, 3, f, t, f),
+        RowConfig(tm16, 5, f, t, f),
+        RowConfig(tm16, 6, f, t, f),
+        RowConfig(tm16, 3, f, t, f, 0, True),
+        RowConfig(tm16, 4, t, t, f, 0, True),
+        RowConfig(tm32, 1, t, t, f, 8, True),
+        RowConfig(tm32, 2, t, t, f, 0, True),
+    ]
+    chosen = {1: first, 2: second, 3: third}
+    return [c for r, cs in chosen.items() if rounds is None or r in rounds for c in cs]
 
 
-SWIGLU_CONFIGS = [
+SWIGLU_ROUNDS = {1: [
     SwigluConfig(1, 1024, 0, False),  # the plain kernel
     SwigluConfig(1, 1024, 0, True),
     SwigluConfig(1, 2048, 0, True),
@@ -253,7 +276,7 @@ SWIGLU_CONFIGS = [
     SwigluConfig(4, 1024, 0, True),   # step 02's tiles
     SwigluConfig(1, 4096, 4, True),
     SwigluConfig(1, 2048, 0, False),
-    # Second round:
+], 2: [
     SwigluConfig(1, 512, 0, True),
     SwigluConfig(1, 1024, 8, True),
     SwigluConfig(1, 1024, 16, True),
@@ -264,13 +287,21 @@ SWIGLU_CONFIGS = [
     SwigluConfig(4, 1024, 2, True, True),
     SwigluConfig(0, 1024, 0, True),
     SwigluConfig(0, 2048, 8, True),
-]
+], 3: [
+    SwigluConfig(0, 512, 0, True),
+    SwigluConfig(0, 2048, 0, True),
+    SwigluConfig(0, 1024, 8, True),
+    SwigluConfig(0, 1024, 16, True),
+    SwigluConfig(0, 4096, 4, True),
+    SwigluConfig(1, 512, 0, True),
+    SwigluConfig(1, 1024, 8, True),
+]}
 
 
-def configs_for(case) -> list:
+def configs_for(case, rounds: set[int] | None = None) -> list:
     if case.module == "swiglu":
-        return list(SWIGLU_CONFIGS)
-    configs = row_configs(case.shape[-1] * torch.empty((), dtype=case.dtype).element_size())
+        return [c for r, cs in SWIGLU_ROUNDS.items() if rounds is None or r in rounds for c in cs]
+    configs = row_configs(case.shape[-1] * torch.empty((), dtype=case.dtype).element_size(), rounds)
     return [c for c in configs if case.module == "layer_norm" or not c.one_pass]
 
 
@@ -289,11 +320,11 @@ def _compile_config(job: tuple) -> str:
         return f"{case.kernel} {cfg.label()}: {kb._error(exc)}"
 
 
-def sweep_case(case, budget: dict, copy_tbps: float) -> list[dict]:
+def sweep_case(case, budget: dict, copy_tbps: float, rounds: set[int] | None = None) -> list[dict]:
     inputs = kb.make_inputs(case)
     expected = kb.torch_reference(case)(*inputs)
     units = kb.work_units(case, inputs)
-    configs = [(cfg.label(), function_for(case, cfg)) for cfg in configs_for(case)]
+    configs = [(cfg.label(), function_for(case, cfg)) for cfg in configs_for(case, rounds)]
     rows = []
     for label, fn in configs:
         row = {"case": f"{case.kernel} {'x'.join(map(str, case.shape))} {str(case.dtype).replace('torch.', '')}",
@@ -321,21 +352,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="run only cases whose kernel name starts with this (repeatable)")
     parser.add_argument("--precompile", type=int, default=0, metavar="N",
                         help="compile every config first in N processes (cuTile's disk cache)")
+    parser.add_argument("--round", action="append", type=int, default=[], choices=(1, 2, 3),
+                        help="only the configs of this sweep round (repeatable; default: all rounds)")
     args = parser.parse_args(argv)
+    rounds = set(args.round) or None
     if not torch.cuda.is_available():
         print("benchmarks/kernel_sweep.py needs a CUDA GPU (torch sees none)", file=sys.stderr)
         return 3
     budget = {"warmup_ms": 10.0, "rep_ms": 30.0, "max_reps": 200} if args.quick else {}
     cases = [c for c in (kb.QUICK_CASES if args.quick else kb.FULL_CASES) if c.kind == "memory"
              and (not args.only or any(c.kernel.startswith(o) for o in args.only))]
-    jobs = [(case, cfg) for case in cases for cfg in configs_for(case)]
+    jobs = [(case, cfg) for case in cases for cfg in configs_for(case, rounds)]
     for failure in kb.run_pool(_compile_config, jobs, args.precompile):
         if failure:
             print(f"precompile: {failure}", file=sys.stderr)
     copy_tbps = kb.copy_bandwidth_tbps(budget, args.quick)
     print(f"copy ceiling {copy_tbps:.3f} TB/s; times: median, cold L2, CUDA events (cutile_perf.bench)")
     for case in cases:
-        rows = sweep_case(case, budget, copy_tbps)
+        rows = sweep_case(case, budget, copy_tbps, rounds)
         for r in sorted(rows, key=lambda r: r["ms"] if r["ms"] is not None else float("inf")):
             ms = f"{r['ms']:.4f}" if r["ms"] is not None else "n/a"
             pct = f"{r['pct']:.1f} %" if r["pct"] is not None else ""
