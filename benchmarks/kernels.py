@@ -5,23 +5,32 @@ For every case it times, in the same run, the shipped PLAIN kernel and the BEST 
 its path; the work tree is never changed). Every column comes from this run, timed by
 ``cutile_perf.bench`` (cold L2, CUDA events, median of the samples):
 
-  kernel | version | shape | dtype | cuTile ms | torch eager ms | torch.compile ms | achieved | % of ceiling | goal
+  kernel | version | shape | dtype | cuTile ms | torch eager ms | torch.compile ms | TileGym ms | achieved | % of ceiling | goal
 
 The ceiling is measured in the same run: device-to-device copy bandwidth for memory-bound kernels,
 torch.matmul (cuBLAS) for matmul, SDPA with the flash backend for attention. For matmul and attention
-the torch eager column IS that ceiling. Goals (GOALS below): memory-bound kernels >= 90 % of copy
-bandwidth AND faster than torch.compile; matmul and attention >= 90 % of their ceiling. Each cuTile
-output is checked against the torch reference first; a wrong result is reported, never timed.
+the torch eager column IS that ceiling. Goals (GOALS below): memory-bound kernels >= 92 % of copy
+bandwidth AND faster than torch.compile AND (with --tilegym) at least as fast as NVIDIA TileGym's own
+cuTile kernel; matmul and attention >= 90 % of their ceiling. Each cuTile output is checked against
+the torch reference first; a wrong result is reported, never timed.
+
+--tilegym imports TileGym's cuTile ops (``tilegym.ops.cutile``; put TileGym's ``src/`` on PYTHONPATH),
+times every launch mode each op offers for the memory-bound cases and reports the fastest, with
+its mode in the notes. --precompile N compiles every cuTile version first in N worker processes on
+small inputs of the same dtype and row length (same specialization), so the timed run finds them in
+cuTile's disk cache; it changes no timing.
 
 Usage:
   python benchmarks/kernels.py              # realistic shapes, plain + best (about two minutes on an H200)
   python benchmarks/kernels.py --quick      # small shapes, short budgets: a smoke run
   python benchmarks/kernels.py --markdown   # a Markdown table for a README
   python benchmarks/kernels.py --all-steps --only softmax   # every prepared step, not only the best
+  PYTHONPATH=.tilegym/src python benchmarks/kernels.py --tilegym --only rms_norm   # add TileGym's column
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import importlib.util
 import sys
@@ -107,6 +116,57 @@ def torch_reference(case: Case) -> Callable:
     return lambda q, k, v: _sdpa_flash(q, k, v, case.causal)
 
 
+def tilegym_variants(case: Case) -> list[tuple[str, Callable]]:
+    """(mode, function) for each launch mode of TileGym's own cuTile op for this case; [] when it has none.
+
+    Imported lazily: TileGym is optional (its ``src/`` must be on PYTHONPATH). Only its public entry
+    points are called, with the arguments its own tests use; eps matches ``torch_reference``."""
+    if case.kind != "memory":
+        return []
+    if case.module == "rms_norm":
+        from tilegym.ops.cutile.rms_norm import rms_norm as tg
+
+        return [(f"rms_norm mode={mode}", lambda x, w, mode=mode: tg(x, None, w, 1e-6, mode=mode))
+                for mode in ("static_persistent", "multi_wave_reload", "multi_wave_cached")]
+    if case.module == "layer_norm":
+        from tilegym.ops.cutile.layer_norm_legacy import layer_norm_legacy as tg
+
+        return [("layer_norm_legacy", lambda x, w, b: tg(x, x.shape[-1:], w, b, 1e-5))]
+    if case.module == "softmax":
+        from tilegym.ops.cutile.softmax import softmax as tg
+
+        return [("softmax default", lambda x: tg(x)), ("softmax use_tma", lambda x: tg(x, use_tma=True)),
+                ("softmax use_multi_wave", lambda x: tg(x, use_multi_wave=True))]
+    if case.module == "swiglu":
+        from tilegym.ops.cutile.swiglu import swiglu as tg
+
+        return [("swiglu", lambda a, b: tg(a, b))]
+    return []
+
+
+def tilegym_column(case: Case, inputs: tuple, expected, budget: dict) -> tuple[float | None, list[str]]:
+    """The fastest correct TileGym mode's median ms for this case, and notes naming each mode's time."""
+    best, notes = None, []
+    try:
+        variants = tilegym_variants(case)
+    except Exception as exc:  # TileGym not importable: say so once, keep the rest of the table
+        return None, [f"TileGym {_error(exc)}"]
+    for mode, fn in variants:
+        try:
+            wrong = check_close(fn(*inputs), expected) if expected is not None else ""
+        except Exception as exc:
+            notes.append(f"TileGym {mode}: {_error(exc)}")
+            continue
+        if wrong:
+            notes.append(f"TileGym {mode}: {wrong}")
+            continue
+        ms, note = try_time(lambda: fn(*inputs), budget)
+        notes.append(f"TileGym {mode}: {f'{ms:.4f} ms' if ms is not None else note}")
+        if ms is not None and (best is None or ms < best):
+            best = ms
+    return best, notes
+
+
 def _sdpa_flash(q, k, v, causal: bool):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -130,13 +190,14 @@ def work_units(case: Case, inputs: tuple) -> float:
 
 
 GOALS = {  # kind -> minimum % of the ceiling measured in the same run
-    "memory": 90.0,  # of copy bandwidth; memory-bound kernels must also beat torch.compile
+    "memory": 92.0,  # of copy bandwidth; memory-bound kernels must also beat torch.compile and TileGym
     "matmul": 90.0,  # of torch.matmul (cuBLAS)
     "attention": 90.0,  # of SDPA flash
 }
 
 
-def goal_status(kind: str, ceiling_pct: float | None, cutile_ms: float | None, compile_ms: float | None) -> str:
+def goal_status(kind: str, ceiling_pct: float | None, cutile_ms: float | None, compile_ms: float | None,
+                tilegym_ms: float | None = None) -> str:
     """'met', or 'missed: ...' with how far each part of the goal is from being met, or 'n/a'."""
     if ceiling_pct is None or cutile_ms is None:
         return "n/a"
@@ -145,6 +206,8 @@ def goal_status(kind: str, ceiling_pct: float | None, cutile_ms: float | None, c
         misses.append(f"{GOALS[kind] - ceiling_pct:.1f} pts below {GOALS[kind]:.0f} % of ceiling")
     if kind == "memory" and compile_ms is not None and cutile_ms >= compile_ms:
         misses.append(f"{100.0 * (cutile_ms / compile_ms - 1.0):.1f} % slower than torch.compile")
+    if kind == "memory" and tilegym_ms is not None and cutile_ms > tilegym_ms:
+        misses.append(f"{100.0 * (cutile_ms / tilegym_ms - 1.0):.1f} % slower than TileGym")
     return "met" if not misses else "missed: " + "; ".join(misses)
 
 
@@ -210,8 +273,9 @@ def check_close(actual, expected) -> str:
     return ""
 
 
-def torch_columns(case: Case, inputs: tuple, budget: dict) -> dict:
-    """Eager and torch.compile times for one case (one compiled function per shape), plus the reference."""
+def torch_columns(case: Case, inputs: tuple, budget: dict, tilegym: bool = False) -> dict:
+    """Eager, torch.compile (one compiled function per shape) and, with ``tilegym``, TileGym times for
+    one case, plus the reference output."""
     ref = torch_reference(case)
     eager_ms, eager_note = try_time(lambda: ref(*inputs), budget)
     compiled = torch.compile(ref)
@@ -221,14 +285,19 @@ def torch_columns(case: Case, inputs: tuple, budget: dict) -> dict:
         expected = ref(*inputs)
     except Exception:  # already reported in the eager column's note; the cuTile rows go unchecked
         expected = None
-    return {"eager_ms": eager_ms, "compile_ms": compile_ms, "expected": expected, "notes": notes}
+    tilegym_ms = None
+    if tilegym and case.kind == "memory":
+        tilegym_ms, tilegym_notes = tilegym_column(case, inputs, expected, budget)
+        notes += tilegym_notes
+    return {"eager_ms": eager_ms, "compile_ms": compile_ms, "tilegym_ms": tilegym_ms, "expected": expected,
+            "notes": notes}
 
 
 def run_version(case: Case, label: str, path: Path | None, inputs: tuple, ref: dict, budget: dict,
                 copy_tbps: float) -> dict:
     row = {"kernel": case.kernel, "version": label, "shape": "x".join(map(str, case.shape)),
            "dtype": str(case.dtype).replace("torch.", ""), "eager_ms": ref["eager_ms"],
-           "compile_ms": ref["compile_ms"], "cutile_ms": None, "achieved": "", "ceiling_pct": None,
+           "compile_ms": ref["compile_ms"], "tilegym_ms": ref.get("tilegym_ms"), "cutile_ms": None, "achieved": "", "ceiling_pct": None,
            "notes": list(ref["notes"]) if label == "plain" else []}
     try:
         fn = load_function(case, path)
@@ -254,19 +323,54 @@ def run_version(case: Case, label: str, path: Path | None, inputs: tuple, ref: d
         tflops = units / (cutile_ms * 1e-3) / 1e12
         ceiling = units / (ref["eager_ms"] * 1e-3) / 1e12 if ref["eager_ms"] else None
         row.update(achieved=f"{tflops:.0f} TFLOP/s", ceiling_pct=100.0 * tflops / ceiling if ceiling else None)
-    row["goal"] = goal_status(case.kind, row["ceiling_pct"], cutile_ms, ref["compile_ms"])
+    row["goal"] = goal_status(case.kind, row["ceiling_pct"], cutile_ms, ref["compile_ms"], ref.get("tilegym_ms"))
     return row
 
 
-def run_case(case: Case, budget: dict, copy_tbps: float, all_steps: bool) -> list[dict]:
+def run_case(case: Case, budget: dict, copy_tbps: float, all_steps: bool, tilegym: bool = False) -> list[dict]:
     inputs = make_inputs(case)
-    ref = torch_columns(case, inputs, budget)
+    ref = torch_columns(case, inputs, budget, tilegym)
     return [run_version(case, label, path, inputs, ref, budget, copy_tbps)
             for label, path in versions(case.module, all_steps)]
 
 
+def small(case: Case) -> Case:
+    """The case with 512 rows: the same dtype, row length and shape divisibility (so the same compiled
+    specialization) at a fraction of the memory; matmul and attention are left as they are."""
+    if case.kind != "memory":
+        return case
+    return dataclasses.replace(case, shape=(512, *case.shape[1:]))
+
+
+def _compile_version(job: tuple) -> str:
+    """Worker: run one version once on small inputs so cuTile compiles it into its disk cache."""
+    case, path = job
+    try:
+        load_function(case, path)(*make_inputs(small(case)))
+        torch.cuda.synchronize()
+        return ""
+    except Exception as exc:  # reported by the timed run itself; here it only costs the warm-up
+        return f"{case.kernel} {path.name if path else 'plain'}: {_error(exc)}"
+
+
+def run_pool(worker: Callable, jobs: list, processes: int) -> list:
+    """worker(job) for every job in `processes` spawned processes (CUDA needs spawn, not fork)."""
+    import multiprocessing
+
+    if processes < 1 or not jobs:
+        return []
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        return pool.map(worker, jobs, chunksize=1)
+
+
+def precompile(cases: list[Case], all_steps: bool, processes: int) -> list[str]:
+    """Compile the cuTile versions of the memory-bound cases in parallel; returns the failures."""
+    jobs = [(case, path) for case in cases if case.kind == "memory" for _, path in versions(case.module, all_steps)]
+    return [err for err in run_pool(_compile_version, jobs, processes) if err]
+
+
 COLUMNS = ["kernel", "version", "shape", "dtype", "cuTile (ms)", "torch eager (ms)", "torch.compile (ms)",
-           "achieved", "% of ceiling", "goal"]
+           "TileGym (ms)", "achieved", "% of ceiling", "goal"]
 
 
 def render(rows: list[dict], header: str, markdown: bool) -> str:
@@ -276,7 +380,7 @@ def render(rows: list[dict], header: str, markdown: bool) -> str:
         return f"{v:.1f} %" if pct else (f"{v:.4f}" if isinstance(v, float) else str(v))
 
     table = [[r["kernel"], r["version"], r["shape"], r["dtype"], fmt(r["cutile_ms"]), fmt(r["eager_ms"]),
-              fmt(r["compile_ms"]), fmt(r["achieved"]), fmt(r["ceiling_pct"], pct=True), r["goal"]] for r in rows]
+              fmt(r["compile_ms"]), fmt(r.get("tilegym_ms")), fmt(r["achieved"]), fmt(r["ceiling_pct"], pct=True), r["goal"]] for r in rows]
     notes = [f"- {r['kernel']} {r['version']} {r['shape']}: {n}" for r in rows for n in r["notes"]]
     if markdown:
         lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
@@ -296,6 +400,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="time every prepared step of steps.yaml, not only the `best:` one")
     parser.add_argument("--only", action="append", default=[], metavar="KERNEL",
                         help="run only rows whose kernel name starts with this (repeatable)")
+    parser.add_argument("--tilegym", action="store_true",
+                        help="add a column with NVIDIA TileGym's own cuTile kernel (its src/ on PYTHONPATH)")
+    parser.add_argument("--precompile", type=int, default=0, metavar="N",
+                        help="compile the memory-bound cuTile versions first in N processes (disk cache)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/kernels.py needs a CUDA GPU (torch sees none)", file=sys.stderr)
@@ -303,17 +411,20 @@ def main(argv: list[str] | None = None) -> int:
     budget = {"warmup_ms": 10.0, "rep_ms": 30.0, "max_reps": 200} if args.quick else {}
     cases = [c for c in (QUICK_CASES if args.quick else FULL_CASES)
              if not args.only or any(c.kernel.startswith(o) for o in args.only)]
+    for failure in precompile(cases, args.all_steps, args.precompile):
+        print(f"precompile: {failure}", file=sys.stderr)
     copy_tbps = copy_bandwidth_tbps(budget, args.quick)
     rows = []
     for case in cases:
         print(f"... {case.kernel} {'x'.join(map(str, case.shape))}", file=sys.stderr, flush=True)
-        rows.extend(run_case(case, budget, copy_tbps, args.all_steps))
+        rows.extend(run_case(case, budget, copy_tbps, args.all_steps, args.tilegym))
         torch.cuda.empty_cache()
     props = torch.cuda.get_device_properties(0)
     header = (f"{props.name} (sm_{props.major}{props.minor}), torch {torch.__version__}; times: median, cold L2, "
               f"CUDA events (cutile_perf.bench). Memory ceiling = copy {copy_tbps:.2f} TB/s; "
               "matmul ceiling = torch.matmul; attention ceiling = SDPA flash. Goal: memory-bound >= "
-              f"{GOALS['memory']:.0f} % of copy and faster than torch.compile; matmul/attention >= "
+              f"{GOALS['memory']:.0f} % of copy, faster than torch.compile and not slower than TileGym; "
+              f"matmul/attention >= "
               f"{GOALS['matmul']:.0f} % of ceiling. version: plain = shipped kernel, else the step file.")
     print(render(rows, header, args.markdown))
     return 0

@@ -3,15 +3,22 @@
 ``KernelSignature.from_kernel_args`` needs a CUDA driver, so CI builds the signature by hand. The
 constraints below are the ones the JIT infers for a freshly allocated, contiguous torch tensor whose
 row length is a multiple of 16 bytes: 16-byte aligned base, unit stride in the last dimension, outer
-strides divisible by 16 bytes, no aliasing. Each op module's ``aot_signatures()`` uses them.
+strides divisible by 16 bytes, no aliasing, and (by default) every dimension a multiple of 16: the
+JIT sets that bit per launch for shapes like the benchmark's (its kernel names in cuTile's disk
+cache, demangled with ``cuda.tile.compilation.demangle_kernel_name``, carry shape divisibility 16
+on the H200 run of benchmarks/kernel_sweep.py). Without it the sm_90 cubin has to bound-check every
+element and moves 2 bytes per instruction (LDG.E.U16) where the JIT's cubin moves 16 (LDG.E.128),
+so SASS read from an AOT build would misrepresent the kernel that runs. Each op module's
+``aot_signatures()`` uses them.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 
-def contiguous(dtype, ndim: int, *, alias_group: str | None = None):
-    """ArrayConstraint for a C-contiguous, 16-byte aligned array of ``dtype`` with ``ndim`` dims."""
+def contiguous(dtype, ndim: int, *, alias_group: str | None = None, shape_divisible_by: int = 16):
+    """ArrayConstraint for a C-contiguous, 16-byte aligned array of ``dtype`` with ``ndim`` dims whose
+    extents are multiples of ``shape_divisible_by`` (pass 1 for arbitrary shapes)."""
     from cuda.tile.compilation import ArrayConstraint
     import cuda.tile as ct
 
@@ -26,6 +33,7 @@ def contiguous(dtype, ndim: int, *, alias_group: str | None = None):
         stride_constant=[None] * (ndim - 1) + [1],
         stride_divisible_by=[elems_per_16_bytes] * (ndim - 1) + [1],
         base_addr_divisible_by=16,
+        shape_divisible_by=[shape_divisible_by] * ndim,
     )
 
 

@@ -1,8 +1,9 @@
 """RMSNorm over the last dimension: ``y = x / sqrt(mean(x**2) + eps) * weight``.
 
-Step 03: each CTA normalizes TILE_M rows at once as a (TILE_M, next_power_of_2(N)) tile
-(about 16 KB of fp16), instead of one row. Narrow rows (1024 fp16 = 2 KB) made each CTA
-too small to amortize its launch, its weight load and its reduction latency.
+Step 01 (one change from the plain kernel): when the row fits in one tile
+(``next_power_of_2(N) <= MAX_ROW_TILE``), each CTA gathers its whole row ONCE as a
+``next_power_of_2(N)`` tile, keeps it in registers and writes the result: ``x`` is read once
+instead of twice (3N -> 2N elements of traffic per row). Longer rows keep the plain two-pass loop.
 """
 from __future__ import annotations
 
@@ -13,34 +14,35 @@ from tilesuite.ops.cutile._host import as_rows, current_stream, next_power_of_2
 
 LOOP_TILE_N = 256  # columns per loop step for rows longer than MAX_ROW_TILE
 MAX_ROW_TILE = 8192  # a larger row tile would not fit in registers without spilling
-ROWS_TILE_ELEMS = 8192  # rows per CTA = ROWS_TILE_ELEMS // row tile: ~16 KB of fp16 per CTA
-ZERO = ct.PaddingMode.ZERO
 
 
 @ct.kernel
-def rms_norm_rows_kernel(x, weight, out, eps: float, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int]):
-    block = ct.bid(0)
+def rms_norm_row_kernel(x, weight, out, eps: float, TILE_N: ct.Constant[int]):
+    row = ct.bid(0)
     n = x.shape[1]
-    w = ct.reshape(ct.astype(ct.load(weight, (0,), (TILE_N,), padding_mode=ZERO), ct.float32), (1, TILE_N))
-    xr = ct.astype(ct.load(x, (block, 0), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
-    rstd = ct.rsqrt(ct.sum(xr * xr, axis=1, keepdims=True) / n + eps)
-    ct.store(out, (block, 0), ct.astype(xr * rstd * w, out.dtype))
+    cols = ct.arange(TILE_N, dtype=ct.int32)
+    xr = ct.astype(ct.gather(x, (row, cols), padding_value=0), ct.float32)
+    w = ct.astype(ct.gather(weight, (cols,), padding_value=0), ct.float32)
+    rstd = ct.rsqrt(ct.sum(xr * xr) / n + eps)
+    ct.scatter(out, (row, cols), ct.astype(xr * rstd * w, out.dtype))
 
 
 @ct.kernel
 def rms_norm_loop_kernel(x, weight, out, eps: float, TILE_N: ct.Constant[int]):
     row = ct.bid(0)
     n = x.shape[1]
-    num_col_tiles = ct.num_tiles(x, axis=1, shape=(1, TILE_N))
-    sum_sq = ct.full((1, TILE_N), 0.0, dtype=ct.float32)
+    num_col_tiles = ct.cdiv(n, TILE_N)
+    cols = ct.arange(TILE_N, dtype=ct.int32)
+    sum_sq = ct.full((TILE_N,), 0.0, dtype=ct.float32)
     for j in range(num_col_tiles):
-        xj = ct.astype(ct.load(x, (row, j), (1, TILE_N), padding_mode=ZERO), ct.float32)
+        xj = ct.astype(ct.gather(x, (row, cols + j * TILE_N), padding_value=0), ct.float32)
         sum_sq = sum_sq + xj * xj
     rstd = ct.rsqrt(ct.sum(sum_sq) / n + eps)
     for j in range(num_col_tiles):
-        xj = ct.astype(ct.load(x, (row, j), (1, TILE_N), padding_mode=ZERO), ct.float32)
-        wj = ct.astype(ct.load(weight, (j,), (TILE_N,), padding_mode=ZERO), ct.float32)
-        ct.store(out, (row, j), ct.astype(xj * rstd * ct.reshape(wj, (1, TILE_N)), out.dtype))
+        offsets = cols + j * TILE_N
+        xj = ct.astype(ct.gather(x, (row, offsets), padding_value=0), ct.float32)
+        wj = ct.astype(ct.gather(weight, (offsets,), padding_value=0), ct.float32)
+        ct.scatter(out, (row, offsets), ct.astype(xj * rstd * wj, out.dtype))
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -54,9 +56,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     if row_tile > MAX_ROW_TILE:
         ct.launch(stream, (rows.shape[0],), rms_norm_loop_kernel, (rows, w, out, float(eps), LOOP_TILE_N))
         return out.view(x.shape)
-    tile_m = max(1, ROWS_TILE_ELEMS // row_tile)
-    grid = (ct.cdiv(rows.shape[0], tile_m),)
-    ct.launch(stream, grid, rms_norm_rows_kernel, (rows, w, out, float(eps), tile_m, row_tile))
+    ct.launch(stream, (rows.shape[0],), rms_norm_row_kernel, (rows, w, out, float(eps), row_tile))
     return out.view(x.shape)
 
 
@@ -65,5 +65,5 @@ def aot_signatures():
     from tilesuite.aot import contiguous, scalar, signature
 
     params = [contiguous(ct.float16, 2), contiguous(ct.float16, 1), contiguous(ct.float16, 2), scalar(ct.float32)]
-    return [(rms_norm_rows_kernel, [signature(params + [8, 1024])]),
+    return [(rms_norm_row_kernel, [signature(params + [1024])]),
             (rms_norm_loop_kernel, [signature(params + [LOOP_TILE_N])])]

@@ -1,0 +1,75 @@
+"""Softmax over the last dimension, computed in fp32.
+
+Step 08 (one change from step 07): one CTA per row block instead of the persistent grid (grid =
+number of row blocks; the occupancy hint 4 stays). In the knob sweep (benchmarks/kernel_sweep.py)
+the persistent loop capped the row kernels near 88-90 % of copy; short-lived CTAs, each issuing
+one load, let the hardware scheduler keep every SM's loads in flight.
+"""
+from __future__ import annotations
+
+import cuda.tile as ct
+import torch
+
+from tilesuite.ops.cutile._host import as_rows, current_stream, next_power_of_2
+
+LOOP_TILE_N = 1024  # columns per loop step for rows longer than MAX_ROW_TILE
+MAX_ROW_TILE = 8192  # fp32 row in registers; larger rows would spill
+ROWS_TILE_ELEMS = 8192  # rows per CTA = ROWS_TILE_ELEMS // row tile: ~16 KB of fp16 per CTA
+OCCUPANCY = 4  # CTAs per SM the compiler sizes registers for
+NEG_INF = ct.PaddingMode.NEG_INF
+ZERO = ct.PaddingMode.ZERO
+LOG2E = 1.4426950408889634
+
+
+@ct.kernel(occupancy=OCCUPANCY)
+def softmax_rows_kernel(x, out, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int]):
+    # A bulk (TMA) copy can only fill out-of-bounds elements with zeros, so the tile is loaded
+    # zero-padded and the columns past the row end are set to -inf here: they never win the max and
+    # exp2 maps them to 0, so the sum is over the true row. Rows past the end of x (last block) load
+    # as zeros, stay finite, and are never stored.
+    in_row = ct.reshape(ct.arange(TILE_N, dtype=ct.int32), (1, TILE_N)) < x.shape[1]
+    block = ct.bid(0)
+    t = ct.load(x, (block, 0), (TILE_M, TILE_N), padding_mode=ZERO, latency=10)
+    t = ct.where(in_row, ct.astype(t, ct.float32) * LOG2E, float("-inf"))
+    e = ct.exp2(t - ct.max(t, axis=1, keepdims=True), flush_to_zero=True)
+    inv_sum = 1.0 / ct.sum(e, axis=1, keepdims=True)
+    ct.store(out, (block, 0), ct.astype(e * inv_sum, out.dtype), latency=3, allow_tma=False)
+
+
+@ct.kernel
+def softmax_loop_kernel(x, out, TILE_N: ct.Constant[int]):
+    row = ct.bid(0)
+    num_col_tiles = ct.num_tiles(x, axis=1, shape=(1, TILE_N))
+    run_max = ct.full((1, 1), float("-inf"), dtype=ct.float32)
+    run_sum = ct.full((1, 1), 0.0, dtype=ct.float32)
+    for j in range(num_col_tiles):
+        t = ct.astype(ct.load(x, (row, j), (1, TILE_N), padding_mode=NEG_INF), ct.float32)
+        new_max = ct.maximum(run_max, ct.max(t, axis=1, keepdims=True))
+        run_sum = run_sum * ct.exp(run_max - new_max) + ct.sum(ct.exp(t - new_max), axis=1, keepdims=True)
+        run_max = new_max
+    for j in range(num_col_tiles):
+        t = ct.astype(ct.load(x, (row, j), (1, TILE_N), padding_mode=NEG_INF), ct.float32)
+        ct.store(out, (row, j), ct.astype(ct.exp(t - run_max) / run_sum, out.dtype))
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    """Softmax of ``x`` over its last dimension, same shape and dtype as ``x``."""
+    rows = as_rows(x)
+    out = torch.empty_like(rows)
+    stream, row_tile = current_stream(), next_power_of_2(rows.shape[1])
+    if row_tile > MAX_ROW_TILE:
+        ct.launch(stream, (rows.shape[0],), softmax_loop_kernel, (rows, out, LOOP_TILE_N))
+        return out.view(x.shape)
+    tile_m = max(1, ROWS_TILE_ELEMS // row_tile)
+    grid = (ct.cdiv(rows.shape[0], tile_m),)  # one CTA per row block
+    ct.launch(stream, grid, softmax_rows_kernel, (rows, out, tile_m, row_tile))
+    return out.view(x.shape)
+
+
+def aot_signatures():
+    """(kernel, [KernelSignature]) pairs for compiling without a GPU (tests/test_kernels_compile.py)."""
+    from tilesuite.aot import contiguous, signature
+
+    arr = contiguous(ct.float16, 2)
+    return [(softmax_rows_kernel, [signature([arr, arr, 2, 4096]), signature([arr, arr, 8, 1024])]),
+            (softmax_loop_kernel, [signature([arr, arr, LOOP_TILE_N])])]
