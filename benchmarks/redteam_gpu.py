@@ -1,7 +1,7 @@
 """GPU red team: hostile versions of the bundled softmax through `cutile-perf try`, one table of outcomes.
 
-    PYTHONPATH=scripts:examples/kernels/src python benchmarks/redteam_gpu.py [--out result.json]
-    PYTHONPATH=scripts:examples/kernels/src python benchmarks/redteam_gpu.py --dry-run   # CPU: compile + set-up only
+    PYTHONPATH=scripts python benchmarks/redteam_gpu.py [--out result.json]
+    PYTHONPATH=scripts python benchmarks/redteam_gpu.py --dry-run   # CPU: compile + set-up only
 
 What it does: copies examples/kernels into a temporary git repository, runs
 `cutile-perf init --kernel softmax`, turns the suite's defence run on for the correctness stage
@@ -72,8 +72,11 @@ def compile_attack(path: Path, arch: str = "sm_90") -> int:
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    parts = [str(ROOT / "scripts"), env.get("PYTHONPATH", "")]
-    env["PYTHONPATH"] = os.pathsep.join(p for p in parts if p)
+    # Never the checkout's examples/kernels/src: the pristine suite first on the path is itself an
+    # attack (the candidate would never run); the suite's conftest puts the tested copy's src/ first.
+    suite_src = str(SUITE / "src")
+    inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != Path(suite_src)]
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "scripts"), *inherited])
     env["CUTILE_PERF_DEFENCE"] = "1"
     return env
 

@@ -16,8 +16,8 @@ attack's code carries an ``# ATTACK <name>`` line so the saved patch can be chec
 The interface these tests are written against (issue 9): crash classes ``incomplete-tests``,
 ``bad-record``, ``tampered``, ``measured-wrong-code``; a hash-chained log; a frozen session.yaml; the
 test hook ``CUTILE_PERF_TEST_KILL_AT``/``CUTILE_PERF_TEST_SIGNAL``; ``review: true`` rows;
-``cutile-perf verify``. Which of these tests pass against the pre-issue-9 loop is listed in
-references/harness.md ("Attacks and outcomes").
+``cutile-perf verify``. Against the pre-issue-9 loop every test here fails except the ones marked
+"passes today" in their docstring (the attack was already stopped; the test pins it).
 """
 from __future__ import annotations
 
@@ -824,6 +824,7 @@ def test_unwritable_perf_results_md_does_not_wedge_the_session(repo):
 
 @pytest.mark.parametrize("timeout", ["nan", "inf", "0", "-5"])
 def test_init_rejects_a_timeout_that_is_not_a_positive_finite_number(tmp_path, timeout):
+    """0 and -5 pass today; nan and inf were accepted, and nan disabled the hang guard."""
     repo = build_tilegym_like_repo(tmp_path)
     code, data, _ = call(repo, "init", "--kernel", "rms_norm", "--timeout", timeout)
     assert code == 2 and "timeout" in data.get("error", ""), data

@@ -2,12 +2,15 @@
 
 (a) Work on a side stream that escapes the timing events. The kernel runs on a private stream that
 waits for the current one; the current stream waits for it back only on the first call with a new
-input (the correctness check before timing), never in the timed repetitions. The events on the
-current stream then bracket only the launch, and the kernel's time vanishes from every sample.
+input tensor (the correctness check before timing), never in the timed repetitions, which call it
+with the same tensor again. The events on the current stream then bracket only the launch, and the
+kernel's time vanishes from every sample.
 Defence: cutile_perf.bench compares the events with a device-synchronized host interval and raises
 HiddenDeviceWork, so the perf test fails (crash).
 """
 from __future__ import annotations
+
+import weakref
 
 import cuda.tile as ct
 import torch
@@ -34,7 +37,7 @@ def softmax_kernel(x, out, TILE_N: ct.Constant[int]):
 
 
 _SIDE = {}
-_LAST_INPUT = [None]
+_LAST_INPUT = [lambda: None]  # weak reference to the last input tensor
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
@@ -47,9 +50,9 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     ct.launch(side, (rows.shape[0],), softmax_kernel, (rows, out, TILE_N))
     rows.record_stream(side)
     out.record_stream(side)
-    if _LAST_INPUT[0] != rows.data_ptr():  # a new input: a correctness check is about to read `out`
+    if _LAST_INPUT[0]() is not x:  # a new input tensor: a correctness check is about to read `out`
         current.wait_stream(side)
-        _LAST_INPUT[0] = rows.data_ptr()
+        _LAST_INPUT[0] = weakref.ref(x)
     return out.view(x.shape)
 
 
