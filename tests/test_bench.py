@@ -83,3 +83,37 @@ def test_bench_record_has_tilegym_fields():
     assert set(record) == {"mean", "std", "rel_std", "median", "min", "max", "nrep", "peak_mem_mb"}
     assert record["min"] <= record["median"] <= record["max"]
     assert record["peak_mem_mb"] >= x.numel() * 4 / 2**20
+
+
+@pytest.mark.parametrize(
+    "host_ms, event_ms, hidden",
+    [
+        (20.2, 20.0, None),  # sync round trips only
+        (26.0, 20.0, None),  # within 25 % + 1 ms: a scheduling hiccup is not an attack
+        (30.0, 20.0, 10.0),  # 10 ms of device work the events never saw
+        (900.0, 20.0, 880.0),  # the whole kernel on a side stream, only the launches on the timed one
+        (1.5, 0.1, 1.4),  # tiny batch: the 1 ms slack dominates
+    ],
+)
+def test_hidden_work_flags_device_time_the_events_missed(host_ms, event_ms, hidden):
+    assert bench.hidden_work(host_ms, event_ms) == (pytest.approx(hidden) if hidden is not None else None)
+
+
+@pytest.mark.gpu
+def test_side_stream_work_is_caught_and_plain_work_is_not():
+    """A red-team attack: the copy runs on a side stream the current stream never waits for, so
+    the event pair times nothing. bench must raise instead of returning near-zero samples."""
+    import torch
+
+    src = torch.empty(128 * 2**20, dtype=torch.float16, device="cuda")
+    dst = torch.empty_like(src)
+    side = torch.cuda.Stream()
+
+    def hidden_copy():
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            dst.copy_(src)
+
+    with pytest.raises(bench.HiddenDeviceWork, match="outside the timing events"):
+        bench.bench(hidden_copy, mode="warm", max_reps=50)
+    assert len(bench.bench(lambda: dst.copy_(src), mode="warm", max_reps=50)) >= 10

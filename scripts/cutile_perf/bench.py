@@ -23,6 +23,19 @@ Why it is done this way:
   warm-up and measurement budgets (ms) are turned into counts, clamped to ``[min_reps, max_reps]``.
   A 3 us kernel gets thousands of samples, a 30 ms kernel gets ``min_reps``. Warm-up runs compile
   the kernel (cuTile JITs on first launch) and bring clocks up before anything is recorded.
+* **Work the events cannot see is caught, not timed as free.** An event pair on the current stream
+  only brackets work queued on that stream: a kernel launched on a side stream that the current
+  stream never waits for runs after (or beside) the end event, so its time vanishes from the sample
+  (a red-team attack, references/harness.md). Synchronizing the whole device before the end event
+  would expose it, but puts a host round trip (and the next launch's host overhead) inside every
+  sample. Instead, after the samples, ``bench`` times one batch of calls twice: by an event pair on
+  the current stream, and by the host clock from a device-wide ``synchronize`` to the next one. The
+  start event is recorded on an idle device and the end event after the last launch, so the event
+  interval already includes launch gaps; all the host interval adds is the sync round trips, plus
+  any device work left running after the end event. When that excess exceeds
+  ``HIDDEN_WORK_FRACTION`` of the batch plus ``HIDDEN_WORK_SLACK_MS`` in every one of
+  ``ESCAPE_TRIALS`` batches, ``bench`` raises ``HiddenDeviceWork`` (the perf test fails, and the
+  iteration crashes instead of recording a time nobody measured). ``check_escape=False`` turns it off.
 * **Raw samples, median downstream.** Timings have a long right tail (preemption, clock changes),
   so decisions use the median and its confidence interval (``stats.median_ci``/``ratio_ci``); the
   mean is reported only because TileGym's record has it. With >= 10 samples the median's 95 %
@@ -41,6 +54,28 @@ MODES = ("cold", "warm", "graph")
 ESTIMATE_CALLS = 5  # calls timed to estimate the run time before the budgets are turned into counts
 DEFAULT_L2_BYTES = 64 * 2**20  # used only if torch cannot report the L2 size (older torch)
 FLUSH_FACTOR = 2  # flush buffer = FLUSH_FACTOR x L2: one pass of L2 size may leave lines behind
+
+
+ESCAPE_BATCH_MS = 20.0  # device time one escape-check batch aims at
+ESCAPE_MAX_CALLS = 1000
+ESCAPE_TRIALS = 2  # flag only when every batch shows the excess: one OS hiccup is not an attack
+HIDDEN_WORK_FRACTION = 0.25  # excess host time, as a fraction of the batch's event time...
+HIDDEN_WORK_SLACK_MS = 1.0  # ...plus this, allowed for the sync round trips and scheduling
+
+
+class HiddenDeviceWork(RuntimeError):
+    """``fn`` left device work running that the timing events did not cover (e.g. a side stream)."""
+
+
+def hidden_work(host_ms: float, event_ms: float, *, fraction: float = HIDDEN_WORK_FRACTION,
+                slack_ms: float = HIDDEN_WORK_SLACK_MS) -> float | None:
+    """The device time (ms) of one batch that the events missed, or None when the gap is within bounds.
+
+    ``host_ms``: host clock from a device-wide synchronize before the batch to one after it;
+    ``event_ms``: an event pair on the current stream around the same batch. Pure, for tests.
+    """
+    excess = host_ms - event_ms
+    return excess if excess > fraction * event_ms + slack_ms else None
 
 
 def check_mode(mode: str | None) -> str:
@@ -121,12 +156,14 @@ def bench(
     mode: str | None = None,
     min_reps: int = 10,
     max_reps: int = 2000,
+    check_escape: bool = True,
 ) -> list[float]:
     """Raw GPU times of ``fn()`` in milliseconds, one per sample, in the order they ran.
 
     ``mode``: ``"cold"`` (flush L2 before each sample), ``"warm"`` (no flush) or ``"graph"`` (replay
     a CUDA graph of ``fn``, L2 flushed); ``None`` reads ``CUTILE_PERF_BENCH_MODE``. Raises
-    ``errors.EnvMissing`` without a CUDA GPU.
+    ``errors.EnvMissing`` without a CUDA GPU, and ``HiddenDeviceWork`` when ``check_escape`` finds
+    device work that outlives the timing events (see the module docstring).
     """
     chosen = check_mode(mode)
     torch = _torch()
@@ -141,7 +178,42 @@ def bench(
     n_warmup, n_rep = plan_counts(estimate, warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps, max_reps=max_reps)
     for _ in range(n_warmup):
         call()
-    return _timed(torch, call, n_rep, flush_buf)
+    samples = _timed(torch, call, n_rep, flush_buf)
+    if check_escape:
+        _check_escape(torch, call, stats.median(samples))
+    return samples
+
+
+def _batch_times(torch, call, count: int) -> tuple[float, float]:
+    """(host ms, event ms) of ``count`` back-to-back calls, the host interval between device-wide syncs."""
+    import time
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    start.record()
+    for _ in range(count):
+        call()
+    end.record()
+    torch.cuda.synchronize()  # device-wide: waits for every stream, not only the current one
+    host_ms = (time.perf_counter() - t0) * 1e3
+    return host_ms, start.elapsed_time(end)
+
+
+def _check_escape(torch, call, median_ms: float) -> None:
+    count = max(1, min(ESCAPE_MAX_CALLS, math.ceil(ESCAPE_BATCH_MS / max(median_ms, 1e-3))))
+    found = []
+    for _ in range(ESCAPE_TRIALS):
+        host_ms, event_ms = _batch_times(torch, call, count)
+        excess = hidden_work(host_ms, event_ms)
+        if excess is None:
+            return
+        found.append((host_ms, event_ms))
+    host_ms, event_ms = found[-1]
+    raise HiddenDeviceWork(
+        f"device work outside the timing events: {count} calls took {host_ms:.3f} ms between device-wide "
+        f"synchronizes but {event_ms:.3f} ms between events on the current stream (work on another stream "
+        "that the current stream never waits for?); the samples would not include it")
 
 
 def bench_record(fn: Callable[[], object], **bench_kwargs) -> dict[str, float]:

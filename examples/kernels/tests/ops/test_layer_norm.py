@@ -13,6 +13,10 @@ def reference(x, weight, bias, eps):
     return torch.nn.functional.layer_norm(x.float(), x.shape[-1:], weight.float(), bias.float(), eps).to(x.dtype)
 
 
+def reference64(x, weight, bias, eps=1e-5):
+    return torch.nn.functional.layer_norm(x.double(), x.shape[-1:], weight.double(), bias.double(), eps)
+
+
 def cutile_impl():
     from tilesuite.ops.cutile.layer_norm import layer_norm
 
@@ -53,3 +57,15 @@ class Test_LayerNorm:
         else:
             fn = lambda: torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, 1e-5)  # noqa: E731
         common.record_benchmark(record_property, framework, fn)
+
+    # A few correctness shapes plus every perf shape: a kernel that special-cases the benchmark is caught there.
+    @pytest.mark.defence
+    @pytest.mark.parametrize("shape, dtype", common.shape_dtype_params(CASES[1:4] + PERF_CASES))
+    @pytest.mark.parametrize("backend", common.BACKENDS)
+    def test_defence(self, shape, dtype, backend):
+        def make(seed):
+            return (common.randn(shape, dtype, seed=seed, scale=2.0, shift=8.0),
+                    common.randn(shape[-1:], dtype, seed=seed + 1), common.randn(shape[-1:], dtype, seed=seed + 2))
+
+        common.defence_run(lambda x, w, b: cutile_impl()(x, w, b, 1e-5), make, reference64, shape, dtype,
+                           mutate=common.mutate_rows)

@@ -15,6 +15,11 @@ def reference(x, weight, eps):
     return weight * (x.float() * torch.rsqrt(variance + eps)).to(x.dtype)
 
 
+def reference64(x, weight, eps=1e-6):
+    x64 = x.double()
+    return x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps) * weight.double()
+
+
 def cutile_impl():
     from tilesuite.ops.cutile.rms_norm import rms_norm
 
@@ -52,3 +57,15 @@ class Test_RMSNorm:
         else:
             fn = lambda: reference(x, weight, 1e-6)  # noqa: E731
         common.record_benchmark(record_property, framework, fn)
+
+    # A few correctness shapes plus every perf shape: a kernel that special-cases the benchmark is caught there.
+    @pytest.mark.defence
+    @pytest.mark.parametrize("shape, dtype", common.shape_dtype_params(CASES[1:4] + PERF_CASES))
+    @pytest.mark.parametrize("backend", common.BACKENDS)
+    def test_defence(self, shape, dtype, backend):
+        def make(seed):
+            return (common.randn(shape, dtype, seed=seed, scale=2.0, shift=0.5),
+                    common.randn(shape[-1:], dtype, seed=seed + 1))
+
+        common.defence_run(lambda x, w: cutile_impl()(x, w, 1e-6), make, reference64, shape, dtype,
+                           mutate=common.mutate_rows)

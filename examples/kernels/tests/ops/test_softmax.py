@@ -13,6 +13,10 @@ def reference(x):
     return torch.softmax(x.float(), dim=-1).to(x.dtype)
 
 
+def reference64(x):
+    return torch.softmax(x.double(), dim=-1)
+
+
 def cutile_impl():
     from tilesuite.ops.cutile.softmax import softmax
 
@@ -49,3 +53,11 @@ class Test_Softmax:
         else:
             fn = lambda: torch.softmax(x, dim=-1)  # noqa: E731
         common.record_benchmark(record_property, framework, fn)
+
+    # A few correctness shapes plus every perf shape: a kernel that special-cases the benchmark is caught there.
+    @pytest.mark.defence
+    @pytest.mark.parametrize("shape, dtype", common.shape_dtype_params(CASES[1:4] + PERF_CASES))
+    @pytest.mark.parametrize("backend", common.BACKENDS)
+    def test_defence(self, shape, dtype, backend):
+        common.defence_run(cutile_impl(), lambda seed: (common.randn(shape, dtype, seed=seed, scale=2.0),),
+                           reference64, shape, dtype, mutate=common.mutate_rows)

@@ -14,6 +14,10 @@ def reference(a, b):
     return (torch.nn.functional.silu(a.float()) * b.float()).to(a.dtype)
 
 
+def reference64(a, b):
+    return torch.nn.functional.silu(a.double()) * b.double()
+
+
 def cutile_impl():
     from tilesuite.ops.cutile.swiglu import swiglu
 
@@ -51,3 +55,13 @@ class Test_SwiGLU:
         else:
             fn = lambda: torch.nn.functional.silu(a) * b  # noqa: E731
         common.record_benchmark(record_property, framework, fn)
+
+    # A few correctness shapes plus every perf shape: a kernel that special-cases the benchmark is caught there.
+    @pytest.mark.defence
+    @pytest.mark.parametrize("shape, dtype", common.shape_dtype_params(CASES[1:4] + PERF_CASES))
+    @pytest.mark.parametrize("backend", common.BACKENDS)
+    def test_defence(self, shape, dtype, backend):
+        def make(seed):
+            return common.randn(shape, dtype, seed=seed, scale=3.0), common.randn(shape, dtype, seed=seed + 1)
+
+        common.defence_run(cutile_impl(), make, reference64, shape, dtype, mutate=common.mutate_rows)
