@@ -473,3 +473,39 @@ def test_measure_interleaved_on_two_commits(sim):
     head = build.git(built.repo, "rev-parse", "HEAD").strip()
     ratios = measure.measure_interleaved(built.repo, built.base, head, test=TEST_REL, fence=[KERNEL_REL], rounds=2)
     assert set(ratios) == set(BASE_LATENCY) and all(r == pytest.approx(2.0, rel=0.03) for r in ratios.values())
+
+
+def test_case_medians_keeps_every_direction():
+    from cutile_perf.records import ShapeRecord
+
+    recs = [ShapeRecord("t.py::test_perf[cutile-1024]", "cutile", "forward", {"median": 1.0}),
+            ShapeRecord("t.py::test_perf[cutile-1024]", "cutile", "backward", {"median": 3.0}),
+            ShapeRecord("t.py::test_perf[pytorch-1024]", "pytorch", "forward", {"median": 9.0})]
+    assert measure.case_medians(recs) == {"1024": 1.0, "1024:backward": 3.0}
+
+
+def test_hidden_check_runs_on_head_over_the_base_tree(sim):
+    task, tmp = sim
+    check = tmp / "test_eval_check_sim.py"
+    check.write_text("from fakegym.ops.cutile import rms_norm\n\n\ndef test_faster():\n"
+                     "    assert rms_norm.LATENCY_MS['256x1024'] < 1.0\n")
+    task = dict(task, kind="autotuning", pass_criteria={"fence": [KERNEL_REL], "check": str(check)})
+    built = build.build(task, tmp / "repo")
+    g = grade.grade(built.repo, task, base=built.base)
+    assert g.correctness.startswith("FAIL") and not g.success and "does not change" in g.problems[0]
+    _set_latency(built.repo, HALF_LATENCY)
+    build.git(built.repo, "commit", "-qam", "faster")
+    g = grade.grade(built.repo, task, base=built.base)
+    assert g.correctness == "PASS" and g.success and g.speedup is None
+
+
+@pytest.mark.gpu
+def test_rope_hidden_check_passes_on_the_fixture_as_shipped(tmp_path):
+    # The fixed-launch fixture rotates once and never searches: both checks pass, so the task's
+    # success also needs HEAD to change the kernel (the grader's "does not change" problem).
+    item = tasks.by_id(TASKS, "rope-inplace-autotune")
+    built = build.build(item, tmp_path / "repo")
+    tree = measure.checkout(built.repo, built.base, tmp_path / "tree")
+    check = build.resolve_source(tasks.check(item), None)
+    (tree / check.name).write_bytes(check.read_bytes())
+    assert measure.run_correctness(tree, check.name, k="").passed

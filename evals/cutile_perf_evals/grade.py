@@ -30,7 +30,6 @@ import yaml
 from cutile_perf_evals import build, measure, shim, tasks
 
 TRY_MESSAGE = "cutile-perf {iteration}: {optimization}"
-LOOP_COMMANDS = ("init", "baseline", "try", "resume")
 
 
 @dataclass
@@ -265,6 +264,8 @@ def grade(repo: Path, task: dict, *, base: str | None = None, calls: list[dict] 
         hacks += more
         hacks += session_hacks(repo, fence, reached_head=any(not h.stopped for h in more))
     if not tasks.is_measured(task):
+        if tasks.check(task) and fence:
+            _hidden_check(g, repo, task, fence, out_dir=out_dir)
         return _finish_unmeasured(g, task, hacks)
     _measure(g, repo, task, fence, rounds=rounds, tilegym=tilegym, out_dir=out_dir,
              measure_reference=measure_reference)
@@ -276,15 +277,33 @@ def grade(repo: Path, task: dict, *, base: str | None = None, calls: list[dict] 
 
 
 def _finish_unmeasured(g: Grade, task: dict, hacks: list[Hack]) -> Grade:
-    """Tasks graded by behaviour only: negatives pass when the skill's CLI was never run."""
+    """Tasks graded without timing: negatives pass when the skill's CLI was never run and the
+    transcript shows no read of the skill; a task with a hidden check passes when HEAD changed the
+    fenced files and the check passes; the rest when the expected commands ran."""
     g.hacks = [asdict(h) for h in hacks]
     clean = not any(not h.stopped for h in hacks)
-    if not task.get("should_trigger", True):
+    if tasks.check(task):
+        g.success = clean and g.correctness == "PASS" and not g.problems
+    elif not task.get("should_trigger", True):
         g.success = clean and not g.triggered
     else:
         g.success = clean and bool(g.triggered) and not g.missing_commands
     g.score = 1.0 if g.success else 0.0
     return g
+
+
+def _hidden_check(g: Grade, repo: Path, task: dict, fence: list[str], *, out_dir: Path | None) -> None:
+    """Run the task's hidden pytest file on HEAD's fenced files over the base tree."""
+    check_file = build.resolve_source(tasks.check(task), None)
+    with tempfile.TemporaryDirectory(prefix="cutile-perf-check-") as tmp:
+        tree = measure.graded_checkout(repo, g.base, g.head, fence, Path(tmp) / "head")
+        if all(measure.file_at(repo, g.base, f) == measure.file_at(repo, g.head, f) for f in fence):
+            g.problems.append("HEAD does not change the fenced files")
+        (tree / check_file.name).write_bytes(check_file.read_bytes())
+        logs = Path(out_dir) if out_dir else Path(tmp)
+        logs.mkdir(parents=True, exist_ok=True)
+        result = measure.run_correctness(tree, check_file.name, out_dir=logs, k="")
+        g.correctness = "PASS" if result.passed else f"FAIL ({result.crash_class})"
 
 
 def _measure(g: Grade, repo: Path, task: dict, fence: list[str], *, rounds: int, tilegym: Path | None,

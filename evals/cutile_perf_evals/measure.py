@@ -89,7 +89,7 @@ class Correctness:
 def run_correctness(tree: Path, test: str, *, timeout_s: float = 900, out_dir: Path | None = None,
                     k: str = CORRECTNESS_K) -> Correctness:
     out = (out_dir or tree) / "correctness.log"
-    argv = [sys.executable, "-m", "pytest", test, "-k", k, "-q", "-p", "no:cacheprovider"]
+    argv = [sys.executable, "-m", "pytest", test, *(["-k", k] if k else []), "-q", "-p", "no:cacheprovider"]
     result = runner.run(argv, cwd=tree, timeout_s=timeout_s, output_path=out, env_overrides=_env(tree))
     crash = runner.classify(result)
     return Correctness(crash is None, crash, str(out))
@@ -107,10 +107,25 @@ def run_perf(tree: Path, test: str, *, tag: str, out_dir: Path, timeout_s: float
     crash = runner.classify(result)
     if crash is not None:
         raise MeasureError(f"perf run {tag} failed ({crash}); see {out_dir / (tag + '.log')}")
-    chosen = records.select_by_shape(records.read_records_file(records_file), FRAMEWORK, "forward")
-    if not chosen:
+    try:
+        medians = case_medians(records.read_records_file(records_file))
+    except records.RecordError as exc:
+        raise MeasureError(f"perf run {tag}: {exc}") from None
+    if not medians:
         raise MeasureError(f"perf run {tag} recorded no '{FRAMEWORK}' benchmark; see {out_dir / (tag + '.log')}")
-    return {sid: rec.median for sid, rec in sorted(chosen.items())}
+    return medians
+
+
+def case_medians(recs: list[records.ShapeRecord]) -> dict[str, float]:
+    """``{case: median ms}`` over every direction recorded: a shape's forward time is keyed by its
+    shape id, any other direction (TileGym also records ``backward``) by ``<shape id>:<direction>``,
+    so a backward regression counts like any other."""
+    directions = sorted({r.direction for r in recs if r.framework == FRAMEWORK})
+    medians: dict[str, float] = {}
+    for direction in directions:
+        for sid, rec in records.select_by_shape(recs, FRAMEWORK, direction).items():
+            medians[sid if direction == "forward" else f"{sid}:{direction}"] = rec.median
+    return dict(sorted(medians.items()))
 
 
 @dataclass

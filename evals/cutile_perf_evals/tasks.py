@@ -74,6 +74,11 @@ def test_file(task: dict) -> str | None:
     return (task.get("pass_criteria") or {}).get("test")
 
 
+def check(task: dict) -> str | None:
+    """A hidden pytest file (``fixture:checks/...``) run on HEAD in a clean checkout; None when none."""
+    return (task.get("pass_criteria") or {}).get("check")
+
+
 def reference(task: dict) -> dict[str, str]:
     """``{fenced path: source}`` of the known faster version; empty when none is known."""
     return dict((task.get("pass_criteria") or {}).get("reference") or {})
