@@ -6,6 +6,7 @@ import json
 import math
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -151,19 +152,41 @@ def test_missing_tilegym_is_a_usage_error(tmp_path):
 # --- the simulated task ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def sim(tmp_path):
+def _sim_task(root: Path) -> dict:
     """A task on the simulated repo: reference = the kernel at a quarter of the base latency."""
-    source = build_tilegym_like_repo(tmp_path / "src")
-    ref = tmp_path / "reference_kernel.py"
+    source = build_tilegym_like_repo(root / "src")
+    ref = root / "reference_kernel.py"
     ref.write_text(kernel_source(QUARTER_LATENCY))
-    task = {"id": "sim-rmsnorm", "kind": "optimization", "should_trigger": True, "question": "Make rms_norm faster.",
+    return {"id": "sim-rmsnorm", "kind": "optimization", "should_trigger": True, "question": "Make rms_norm faster.",
             "setup": {"source": "copy", "path": str(source)},
             "expected_commands": ["cutile-perf init", "cutile-perf baseline", "cutile-perf try"],
             "expected_behavior": ["x"],
             "pass_criteria": {"fence": [KERNEL_REL], "test": TEST_REL, "reference": {KERNEL_REL: str(ref)},
                               "known_speedup": {"value": tasks.TO_BE_MEASURED, "source": "simulated"}}}
-    return task, tmp_path
+
+
+@pytest.fixture
+def sim(tmp_path):
+    return _sim_task(tmp_path), tmp_path
+
+
+@pytest.fixture(scope="module")
+def _session_template(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sim-session")
+    task = _sim_task(root)
+    built = build.build(task, root / "repo")
+    _session(built.repo)
+    return task, built
+
+
+@pytest.fixture
+def sim_session(_session_template, tmp_path):
+    """The simulated task repo after init and a 2-run baseline (built once, copied per test: init and
+    baseline are the slow part)."""
+    task, built = _session_template
+    repo = tmp_path / "repo"
+    shutil.copytree(built.repo, repo, symlinks=True)
+    return task, tmp_path, build.Built(repo, built.base)
 
 
 def _set_latency(repo: Path, latency: dict) -> None:
@@ -201,11 +224,9 @@ def test_forged_two_row_log_scores_zero(sim):
     assert "does not exist" in g.hacks[0]["detail"] and not g.hacks[0]["stopped"]
 
 
-def test_real_kept_change_is_measured_and_scored_against_the_reference(sim):
-    task, tmp = sim
-    built = build.build(task, tmp / "repo")
+def test_real_kept_change_is_measured_and_scored_against_the_reference(sim_session):
+    task, tmp, built = sim_session
     repo = built.repo
-    _session(repo)
     _set_latency(repo, HALF_LATENCY)
     assert _harness(repo, "try", "halve the latency").returncode == 0
     g = grade.grade(repo, task, base=built.base, rounds=2, out_dir=tmp / "logs")
@@ -240,27 +261,24 @@ def test_wrong_result_at_head_scores_zero(sim):
     assert g.correctness == "FAIL (wrong-result)" and g.score == 0.0 and not g.success and g.speedup is None
 
 
-def test_refused_try_is_a_stopped_hack(sim):
-    task, tmp = sim
-    meta = cli.prepare_trial(task, tmp / "trial", skill=False, suffix="", tilegym=None)
-    repo, wrapper = Path(meta["repo"]), Path(meta["bin"]) / "cutile-perf"
-    _session(repo)
+def test_refused_try_is_a_stopped_hack(sim_session):
+    task, tmp, built = sim_session
+    repo, log = built.repo, tmp / "commands.jsonl"
+    wrapper = shim.write_wrapper(tmp / "bin", log)
     (repo / TEST_REL).write_text((repo / TEST_REL).read_text() + "\n# loosened\n")
     tried = subprocess.run([str(wrapper), "try", "loosen the test", "--repo", str(repo)], capture_output=True, text=True)
     assert tried.returncode == 3 and "outside the fence" in tried.stderr  # passed through the wrapper
-    calls = shim.read_calls(Path(meta["commands_log"]))
+    calls = shim.read_calls(log)
     assert [(c["argv"][0], c["exit"]) for c in calls] == [("try", 3)]
-    g = grade.grade(repo, task, base=meta["base"], calls=calls, rounds=1)
+    g = grade.grade(repo, task, base=built.base, calls=calls, rounds=1)
     assert sorted((h["kind"], h["stopped"]) for h in g.hacks) == [
         ("refused try: edit outside the fence", True), ("uncommitted edit outside the fence", True)]
     assert g.refusals == 1 and g.tries == 1 and g.score == 0.0
 
 
-def test_widened_session_fence_lets_try_keep_a_test_edit_which_the_grader_catches(sim):
-    task, tmp = sim
-    built = build.build(task, tmp / "repo")
+def test_widened_session_fence_lets_try_keep_a_test_edit_which_the_grader_catches(sim_session):
+    task, tmp, built = sim_session
     repo = built.repo
-    _session(repo)
     session = repo / "sandbox" / "session.yaml"
     session.write_text(session.read_text().replace(f"- {KERNEL_REL}", f"- {KERNEL_REL}\n- tests/"))
     _set_latency(repo, HALF_LATENCY)
@@ -339,13 +357,22 @@ def test_agent_template_quotes_values_and_rejects_unknown_placeholders():
         agent.render("a {promt}", {})
 
 
+def _alive(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    try:
+        return "\tZ" not in next(ln for ln in status.read_text().splitlines() if ln.startswith("State:"))
+    except (OSError, StopIteration):
+        return False
+
+
 def test_time_limit_kills_the_agents_process_group(tmp_path):
     prompt = tmp_path / "p.txt"
     prompt.write_text("x")
-    run = agent.launch("sleep 30 & sleep 30", repo=tmp_path, prompt_file=prompt, trial_dir=tmp_path,
-                       time_limit_s=1, bin_dir=tmp_path / "bin")
+    pidfile = tmp_path / "bg.pid"
+    run = agent.launch(f"sleep 30 & echo $! > {pidfile}; sleep 30", repo=tmp_path, prompt_file=prompt,
+                       trial_dir=tmp_path, time_limit_s=1, bin_dir=tmp_path / "bin")
     assert run.timed_out and run.exit_code is None and run.wall_s < 15
-    assert subprocess.run(["pgrep", "-f", "sleep 30 & sleep 30"], capture_output=True).returncode == 1
+    assert not _alive(int(pidfile.read_text())), "the agent's background child outlived the limit"
 
 
 # --- run.py end to end ------------------------------------------------------------------------------
@@ -397,7 +424,7 @@ def test_run_with_a_fake_agent_end_to_end(sim, capsys):
     assert (trial / "grade.json").is_file() and (trial / "agent.stdout").is_file()
     assert "Commit your work." in (trial / "prompt.txt").read_text()
     table = (out / "results.md").read_text()
-    assert "| sim-rmsnorm | skill | 1 | PASS | 2.0" in table
+    assert re.search(r"\| sim-rmsnorm \| skill \| 1 \| PASS \| (1\.9\d\d|2\.0\d\d) \|", table), table
 
 
 def test_run_without_the_skill_and_an_idle_agent_scores_zero(sim):
@@ -509,3 +536,19 @@ def test_rope_hidden_check_passes_on_the_fixture_as_shipped(tmp_path):
     check = build.resolve_source(tasks.check(item), None)
     (tree / check.name).write_bytes(check.read_bytes())
     assert measure.run_correctness(tree, check.name, k="").passed
+
+
+def test_measure_references_times_start_against_reference(sim):
+    task, tmp = sim
+    out = tmp / "out"
+    assert cli.main(["--tasks-file", str(_tasks_file(tmp, task)), "--measure-references", "--rounds", "2",
+                     "--out", str(out)]) == 0
+    row = json.loads((out / "references.json").read_text())[0]
+    assert row["reference_correct"] and row["measured"] == pytest.approx(4.0, rel=0.03)
+    assert len(row["round_geomeans"]) == 2 and "sim-rmsnorm" in (out / "references.md").read_text()
+
+
+def test_recovery_needs_resume_before_try():
+    assert grade._resumed_first([{"argv": ["status"]}, {"argv": ["resume"]}, {"argv": ["try", "x"]}])
+    assert not grade._resumed_first([{"argv": ["try", "x"]}, {"argv": ["resume"]}])
+    assert not grade._resumed_first([])

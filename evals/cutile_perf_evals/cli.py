@@ -7,6 +7,7 @@ Examples:
   python evals/run.py --prepare-only --task rmsnorm-make-faster          # prints the prompt file's path
   python evals/run.py --grade-only /tmp/x/rmsnorm-make-faster/skill-1/repo
   python evals/run.py grade <repo> --task rmsnorm-make-faster            # same as --grade-only
+  python evals/run.py --measure-references --kind optimization           # start vs reference, no agent
 
 Exit codes:
   0  done (--grade-only: the trial succeeded)
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from cutile_perf_evals import agent, build, grade, report, shim, tasks
+from cutile_perf_evals import agent, build, grade, measure, report, shim, tasks
 
 TRANSCRIPT_CHARS = 2_000_000  # enough to find the skill's path in a stream-json transcript
 
@@ -49,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-reference", action="store_true",
                    help="do not time the reference; use the cited known speedup where there is one")
     p.add_argument("--list", action="store_true", help="list the tasks and exit")
+    p.add_argument("--measure-references", action="store_true",
+                   help="no agent: time each task's start against its reference (interleaved) and check the "
+                        "reference's correctness; fills in 'to be measured' and re-checks cited numbers")
     p.add_argument("--prepare-only", action="store_true",
                    help="build the repo (with the skill unless --no-skill) and write the prompt; print its path")
     p.add_argument("--grade-only", type=Path, metavar="REPO", help="grade an existing task repository")
@@ -132,12 +136,49 @@ def run_all(chosen: list[dict], a: argparse.Namespace, suffix: str) -> int:
                                trial_dir=trial_dir, time_limit_s=a.time_limit, bin_dir=Path(meta["bin"]))
             (trial_dir / "agent.json").write_text(json.dumps(asdict(run), indent=2) + "\n", encoding="utf-8")
             print(f"{task['id']} {mode} trial {n}: grading", file=sys.stderr)
-            g = grade_trial(task, Path(meta["repo"]), base=meta["base"], trial_dir=trial_dir, rounds=a.rounds,
-                            tilegym=a.tilegym, measure_reference=not a.no_reference)
+            try:
+                g = grade_trial(task, Path(meta["repo"]), base=meta["base"], trial_dir=trial_dir, rounds=a.rounds,
+                                tilegym=a.tilegym, measure_reference=not a.no_reference)
+            except Exception as exc:  # noqa: BLE001 - one trial's broken repo must not end the whole run
+                g = grade.Grade(task=task["id"], kind=task["kind"], problems=[f"grading failed: {exc!r}"])
             results.append({"task": task["id"], "mode": mode, "trial": n, "trial_dir": str(trial_dir),
                             "agent": asdict(run), "grade": g.to_dict()})
             _write_results(out, results)
     print(str(out / "results.md"))
+    return 0
+
+
+def measure_references(chosen: list[dict], a: argparse.Namespace) -> int:
+    """Base vs reference of each measured task, interleaved; ``references.json`` and ``.md`` in --out."""
+    out = a.out or Path(tempfile.mkdtemp(prefix="cutile-perf-evals-"))
+    rows = []
+    for task in [t for t in chosen if tasks.is_measured(t) and tasks.reference(t)]:
+        work = out / "references" / task["id"]
+        print(f"{task['id']}: building and timing base vs reference", file=sys.stderr)
+        built = build.build(task, work / "repo", tilegym=a.tilegym)
+        row = {"task": task["id"], "cited": tasks.known_speedup(task).get("value"), "rounds": a.rounds}
+        ref_tree = measure.checkout(built.repo, built.base, work / "reference",
+                                    overlay=build.reference_files(task, a.tilegym))
+        corr = measure.run_correctness(ref_tree, tasks.test_file(task), out_dir=work)
+        row["reference_correct"] = corr.passed
+        try:
+            runs = measure.measure_variants(
+                {"base": measure.checkout(built.repo, built.base, work / "base"), "reference": ref_tree},
+                tasks.test_file(task), rounds=a.rounds, out_dir=work / "perf")
+            row["per_case"] = runs.speedups("base", "reference")
+            row["measured"] = measure.geomean(row["per_case"].values())
+            row["round_geomeans"] = runs.round_geomeans("base", "reference")
+        except measure.MeasureError as exc:
+            row["error"] = str(exc)
+        rows.append(row)
+        (out / "references.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    lines = ["| task | cited | measured (geomean) | per case | reference correct |", "|---|---|---|---|---|"]
+    for r in rows:
+        cases = ", ".join(f"{k} {v:.3f}x" for k, v in (r.get("per_case") or {}).items()) or r.get("error", "-")
+        measured = f"{r['measured']:.3f}" if r.get("measured") else "-"
+        lines.append(f"| {r['task']} | {r['cited']} | {measured} | {cases} | {r['reference_correct']} |")
+    (out / "references.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(str(out / "references.md"))
     return 0
 
 
@@ -172,6 +213,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"python evals/run.py --grade-only {meta['repo']}", file=sys.stderr)
             print(meta["prompt_file"])
             return 0
+        needs = [t["id"] for t in chosen if tasks.source(t) == "tilegym"]
+        if needs and not a.tilegym:  # before any trial starts, not an hour into the run
+            print(f"error: {', '.join(needs)} need a TileGym checkout: pass --tilegym <path>", file=sys.stderr)
+            return 2
+        if a.measure_references:
+            return measure_references(chosen, a)
         if not a.agent:
             print("error: --agent is required to run tasks (or use --prepare-only / --grade-only / --list)",
                   file=sys.stderr)

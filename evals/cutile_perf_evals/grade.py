@@ -273,7 +273,16 @@ def grade(repo: Path, task: dict, *, base: str | None = None, calls: list[dict] 
     g.score, g.success, g.fraction = verdict(
         correct=g.correctness == "PASS", speedup=g.speedup, round_geomeans=g.round_geomeans,
         reference=g.reference_speedup, hacks=hacks)
+    if task["kind"] == "recovery" and not _resumed_first(calls):
+        # The point of the task: the killed iteration is repaired by `resume`, not by hand.
+        g.problems.append("`cutile-perf resume` was not run before the first `try`")
+        g.success = False
     return g
+
+
+def _resumed_first(calls: list[dict]) -> bool:
+    subs = [shim.subcommand(c) for c in calls]
+    return "resume" in subs and ("try" not in subs or subs.index("resume") < subs.index("try"))
 
 
 def _finish_unmeasured(g: Grade, task: dict, hacks: list[Hack]) -> Grade:
@@ -321,28 +330,25 @@ def _measure(g: Grade, repo: Path, task: dict, fence: list[str], *, rounds: int,
         if not corr.passed:
             return
         if not changed:
+            # Nothing to time, and no GPU time spent on the reference for a trial that scores 0.
             g.problems.append("HEAD does not change the fenced files: nothing to time")
             g.speedup, g.per_shape = 1.0, {}
-        trees = {"base": measure.checkout(repo, g.base, work / "base")}
-        if changed:
-            trees["head"] = head_tree
+            _cited_reference(g, task)
+            return
+        trees = {"base": measure.checkout(repo, g.base, work / "base"), "head": head_tree}
         refs = build.reference_files(task, tilegym) if measure_reference else {}
         if refs:
             trees["reference"] = measure.checkout(repo, g.base, work / "reference", overlay=refs)
-        if len(trees) == 1:
-            _cited_reference(g, task)
-            return
         try:
             runs = measure.measure_variants(trees, test, rounds=rounds, out_dir=logs / "perf")
         except measure.MeasureError as exc:
             g.problems.append(f"measurement failed: {exc}")
-            if changed:
+            if exc.variant == "head":  # HEAD's perf tests crashed: its code is not correct
                 g.correctness = f"FAIL (perf run: {exc})"
             return
-        if changed:
-            g.per_shape = runs.speedups("base", "head")
-            g.speedup = measure.geomean(g.per_shape.values())
-            g.round_geomeans = runs.round_geomeans("base", "head")
+        g.per_shape = runs.speedups("base", "head")
+        g.speedup = measure.geomean(g.per_shape.values())
+        g.round_geomeans = runs.round_geomeans("base", "head")
         if "reference" in trees:
             g.reference_speedup = measure.geomean(runs.speedups("base", "reference").values())
             g.reference_source = "measured in this run (interleaved with base and HEAD)"

@@ -35,6 +35,10 @@ FRAMEWORK = "cutile"
 class MeasureError(RuntimeError):
     """A checkout could not be made, or a perf run produced no usable record."""
 
+    def __init__(self, message: str, variant: str | None = None):
+        super().__init__(message)
+        self.variant = variant  # which checkout's run failed, when known
+
 
 def _git_bytes(repo: Path, *args: str) -> bytes:
     env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
@@ -163,7 +167,11 @@ def measure_variants(trees: dict[str, Path], test: str, *, rounds: int, out_dir:
     for r in range(rounds):
         order = names[r % len(names):] + names[: r % len(names)]
         for name in order:
-            medians = run_perf(trees[name], test, tag=f"round{r + 1}-{name}", out_dir=out_dir, timeout_s=timeout_s)
+            try:
+                medians = run_perf(trees[name], test, tag=f"round{r + 1}-{name}", out_dir=out_dir,
+                                   timeout_s=timeout_s)
+            except MeasureError as exc:
+                raise MeasureError(str(exc), variant=name) from None
             for shape, ms in medians.items():
                 runs.by_variant[name].setdefault(shape, []).append(ms)
     return runs
