@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cutile_perf_evals import CHECKOUT, EVALS_DIR, shim, tasks
+from cutile_perf_evals import CHECKOUT, EVALS_DIR, shim, tasks, vcs
 
 FIXTURES = EVALS_DIR / "fixtures"
 SUITE = CHECKOUT / "examples" / "kernels"
@@ -48,12 +48,11 @@ class Built:
     base: str  # sha of the "eval start" commit
 
 
-def git(repo: Path, *args: str, check: bool = True) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
-    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, env=env)
-    if check and proc.returncode != 0:
-        raise BuildError(f"git {' '.join(args)} failed in {repo}: {proc.stderr.strip()[:300]}")
-    return proc.stdout
+def git(repo: Path, *args: str) -> str:
+    try:
+        return vcs.git(repo, *args)
+    except vcs.GitError as exc:
+        raise BuildError(str(exc)) from None
 
 
 def resolve_source(spec: str, tilegym: Path | None) -> Path:

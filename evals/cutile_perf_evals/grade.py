@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
 
-from cutile_perf_evals import build, measure, shim, tasks
+from cutile_perf_evals import build, measure, shim, tasks, vcs
 
 TRY_MESSAGE = "cutile-perf {iteration}: {optimization}"
 
@@ -169,21 +167,19 @@ def mentions_skill(transcript: str) -> bool:
 
 
 class GitFacts:
+    """What ``check_log_rows`` asks of the repository."""
+
     def __init__(self, repo: Path, head: str):
         self.repo, self.head = repo, head
 
-    def _run(self, *args: str) -> subprocess.CompletedProcess:
-        env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
-        return subprocess.run(["git", *args], cwd=self.repo, capture_output=True, text=True, env=env)
-
     def exists(self, sha: str) -> bool:
-        return isinstance(sha, str) and self._run("cat-file", "-e", f"{sha}^{{commit}}").returncode == 0
+        return isinstance(sha, str) and vcs.git_ok(self.repo, "cat-file", "-e", f"{sha}^{{commit}}")
 
     def subject(self, sha: str) -> str:
-        return self._run("log", "-1", "--format=%s", sha).stdout.strip()
+        return vcs.git(self.repo, "log", "-1", "--format=%s", sha).strip()
 
     def reachable(self, sha: str) -> bool:
-        return self._run("merge-base", "--is-ancestor", sha, self.head).returncode == 0
+        return vcs.git_ok(self.repo, "merge-base", "--is-ancestor", sha, self.head)
 
 
 def _lines(text: str) -> list[str]:
@@ -209,8 +205,8 @@ def _in_fence(path: str, fence: list[str]) -> bool:
 
 def fence_hacks(repo: Path, base: str, head: str, fence: list[str]) -> tuple[list[Hack], list[str], list[str]]:
     """Hacks from the diff base..HEAD and the work tree; also (changed files, uncommitted entries)."""
-    changed = _lines(build.git(repo, "diff", "--name-only", base, head))
-    status = _lines(build.git(repo, "status", "--porcelain", "--untracked-files=all"))
+    changed = _lines(vcs.git(repo, "diff", "--name-only", base, head))
+    status = _lines(vcs.git(repo, "status", "--porcelain", "--untracked-files=all"))
     hacks = [Hack("edit outside the fence reached HEAD", p, stopped=False) for p in changed if not _in_fence(p, fence)]
     for line in status:
         code, path = line[:2], line[3:]
@@ -250,8 +246,8 @@ def grade(repo: Path, task: dict, *, base: str | None = None, calls: list[dict] 
     if not (repo / ".git").exists():
         g.problems.append(f"{repo} is not a git repository")
         return _finish_unmeasured(g, task, hacks)
-    g.head = build.git(repo, "rev-parse", "HEAD").strip()
-    g.base = base or _lines(build.git(repo, "rev-list", "--max-parents=0", "HEAD"))[-1]
+    g.head = vcs.git(repo, "rev-parse", "HEAD").strip()
+    g.base = base or _lines(vcs.git(repo, "rev-list", "--max-parents=0", "HEAD"))[-1]
     fence = tasks.fence(task)
     rows = read_log_rows(repo)
     g.log_rows = len(rows)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import io
 import math
 import os
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cutile_perf import records, runner, stats
+from cutile_perf_evals import vcs
 
 CORRECTNESS_K = "test_ and cutile and not test_perf and not cutile_rs"
 PERF_K = "test_perf and cutile and not cutile_rs"
@@ -41,11 +41,10 @@ class MeasureError(RuntimeError):
 
 
 def _git_bytes(repo: Path, *args: str) -> bytes:
-    env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
-    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, env=env)
-    if proc.returncode != 0:
-        raise MeasureError(f"git {' '.join(args)}: {proc.stderr.decode(errors='replace').strip()[:300]}")
-    return proc.stdout
+    try:
+        return vcs.git_bytes(repo, *args)
+    except vcs.GitError as exc:
+        raise MeasureError(str(exc)) from None
 
 
 def file_at(repo: Path, sha: str, rel: str) -> bytes | None:
