@@ -436,6 +436,11 @@ def test_run_without_the_skill_and_an_idle_agent_scores_zero(sim):
     assert r["mode"] == "noskill" and r["grade"]["score"] == 0.0 and not r["grade"]["success"]
     assert not (Path(r["trial_dir"]) / "repo" / ".claude").exists()
     assert r["grade"]["triggered"] is False
+    # A second run into the same --out adds trial 2 and keeps trial 1.
+    assert cli.main(["--tasks-file", str(_tasks_file(tmp, task)), "--agent", "true", "--no-skill",
+                     "--rounds", "1", "--out", str(out), "--no-reference"]) == 0
+    assert [(r["mode"], r["trial"]) for r in json.loads((out / "results.json").read_text())] == [
+        ("noskill", 1), ("noskill", 2)]
 
 
 def test_prepare_only_then_grade_only(sim, capsys):
@@ -552,3 +557,13 @@ def test_recovery_needs_resume_before_try():
     assert grade._resumed_first([{"argv": ["status"]}, {"argv": ["resume"]}, {"argv": ["try", "x"]}])
     assert not grade._resumed_first([{"argv": ["try", "x"]}, {"argv": ["resume"]}])
     assert not grade._resumed_first([])
+
+
+@pytest.mark.gpu
+def test_resume_task_builds_a_killed_softmax_session(tmp_path):
+    item = tasks.by_id(TASKS, "resume-after-kill")
+    built = build.build(item, tmp_path / "repo")
+    assert (built.repo / "sandbox" / "cutile-perf.lock").is_file()
+    rows = [json.loads(x) for x in (built.repo / "sandbox" / "experiments.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [0]
+    assert _harness(built.repo, "resume").returncode == 0

@@ -124,11 +124,10 @@ def run_all(chosen: list[dict], a: argparse.Namespace, suffix: str) -> int:
     results = json.loads(results_path.read_text()) if results_path.is_file() else []
     mode = _mode(a.no_skill)
     for task in chosen:
-        for n in range(1, a.trials + 1):
+        # A re-run into the same --out adds trials after the existing ones, never overwrites them.
+        done = [int(p.name.split("-")[-1]) for p in (out / task["id"]).glob(f"{mode}-*") if p.name.split("-")[-1].isdigit()]
+        for n in range(max(done, default=0) + 1, max(done, default=0) + a.trials + 1):
             trial_dir = out / task["id"] / f"{mode}-{n}"
-            while trial_dir.exists():  # a re-run into the same --out adds trials, never overwrites
-                n += 100
-                trial_dir = out / task["id"] / f"{mode}-{n}"
             print(f"{task['id']} {mode} trial {n}: building", file=sys.stderr)
             meta = prepare_trial(task, trial_dir, skill=not a.no_skill, suffix=suffix, tilegym=a.tilegym)
             print(f"{task['id']} {mode} trial {n}: agent running (limit {a.time_limit:g} s)", file=sys.stderr)
