@@ -567,3 +567,20 @@ def test_resume_task_builds_a_killed_softmax_session(tmp_path):
     rows = [json.loads(x) for x in (built.repo / "sandbox" / "experiments.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [0]
     assert _harness(built.repo, "resume").returncode == 0
+
+
+def test_module_name_and_import_check(sim, monkeypatch):
+    assert measure.module_name("src/tilesuite/ops/cutile/rms_norm.py") == "tilesuite.ops.cutile.rms_norm"
+    assert measure.module_name("rope_inplace.py") == "rope_inplace" and measure.module_name("k.cu") is None
+    task, tmp = sim
+    built = build.build(task, tmp / "repo")
+    tree = measure.checkout(built.repo, built.base, tmp / "tree")
+    measure.check_imports_from(tree, [KERNEL_REL])  # the checkout's own src/ wins
+    # A tree whose kernel package is missing imports nothing from itself: the copy elsewhere on
+    # PYTHONPATH would be measured instead, so the check refuses.
+    other = measure.checkout(built.repo, built.base, tmp / "other")
+    shutil.rmtree(other / "src")
+    (other / "src").mkdir()
+    monkeypatch.setenv("PYTHONPATH", f"{tree / 'src'}:{shim.scripts_dir()}")
+    with pytest.raises(measure.MeasureError, match="not from the checkout"):
+        measure.check_imports_from(other, [KERNEL_REL])

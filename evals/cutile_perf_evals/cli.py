@@ -163,7 +163,7 @@ def measure_references(chosen: list[dict], a: argparse.Namespace) -> int:
         try:
             runs = measure.measure_variants(
                 {"base": measure.checkout(built.repo, built.base, work / "base"), "reference": ref_tree},
-                tasks.test_file(task), rounds=a.rounds, out_dir=work / "perf")
+                tasks.test_file(task), rounds=a.rounds, out_dir=work / "perf", fence=tasks.fence(task))
             row["per_case"] = runs.speedups("base", "reference")
             row["measured"] = measure.geomean(row["per_case"].values())
             row["round_geomeans"] = runs.round_geomeans("base", "reference")

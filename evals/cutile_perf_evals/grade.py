@@ -336,7 +336,7 @@ def _measure(g: Grade, repo: Path, task: dict, fence: list[str], *, rounds: int,
         if refs:
             trees["reference"] = measure.checkout(repo, g.base, work / "reference", overlay=refs)
         try:
-            runs = measure.measure_variants(trees, test, rounds=rounds, out_dir=logs / "perf")
+            runs = measure.measure_variants(trees, test, rounds=rounds, out_dir=logs / "perf", fence=fence)
         except measure.MeasureError as exc:
             g.problems.append(f"measurement failed: {exc}")
             if exc.variant == "head":  # HEAD's perf tests crashed: its code is not correct

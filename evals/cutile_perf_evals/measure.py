@@ -156,11 +156,45 @@ class Runs:
         return [stats.geomean([a[s][r] / b[s][r] for s in shapes]) for r in range(rounds)]
 
 
+def module_name(rel: str) -> str | None:
+    """``src/pkg/ops/k.py`` -> ``pkg.ops.k``; ``k.py`` -> ``k``; None for a non-Python file."""
+    if not rel.endswith(".py"):
+        return None
+    parts = rel[:-3].split("/")
+    return ".".join(parts[1:] if parts[0] == "src" else parts)
+
+
+def check_imports_from(tree: Path, rels: list[str], *, timeout_s: float = 300) -> None:
+    """MeasureError unless each fenced module imports from ``tree`` (an installed copy or another
+    checkout on the path would be measured instead, silently)."""
+    for rel in rels:
+        name = module_name(rel)
+        if name is None:
+            continue
+        code = f"import importlib; print(importlib.import_module({name!r}).__file__)"
+        out = tree / f".import-check-{name}.log"
+        result = runner.run([sys.executable, "-c", code], cwd=tree, timeout_s=timeout_s, output_path=out,
+                            env_overrides=_env(tree))
+        lines = [ln for ln in result.tail().splitlines() if ln.strip()]
+        where = Path(lines[-1]).resolve() if result.ok and lines else None
+        out.unlink(missing_ok=True)
+        if where is None:
+            continue  # the import itself fails here (no GPU?); the test run will say why
+        if tree.resolve() not in where.parents:
+            raise MeasureError(f"{name} was imported from {where}, not from the checkout {tree}")
+
+
 def measure_variants(trees: dict[str, Path], test: str, *, rounds: int, out_dir: Path,
-                     timeout_s: float = 900) -> Runs:
-    """Run the perf tests ``rounds`` times in every tree, interleaved, rotating the order each round."""
+                     timeout_s: float = 900, fence: list[str] | None = None) -> Runs:
+    """Run the perf tests ``rounds`` times in every tree, interleaved, rotating the order each round.
+    With ``fence``, first check that each tree's fenced modules import from that tree."""
     if rounds < 1:
         raise MeasureError("rounds must be at least 1")
+    for name, tree in trees.items():
+        try:
+            check_imports_from(tree, fence or [])
+        except MeasureError as exc:
+            raise MeasureError(str(exc), variant=name) from None
     names = list(trees)
     runs = Runs({name: {} for name in names})
     for r in range(rounds):
@@ -183,7 +217,7 @@ def measure_interleaved(repo: Path, base: str, head: str, *, test: str, fence: l
     with tempfile.TemporaryDirectory(prefix="cutile-perf-measure-", dir=workdir) as tmp:
         trees = {"base": checkout(Path(repo), base, Path(tmp) / "base"),
                  "head": graded_checkout(Path(repo), base, head, fence, Path(tmp) / "head")}
-        runs = measure_variants(trees, test, rounds=rounds, out_dir=Path(tmp) / "runs")
+        runs = measure_variants(trees, test, rounds=rounds, out_dir=Path(tmp) / "runs", fence=fence)
     return runs.speedups("base", "head")
 
 
