@@ -220,8 +220,11 @@ def test_forged_two_row_log_scores_zero(sim):
     assert g.log_claimed_speedup == pytest.approx(1 / 0.7)
     assert g.score == 0.0 and not g.success
     assert g.speedup == 1.0 and "nothing to time" in g.problems[0]
-    assert [h["kind"] for h in g.hacks] == ["log row does not match git"]
-    assert "does not exist" in g.hacks[0]["detail"] and not g.hacks[0]["stopped"]
+    rows_hack = [h for h in g.hacks if h["kind"] == "log row does not match git"]
+    assert len(rows_hack) == 1 and "does not exist" in rows_hack[0]["detail"]
+    # Where the harness chains its log, the hand-written rows break the chain too.
+    assert {h["kind"] for h in g.hacks} <= {"log row does not match git", "log hash chain broken"}
+    assert not any(h["stopped"] for h in g.hacks)
 
 
 def test_real_kept_change_is_measured_and_scored_against_the_reference(sim_session):
