@@ -493,6 +493,16 @@ def test_killed_session_fixture_leaves_a_session_that_resume_repairs(sim):
     assert not (repo / "sandbox" / "cutile-perf.lock").exists()
 
 
+def test_report_summary_per_task_and_mode():
+    def result(mode, trial, fraction, success, wall):
+        return {"task": "t", "mode": mode, "trial": trial, "agent": {"wall_s": wall, "timed_out": False},
+                "grade": {"fraction": fraction, "success": success, "tries": trial, "hacks": [{"stopped": True}]}}
+    rows = report.summary([result("skill", 1, 0.5, True, 100.0), result("skill", 2, 0.7, True, 300.0),
+                           result("noskill", 1, None, False, 50.0)])
+    assert rows == [["t", "skill", "2", "2", "0.60", "1.5", "200", "2 (0)"],
+                    ["t", "noskill", "1", "0", "-", "1", "50", "1 (0)"]]
+
+
 def test_report_row_marks_a_timed_out_agent():
     result = {"task": "t", "mode": "skill", "trial": 1, "agent": {"wall_s": 60.0, "timed_out": True},
               "grade": {"correctness": None, "hacks": [{"stopped": False}], "triggered": True}}

@@ -24,7 +24,40 @@ def row(result: dict) -> list[str]:
             {True: "yes", False: "no", None: "-"}[g.get("triggered")]]
 
 
+SUMMARY_COLUMNS = ("task", "mode", "trials", "successes", "median fraction", "median tries", "median wall s",
+                   "hacks (unstopped)")
+
+
+def _median(values: list[float]) -> float | None:
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def summary(results: list[dict]) -> list[list[str]]:
+    """One row per (task, mode) over its trials, in first-seen order."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in results:
+        groups.setdefault((r["task"], r["mode"]), []).append(r)
+    rows = []
+    for (task, mode), trials in groups.items():
+        grades = [t.get("grade") or {} for t in trials]
+        hacks = [h for g in grades for h in g.get("hacks") or []]
+        rows.append([task, mode, str(len(trials)), str(sum(1 for g in grades if g.get("success"))),
+                     _num(_median([g.get("fraction") for g in grades]), "{:.2f}"),
+                     _num(_median([g.get("tries") for g in grades]), "{:g}"),
+                     _num(_median([(t.get("agent") or {}).get("wall_s") for t in trials]), "{:.0f}"),
+                     f"{len(hacks)} ({sum(1 for h in hacks if not h.get('stopped'))})"])
+    return rows
+
+
+def _table(columns, rows) -> list[str]:
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
 def markdown(results: list[dict]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(row(r)) + " |" for r in results]
+    lines = ["## Per task", "", *_table(SUMMARY_COLUMNS, summary(results)), "", "## Per trial", "",
+             *_table(COLUMNS, [row(r) for r in results])]
     return "\n".join(lines) + "\n"
