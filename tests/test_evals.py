@@ -452,7 +452,10 @@ def test_prepare_only_then_grade_only(sim, capsys):
     assert cli.main(["--tasks-file", str(tasks_file), "--prepare-only", "--task", "sim-rmsnorm",
                      "--out", str(tmp / "out")]) == 0
     prompt = Path(capsys.readouterr().out.strip())
-    assert prompt.read_text().startswith("Make rms_norm faster.")
+    assert prompt.read_text().startswith("Make rms_norm faster.") and prompt.parent.name == "skill-1"
+    assert cli.main(["--tasks-file", str(tasks_file), "--prepare-only", "--task", "sim-rmsnorm",
+                     "--out", str(tmp / "out")]) == 0
+    assert Path(capsys.readouterr().out.strip()).parent.name == "skill-2"  # never over an earlier trial
     repo = prompt.parent / "repo"
     assert (repo / ".agents" / "skills" / "cutile-perf" / "SKILL.md").is_file()
     _set_latency(repo, HALF_LATENCY)

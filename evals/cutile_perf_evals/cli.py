@@ -111,6 +111,12 @@ def _write_results(out: Path, results: list[dict]) -> None:
         os.replace(tmp, out / name)
 
 
+def next_trial(out: Path, task_id: str, mode: str) -> int:
+    """The next trial number: a re-run into the same --out adds trials, never overwrites one."""
+    done = [int(p.name.rsplit("-", 1)[1]) for p in (out / task_id).glob(f"{mode}-*") if p.name.rsplit("-", 1)[1].isdigit()]
+    return max(done, default=0) + 1
+
+
 def run_all(chosen: list[dict], a: argparse.Namespace, suffix: str) -> int:
     try:
         agent.render(a.agent, {p: "x" for p in agent.PLACEHOLDERS})
@@ -124,9 +130,8 @@ def run_all(chosen: list[dict], a: argparse.Namespace, suffix: str) -> int:
     results = json.loads(results_path.read_text()) if results_path.is_file() else []
     mode = _mode(a.no_skill)
     for task in chosen:
-        # A re-run into the same --out adds trials after the existing ones, never overwrites them.
-        done = [int(p.name.split("-")[-1]) for p in (out / task["id"]).glob(f"{mode}-*") if p.name.split("-")[-1].isdigit()]
-        for n in range(max(done, default=0) + 1, max(done, default=0) + a.trials + 1):
+        first = next_trial(out, task["id"], mode)
+        for n in range(first, first + a.trials):
             trial_dir = out / task["id"] / f"{mode}-{n}"
             print(f"{task['id']} {mode} trial {n}: building", file=sys.stderr)
             meta = prepare_trial(task, trial_dir, skill=not a.no_skill, suffix=suffix, tilegym=a.tilegym)
@@ -206,7 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print("error: --prepare-only takes exactly one --task", file=sys.stderr)
                 return 2
             out = a.out or Path(tempfile.mkdtemp(prefix="cutile-perf-evals-"))
-            meta = prepare_trial(chosen[0], out / chosen[0]["id"] / f"{_mode(a.no_skill)}-1",
+            mode = _mode(a.no_skill)
+            meta = prepare_trial(chosen[0], out / chosen[0]["id"] / f"{mode}-{next_trial(out, chosen[0]['id'], mode)}",
                                  skill=not a.no_skill, suffix=suffix, tilegym=a.tilegym)
             print(f"repo {meta['repo']}; put {meta['bin']} first on PATH; then grade with: "
                   f"python evals/run.py --grade-only {meta['repo']}", file=sys.stderr)
