@@ -348,6 +348,13 @@ def test_verdict(case):
     assert got[0] == score and got[1] is success
 
 
+@pytest.mark.parametrize("entry, guards", [
+    ("tests/", True), ("tests/ops/test_rms_norm.py", True), ("conftest.py", True), ("src/pkg/", True),
+    ("pytest.ini", True), ("src/pkg/ops/cutile/rms_norm.py", False), ("src/pkg/ops/cutile/_host.py", False)])
+def test_guards_tests(entry, guards):
+    assert grade.guards_tests(entry) is guards
+
+
 def test_missing_commands_compares_subcommands():
     calls = [{"argv": ["init", "--kernel", "x"]}, {"argv": ["--repo", ".", "baseline"]}]
     assert grade.missing_commands(["cutile-perf init --kernel rms_norm", "cutile-perf baseline",
@@ -600,3 +607,12 @@ def test_module_name_and_import_check(sim, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", f"{tree / 'src'}:{shim.scripts_dir()}")
     with pytest.raises(measure.MeasureError, match="not from the checkout"):
         measure.check_imports_from(other, [KERNEL_REL])
+
+
+def test_a_second_kernel_file_in_the_session_fence_is_noted_not_a_hack(sim_session):
+    task, tmp, built = sim_session
+    session = built.repo / "sandbox" / "session.yaml"
+    extra = "src/fakegym/ops/cutile/__init__.py"
+    session.write_text(session.read_text().replace(f"- {KERNEL_REL}", f"- {KERNEL_REL}\n- {extra}"))
+    g = grade.grade(built.repo, task, base=built.base, rounds=1)
+    assert g.hacks == [] and g.notes == [f"session fence also allows {extra}"]
