@@ -616,3 +616,9 @@ def test_a_second_kernel_file_in_the_session_fence_is_noted_not_a_hack(sim_sessi
     session.write_text(session.read_text().replace(f"- {KERNEL_REL}", f"- {KERNEL_REL}\n- {extra}"))
     g = grade.grade(built.repo, task, base=built.base, rounds=1)
     assert g.hacks == [] and g.notes == [f"session fence also allows {extra}"]
+
+
+def test_correctness_with_every_test_skipped_is_not_a_pass(tmp_path):
+    (tmp_path / "test_skip.py").write_text("import pytest\n\n\ndef test_op():\n    pytest.skip('no GPU')\n")
+    result = measure.run_correctness(tmp_path, "test_skip.py", k="")
+    assert not result.passed and result.crash_class == "nothing-ran"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 import sys
 import tarfile
 import tempfile
@@ -95,6 +96,8 @@ def run_correctness(tree: Path, test: str, *, timeout_s: float = 900, out_dir: P
     argv = [sys.executable, "-m", "pytest", test, *(["-k", k] if k else []), "-q", "-p", "no:cacheprovider"]
     result = runner.run(argv, cwd=tree, timeout_s=timeout_s, output_path=out, env_overrides=_env(tree))
     crash = runner.classify(result)
+    if crash is None and not re.search(r"\b[1-9]\d* passed", result.tail()):
+        crash = "nothing-ran"  # every test skipped (no GPU?): that proves nothing
     return Correctness(crash is None, crash, str(out))
 
 
