@@ -71,7 +71,7 @@ def prepare_trial(task: dict, trial_dir: Path, *, skill: bool, suffix: str, tile
     built = build.build(task, trial_dir / "repo", tilegym=tilegym)
     if skill:
         proc = subprocess.run(shim.cli_argv("install-skill", "--target", str(built.repo)),
-                                            env=shim.cli_env(), capture_output=True, text=True)
+                              env=shim.cli_env(), capture_output=True, text=True)
         if proc.returncode != 0:
             raise build.BuildError(f"install-skill failed: {(proc.stdout + proc.stderr).strip()[-300:]}")
     shim.write_wrapper(trial_dir / "bin", trial_dir / "commands.jsonl")
