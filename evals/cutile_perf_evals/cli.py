@@ -1,0 +1,256 @@
+"""``python evals/run.py``: build task repos, run an agent on each, grade by measurement.
+
+Examples:
+  python evals/run.py --list
+  python evals/run.py --task rmsnorm-make-faster --agent 'claude -p "$(cat {prompt_file})"' --trials 2
+  python evals/run.py --task rmsnorm-make-faster --agent '...' --no-skill
+  python evals/run.py --prepare-only --task rmsnorm-make-faster          # prints the prompt file's path
+  python evals/run.py --grade-only /tmp/x/rmsnorm-make-faster/skill-1/repo
+  python evals/run.py grade <repo> --task rmsnorm-make-faster            # same as --grade-only
+  python evals/run.py --measure-references --kind optimization           # start vs reference, no agent
+
+Exit codes:
+  0  done (--grade-only: the trial succeeded)
+  1  --grade-only: graded, not a success
+  2  usage error (unknown task, bad template, missing TileGym checkout)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from cutile_perf_evals import agent, build, grade, measure, report, shim, tasks
+
+TRANSCRIPT_CHARS = 2_000_000  # enough to find the skill's path in a stream-json transcript
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python evals/run.py", description=__doc__.split("\n\n")[0],
+                                epilog="\n\n".join(__doc__.split("\n\n")[1:]) + "\n\nPlaceholders of --agent:\n  "
+                                + " ".join("{" + n + "}" for n in agent.PLACEHOLDERS),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", action="append", default=[], metavar="ID", help="task id (repeatable; default: all)")
+    p.add_argument("--kind", action="append", default=[], help=f"task kind (repeatable): {', '.join(tasks.KINDS)}")
+    p.add_argument("--tasks-file", type=Path, default=tasks.EVALS_FILE, help="default: evals/evals.json")
+    p.add_argument("--agent", help="agent command template (see placeholders below)")
+    p.add_argument("--trials", type=int, default=1, help="trials per task (default 1)")
+    p.add_argument("--no-skill", action="store_true", help="do not install the skill (the comparison run)")
+    p.add_argument("--time-limit", type=float, default=1800.0, help="seconds per trial before the agent is killed")
+    p.add_argument("--out", type=Path, help="artifact directory (default: a new temp directory)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved perf rounds when grading (default 3)")
+    p.add_argument("--tilegym", type=Path, help="NVIDIA TileGym checkout, for the tilegym-* tasks")
+    p.add_argument("--no-reference", action="store_true",
+                   help="do not time the reference; use the cited known speedup where there is one")
+    p.add_argument("--list", action="store_true", help="list the tasks and exit")
+    p.add_argument("--measure-references", action="store_true",
+                   help="no agent: time each task's start against its reference (interleaved) and check the "
+                        "reference's correctness; fills in 'to be measured' and re-checks cited numbers")
+    p.add_argument("--prepare-only", action="store_true",
+                   help="build the repo (with the skill unless --no-skill) and write the prompt; print its path")
+    p.add_argument("--grade-only", type=Path, metavar="REPO", help="grade an existing task repository")
+    p.add_argument("--base", help="--grade-only: base commit (default: task.json next to the repo, else the root commit)")
+    p.add_argument("--json", action="store_true", help="--grade-only: print the whole grade as JSON")
+    return p
+
+
+def _mode(no_skill: bool) -> str:
+    return "noskill" if no_skill else "skill"
+
+
+def prepare_trial(task: dict, trial_dir: Path, *, skill: bool, suffix: str, tilegym: Path | None) -> dict:
+    """Build the repo, install the skill (or not), write the wrapper and the prompt; returns task.json."""
+    trial_dir.mkdir(parents=True, exist_ok=False)
+    built = build.build(task, trial_dir / "repo", tilegym=tilegym)
+    if skill:
+        proc = subprocess.run(shim.cli_argv("install-skill", "--target", str(built.repo)),
+                              env=shim.cli_env(), capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise build.BuildError(f"install-skill failed: {(proc.stdout + proc.stderr).strip()[-300:]}")
+    shim.write_wrapper(trial_dir / "bin", trial_dir / "commands.jsonl")
+    prompt_file = trial_dir / "prompt.txt"
+    prompt_file.write_text(tasks.prompt(task, suffix), encoding="utf-8")
+    meta = {"task": task["id"], "mode": _mode(not skill), "base": built.base, "repo": str(built.repo),
+            "prompt_file": str(prompt_file), "bin": str(trial_dir / "bin"),
+            "commands_log": str(trial_dir / "commands.jsonl"),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    (trial_dir / "task.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    return meta
+
+
+def _transcript(trial_dir: Path) -> str:
+    path = trial_dir / "agent.stdout"
+    if not path.is_file():
+        return ""
+    with path.open("rb") as f:
+        return f.read(TRANSCRIPT_CHARS).decode("utf-8", "replace")
+
+
+def grade_trial(task: dict, repo: Path, *, base: str | None, trial_dir: Path | None, rounds: int,
+                tilegym: Path | None, measure_reference: bool) -> grade.Grade:
+    calls = shim.read_calls(trial_dir / "commands.jsonl") if trial_dir else []
+    out_dir = (trial_dir / "grade-logs") if trial_dir else None
+    g = grade.grade(repo, task, base=base, calls=calls, rounds=rounds, tilegym=tilegym, out_dir=out_dir,
+                    measure_reference=measure_reference, transcript=_transcript(trial_dir) if trial_dir else "")
+    if trial_dir:
+        (trial_dir / "grade.json").write_text(json.dumps(g.to_dict(), indent=2) + "\n", encoding="utf-8")
+    return g
+
+
+def _write_results(out: Path, results: list[dict]) -> None:
+    for name, text in (("results.json", json.dumps(results, indent=2) + "\n"), ("results.md", report.markdown(results))):
+        tmp = out / (name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, out / name)
+
+
+def next_trial(out: Path, task_id: str, mode: str) -> int:
+    """The next trial number: a re-run into the same --out adds trials, never overwrites one."""
+    done = [int(p.name.rsplit("-", 1)[1]) for p in (out / task_id).glob(f"{mode}-*") if p.name.rsplit("-", 1)[1].isdigit()]
+    return max(done, default=0) + 1
+
+
+def run_all(chosen: list[dict], a: argparse.Namespace, suffix: str) -> int:
+    try:
+        agent.render(a.agent, {p: "x" for p in agent.PLACEHOLDERS})
+    except agent.TemplateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = a.out or Path(tempfile.mkdtemp(prefix="cutile-perf-evals-"))
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"artifacts in {out}", file=sys.stderr)
+    results_path = out / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.is_file() else []
+    mode = _mode(a.no_skill)
+    for task in chosen:
+        first = next_trial(out, task["id"], mode)
+        for n in range(first, first + a.trials):
+            trial_dir = out / task["id"] / f"{mode}-{n}"
+            print(f"{task['id']} {mode} trial {n}: building", file=sys.stderr)
+            meta = prepare_trial(task, trial_dir, skill=not a.no_skill, suffix=suffix, tilegym=a.tilegym)
+            print(f"{task['id']} {mode} trial {n}: agent running (limit {a.time_limit:g} s)", file=sys.stderr)
+            run = agent.launch(a.agent, repo=Path(meta["repo"]), prompt_file=Path(meta["prompt_file"]),
+                               trial_dir=trial_dir, time_limit_s=a.time_limit, bin_dir=Path(meta["bin"]))
+            (trial_dir / "agent.json").write_text(json.dumps(asdict(run), indent=2) + "\n", encoding="utf-8")
+            print(f"{task['id']} {mode} trial {n}: grading", file=sys.stderr)
+            try:
+                g = grade_trial(task, Path(meta["repo"]), base=meta["base"], trial_dir=trial_dir, rounds=a.rounds,
+                                tilegym=a.tilegym, measure_reference=not a.no_reference)
+            except Exception as exc:  # noqa: BLE001 - one trial's broken repo must not end the whole run
+                g = grade.Grade(task=task["id"], kind=task["kind"], problems=[f"grading failed: {exc!r}"])
+            results.append({"task": task["id"], "mode": mode, "trial": n, "trial_dir": str(trial_dir),
+                            "agent": asdict(run), "grade": g.to_dict()})
+            _write_results(out, results)
+    print(str(out / "results.md"))
+    return 0
+
+
+def measure_references(chosen: list[dict], a: argparse.Namespace) -> int:
+    """Base vs reference of each measured task, interleaved; ``references.json`` and ``.md`` in --out."""
+    out = a.out or Path(tempfile.mkdtemp(prefix="cutile-perf-evals-"))
+    rows = []
+    for task in [t for t in chosen if tasks.is_measured(t) and tasks.reference(t)]:
+        work = out / "references" / task["id"]
+        print(f"{task['id']}: building and timing base vs reference", file=sys.stderr)
+        built = build.build(task, work / "repo", tilegym=a.tilegym)
+        row = {"task": task["id"], "cited": tasks.known_speedup(task).get("value"), "rounds": a.rounds}
+        ref_tree = measure.checkout(built.repo, built.base, work / "reference",
+                                    overlay=build.reference_files(task, a.tilegym))
+        corr = measure.run_correctness(ref_tree, tasks.test_file(task), out_dir=work)
+        row["reference_correct"] = corr.passed
+        try:
+            runs = measure.measure_variants(
+                {"base": measure.checkout(built.repo, built.base, work / "base"), "reference": ref_tree},
+                tasks.test_file(task), rounds=a.rounds, out_dir=work / "perf", fence=tasks.fence(task))
+            row["per_case"] = runs.speedups("base", "reference")
+            row["measured"] = measure.geomean(row["per_case"].values())
+            row["round_geomeans"] = runs.round_geomeans("base", "reference")
+        except measure.MeasureError as exc:
+            row["error"] = str(exc)
+        rows.append(row)
+        (out / "references.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    lines = ["| task | cited | measured (geomean) | per case | reference correct |", "|---|---|---|---|---|"]
+    for r in rows:
+        cases = ", ".join(f"{k} {v:.3f}x" for k, v in (r.get("per_case") or {}).items()) or r.get("error", "-")
+        measured = f"{r['measured']:.3f}" if r.get("measured") else "-"
+        lines.append(f"| {r['task']} | {r['cited']} | {measured} | {cases} | {r['reference_correct']} |")
+    (out / "references.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(str(out / "references.md"))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["grade"]:  # `run.py grade <repo> ...` is `run.py --grade-only <repo> ...`
+        if len(argv) < 2:
+            print("error: grade needs a repository path", file=sys.stderr)
+            return 2
+        argv = ["--grade-only", argv[1], *argv[2:]]
+    a = _parser().parse_args(argv)
+    try:
+        data = tasks.load(a.tasks_file)
+        all_tasks = data["evals"]
+        suffix = data.get("prompt_suffix", "")
+        if a.list:
+            for t in all_tasks:
+                known = tasks.known_speedup(t).get("value", "-")
+                print(f"{t['id']:40s} {t['kind']:12s} {tasks.source(t):8s} known speedup: {known}")
+            return 0
+        if a.grade_only:
+            return _grade_only(a, all_tasks)
+        chosen = tasks.select(all_tasks, a.task, a.kind)
+        if a.prepare_only:
+            if len(chosen) != 1:
+                print("error: --prepare-only takes exactly one --task", file=sys.stderr)
+                return 2
+            out = a.out or Path(tempfile.mkdtemp(prefix="cutile-perf-evals-"))
+            mode = _mode(a.no_skill)
+            meta = prepare_trial(chosen[0], out / chosen[0]["id"] / f"{mode}-{next_trial(out, chosen[0]['id'], mode)}",
+                                 skill=not a.no_skill, suffix=suffix, tilegym=a.tilegym)
+            print(f"repo {meta['repo']}; put {meta['bin']} first on PATH; then grade with: "
+                  f"python evals/run.py --grade-only {meta['repo']}", file=sys.stderr)
+            print(meta["prompt_file"])
+            return 0
+        needs = [t["id"] for t in chosen if tasks.source(t) == "tilegym"]
+        if needs and not a.tilegym:  # before any trial starts, not an hour into the run
+            print(f"error: {', '.join(needs)} need a TileGym checkout: pass --tilegym <path>", file=sys.stderr)
+            return 2
+        if a.measure_references:
+            return measure_references(chosen, a)
+        if not a.agent:
+            print("error: --agent is required to run tasks (or use --prepare-only / --grade-only / --list)",
+                  file=sys.stderr)
+            return 2
+        if a.trials < 1 or a.rounds < 1:
+            print("error: --trials and --rounds must be at least 1", file=sys.stderr)
+            return 2
+        return run_all(chosen, a, suffix)
+    except (tasks.TaskError, build.BuildError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _grade_only(a: argparse.Namespace, all_tasks: list[dict]) -> int:
+    repo = a.grade_only.resolve()
+    meta_path = repo.parent / "task.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    task_id = (a.task or [meta.get("task")])[0]
+    if not task_id:
+        print(f"error: no --task given and no task.json next to {repo}", file=sys.stderr)
+        return 2
+    task = tasks.by_id(all_tasks, task_id)
+    g = grade_trial(task, repo, base=a.base or meta.get("base"), trial_dir=repo.parent if meta else None,
+                    rounds=a.rounds, tilegym=a.tilegym, measure_reference=not a.no_reference)
+    if a.json:
+        print(json.dumps(g.to_dict()))
+    else:
+        print(json.dumps({k: g.to_dict()[k] for k in ("task", "correctness", "speedup", "reference_speedup",
+                                                      "fraction", "score", "success", "hacks", "problems")}))
+    return 0 if g.success else 1

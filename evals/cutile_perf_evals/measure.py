@@ -1,0 +1,234 @@
+"""Correctness and timing of committed code, in clean checkouts the agent never touched.
+
+A checkout is the base commit's tree (``git archive``, so nothing in the agent's work tree, its
+ignored files, hooks or caches comes along) with the fenced files taken from the commit under
+test. Tests and everything else outside the fence therefore always come from the base: a loosened
+tolerance or a faked perf test cannot change a grade.
+
+Timing is interleaved: each round runs the perf tests once in every checkout, in a rotated
+order, so drift of the GPU clock or of a neighbour's load hits every variant alike. Records are
+read with ``cutile_perf.records`` exactly as the harness reads them.
+
+``measure_interleaved(repo, base, head)`` is the one function the grader calls for "how much
+faster is head than base"; it can be swapped for the harness's own interleaved measurement
+(``cutile-perf verify --from A --to B``) when that lands.
+"""
+from __future__ import annotations
+
+import io
+import math
+import os
+import re
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cutile_perf import records, runner, stats
+from cutile_perf_evals import vcs
+
+CORRECTNESS_K = "test_ and cutile and not test_perf and not cutile_rs"
+PERF_K = "test_perf and cutile and not cutile_rs"
+FRAMEWORK = "cutile"
+
+
+class MeasureError(RuntimeError):
+    """A checkout could not be made, or a perf run produced no usable record."""
+
+    def __init__(self, message: str, variant: str | None = None):
+        super().__init__(message)
+        self.variant = variant  # which checkout's run failed, when known
+
+
+def _git_bytes(repo: Path, *args: str) -> bytes:
+    try:
+        return vcs.git_bytes(repo, *args)
+    except vcs.GitError as exc:
+        raise MeasureError(str(exc)) from None
+
+
+def file_at(repo: Path, sha: str, rel: str) -> bytes | None:
+    """Content of ``rel`` at commit ``sha``; None when the commit has no such file."""
+    listed = _git_bytes(repo, "ls-tree", "--name-only", sha, "--", rel).decode().strip()
+    if not listed:
+        return None
+    return _git_bytes(repo, "show", f"{sha}:{rel}")
+
+
+def checkout(repo: Path, base: str, dest: Path, *, overlay: dict[str, bytes | None] | None = None) -> Path:
+    """Extract ``base``'s tree to ``dest`` and write ``overlay`` over it (None deletes the file)."""
+    dest.mkdir(parents=True, exist_ok=False)
+    archive = _git_bytes(repo, "archive", "--format=tar", base)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        # The "data" filter refuses links that point outside dest (the agent wrote this tree);
+        # Pythons before 3.10.12 / 3.11.4 lack it.
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, filter="data")
+        else:
+            tar.extractall(dest)  # noqa: S202
+    for rel, content in (overlay or {}).items():
+        path = dest / rel
+        if content is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+    return dest
+
+
+def graded_checkout(repo: Path, base: str, head: str, fence: list[str], dest: Path) -> Path:
+    """The base tree with the fenced files as they are at ``head``: the code under test, base's tests."""
+    return checkout(repo, base, dest, overlay={rel: file_at(repo, head, rel) for rel in fence})
+
+
+def _env(tree: Path) -> dict[str, str]:
+    # The checkout's own src/ first, so its kernel module is the one imported (an installed or
+    # PYTHONPATH copy of the same package would otherwise win).
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(tree / "src"), os.environ.get("PYTHONPATH", "")) if p)}
+
+
+@dataclass(frozen=True)
+class Correctness:
+    passed: bool
+    crash_class: str | None
+    output: str  # path of the pytest output
+
+
+def run_correctness(tree: Path, test: str, *, timeout_s: float = 900, out_dir: Path | None = None,
+                    k: str = CORRECTNESS_K) -> Correctness:
+    out = (out_dir or tree) / "correctness.log"
+    argv = [sys.executable, "-m", "pytest", test, *(["-k", k] if k else []), "-q", "-p", "no:cacheprovider"]
+    result = runner.run(argv, cwd=tree, timeout_s=timeout_s, output_path=out, env_overrides=_env(tree))
+    crash = runner.classify(result)
+    if crash is None and not re.search(r"\b[1-9]\d* passed", result.tail()):
+        crash = "nothing-ran"  # every test skipped (no GPU?): that proves nothing
+    return Correctness(crash is None, crash, str(out))
+
+
+def run_perf(tree: Path, test: str, *, tag: str, out_dir: Path, timeout_s: float = 900,
+             k: str = PERF_K) -> dict[str, float]:
+    """``{shape id: median ms}`` of one perf run in ``tree``; MeasureError when it records nothing."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    records_file = out_dir / f"{tag}.records.jsonl"
+    records_file.unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "pytest", test, "-k", k, "-q", "-p", "no:cacheprovider", *records.PYTEST_PLUGIN_ARGS]
+    env = {**_env(tree), "CUTILE_PERF_RECORDS": str(records_file)}
+    result = runner.run(argv, cwd=tree, timeout_s=timeout_s, output_path=out_dir / f"{tag}.log", env_overrides=env)
+    crash = runner.classify(result)
+    if crash is not None:
+        raise MeasureError(f"perf run {tag} failed ({crash}); see {out_dir / (tag + '.log')}")
+    try:
+        medians = case_medians(records.read_records_file(records_file))
+    except records.RecordError as exc:
+        raise MeasureError(f"perf run {tag}: {exc}") from None
+    if not medians:
+        raise MeasureError(f"perf run {tag} recorded no '{FRAMEWORK}' benchmark; see {out_dir / (tag + '.log')}")
+    return medians
+
+
+def case_medians(recs: list[records.ShapeRecord]) -> dict[str, float]:
+    """``{case: median ms}`` over every direction recorded: a shape's forward time is keyed by its
+    shape id, any other direction (TileGym also records ``backward``) by ``<shape id>:<direction>``,
+    so a backward regression counts like any other."""
+    directions = sorted({r.direction for r in recs if r.framework == FRAMEWORK})
+    medians: dict[str, float] = {}
+    for direction in directions:
+        for sid, rec in records.select_by_shape(recs, FRAMEWORK, direction).items():
+            medians[sid if direction == "forward" else f"{sid}:{direction}"] = rec.median
+    return dict(sorted(medians.items()))
+
+
+@dataclass
+class Runs:
+    """Per variant, per shape: the median of each round (rounds in order)."""
+
+    by_variant: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+
+    def shapes(self) -> list[str]:
+        common = None
+        for per_shape in self.by_variant.values():
+            common = set(per_shape) if common is None else common & set(per_shape)
+        return sorted(common or ())
+
+    def speedups(self, slow: str, fast: str) -> dict[str, float]:
+        """Per shape: median(slow) / median(fast); above 1 means ``fast`` is faster."""
+        a, b = self.by_variant[slow], self.by_variant[fast]
+        return {s: stats.median(a[s]) / stats.median(b[s]) for s in self.shapes()}
+
+    def round_geomeans(self, slow: str, fast: str) -> list[float]:
+        """The geomean speedup of each round, from the paired runs of that round."""
+        a, b = self.by_variant[slow], self.by_variant[fast]
+        shapes = self.shapes()
+        rounds = min(len(a[s]) for s in shapes) if shapes else 0
+        return [stats.geomean([a[s][r] / b[s][r] for s in shapes]) for r in range(rounds)]
+
+
+def module_name(rel: str) -> str | None:
+    """``src/pkg/ops/k.py`` -> ``pkg.ops.k``; ``k.py`` -> ``k``; None for a non-Python file."""
+    if not rel.endswith(".py"):
+        return None
+    parts = rel[:-3].split("/")
+    return ".".join(parts[1:] if parts[0] == "src" else parts)
+
+
+def check_imports_from(tree: Path, rels: list[str], *, timeout_s: float = 300) -> None:
+    """MeasureError unless each fenced module imports from ``tree`` (an installed copy or another
+    checkout on the path would be measured instead, silently)."""
+    for rel in rels:
+        name = module_name(rel)
+        if name is None:
+            continue
+        code = f"import importlib; print(importlib.import_module({name!r}).__file__)"
+        out = tree / f".import-check-{name}.log"
+        result = runner.run([sys.executable, "-c", code], cwd=tree, timeout_s=timeout_s, output_path=out,
+                            env_overrides=_env(tree))
+        lines = [ln for ln in result.tail().splitlines() if ln.strip()]
+        where = Path(lines[-1]).resolve() if result.ok and lines else None
+        out.unlink(missing_ok=True)
+        if where is None:
+            continue  # the import itself fails here (no GPU?); the test run will say why
+        if tree.resolve() not in where.parents:
+            raise MeasureError(f"{name} was imported from {where}, not from the checkout {tree}")
+
+
+def measure_variants(trees: dict[str, Path], test: str, *, rounds: int, out_dir: Path,
+                     timeout_s: float = 900, fence: list[str] | None = None) -> Runs:
+    """Run the perf tests ``rounds`` times in every tree, interleaved, rotating the order each round.
+    With ``fence``, first check that each tree's fenced modules import from that tree."""
+    if rounds < 1:
+        raise MeasureError("rounds must be at least 1")
+    for name, tree in trees.items():
+        try:
+            check_imports_from(tree, fence or [])
+        except MeasureError as exc:
+            raise MeasureError(str(exc), variant=name) from None
+    names = list(trees)
+    runs = Runs({name: {} for name in names})
+    for r in range(rounds):
+        order = names[r % len(names):] + names[: r % len(names)]
+        for name in order:
+            try:
+                medians = run_perf(trees[name], test, tag=f"round{r + 1}-{name}", out_dir=out_dir,
+                                   timeout_s=timeout_s)
+            except MeasureError as exc:
+                raise MeasureError(str(exc), variant=name) from None
+            for shape, ms in medians.items():
+                runs.by_variant[name].setdefault(shape, []).append(ms)
+    return runs
+
+
+def measure_interleaved(repo: Path, base: str, head: str, *, test: str, fence: list[str], rounds: int = 3,
+                        workdir: Path | None = None) -> dict[str, float]:
+    """Per-shape speedup of ``head`` over ``base`` (base ms / head ms), timed interleaved in clean
+    checkouts of the fenced files at each commit over the base's tests."""
+    with tempfile.TemporaryDirectory(prefix="cutile-perf-measure-", dir=workdir) as tmp:
+        trees = {"base": checkout(Path(repo), base, Path(tmp) / "base"),
+                 "head": graded_checkout(Path(repo), base, head, fence, Path(tmp) / "head")}
+        runs = measure_variants(trees, test, rounds=rounds, out_dir=Path(tmp) / "runs", fence=fence)
+    return runs.speedups("base", "head")
+
+
+def geomean(values) -> float:
+    values = list(values)
+    return stats.geomean(values) if values else math.nan
