@@ -1,0 +1,214 @@
+"""Which cuTile ops of a TileGym-shaped repository the loop can drive, op by op.
+
+For every kernel file under ``src/**/cutile/`` (``kernel_scan.op_files``) this pairs the test file
+the way ``init`` does (``kernel_scan.choose_test_file``, plus a ``test_<op>_perf.py`` written by
+``scaffold-perf``), collects the correctness and perf selections of ``init``'s commands, and,
+when asked, runs each selection once: pass/fail, wall time and the number of perf records.
+
+Runs go through ``runner`` (own process group, output to a file, killed at the timeout) with
+bytecode writing off; nothing in the repository is changed. Library only: nothing here prints.
+"""
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cutile_perf import kernel_scan, records, runner, selection
+from cutile_perf import session as session_mod
+from cutile_perf.errors import UsageError
+
+WHICH = ("correctness", "perf")
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One pytest run of a selection (or of its first ``sample`` tests)."""
+
+    ok: bool
+    crash: str | None  # runner.CRASH_CLASSES, or "no-record" for a perf run that recorded nothing
+    wall_s: float
+    tests: int  # node ids passed to pytest (0: the whole selection)
+    records: int = 0  # perf only: 'cutile' benchmark records read back
+    detail: str = ""
+
+    def cell(self) -> str:
+        status = "pass" if self.ok else f"FAIL ({self.crash})"
+        extra = f", {self.records} rec" if self.records or not self.ok else ""
+        return f"{status} {self.wall_s:.0f} s{extra}"
+
+
+@dataclass
+class OpRow:
+    kernel: str  # repo-relative kernel file
+    test: str | None = None
+    perf_test: str | None = None  # set when the perf test lives in its own file
+    problem: str = ""  # why the op cannot be driven (no test file, ambiguous, ...)
+    selections: dict[str, selection.Selection] = field(default_factory=dict)
+    runs: dict[str, RunSummary] = field(default_factory=dict)
+
+    @property
+    def op(self) -> str:
+        return Path(self.kernel).stem
+
+    def selected(self, which: str) -> str:
+        sel = self.selections.get(which)
+        if sel is None:
+            return "-"
+        return "error" if sel.error else str(sel.count)
+
+    @property
+    def drivable(self) -> bool:
+        """Paired, both selections non-empty, and (when run) both runs passed."""
+        if self.problem or any(w not in self.selections or self.selections[w].error or self.selections[w].empty
+                               for w in WHICH):
+            return False
+        return all(r.ok for r in self.runs.values())
+
+    def to_dict(self) -> dict:
+        return {"op": self.op, "kernel": self.kernel, "test": self.test, "perf_test": self.perf_test,
+                "problem": self.problem, "drivable": self.drivable,
+                "selections": {w: s.to_dict() for w, s in self.selections.items()},
+                "runs": {w: vars(r) for w, r in self.runs.items()}}
+
+
+def _session_for(root: Path, kernel_rel: str, test_rel: str, perf_rel: str | None) -> session_mod.Session:
+    """The commands ``init`` would write for this op, as a Session (never saved)."""
+    perf_cmd = selection.perf_command(perf_rel)
+    return session_mod.Session(
+        repo=root, kernel=Path(kernel_rel).stem, kernel_files=(kernel_rel,), fence=(kernel_rel,), test=test_rel,
+        correctness_cmd=session_mod.CORRECTNESS_TEMPLATE, perf_cmd=perf_cmd, thresholds={}, timeout_s=600.0,
+        base_commit="", branch="", created="")
+
+
+def sampled_argv(argv: list[str], test_rel: str, node_ids: tuple[str, ...], sample: int) -> tuple[list[str], int]:
+    """``argv`` with its test-file argument replaced by the first ``sample`` selected node ids.
+
+    The ids are re-rooted on ``test_rel`` (pytest prints them relative to its rootdir, which need
+    not be the working directory). ``sample`` 0, or a test file not found in argv, keeps ``argv``.
+    """
+    if sample <= 0 or test_rel not in argv or not node_ids:
+        return list(argv), 0
+    chosen = [f"{test_rel}::{nid.split('::', 1)[1]}" if "::" in nid else nid for nid in node_ids[:sample]]
+    i = argv.index(test_rel)
+    return [*argv[:i], *chosen, *argv[i + 1:]], len(chosen)
+
+
+def _run_one(session: session_mod.Session, which: str, sel: selection.Selection, test_rel: str, *, timeout_s: float,
+             sample: int, log_dir: Path) -> RunSummary:
+    argv = session.argv(which)
+    argv, tests = sampled_argv(argv, test_rel, sel.node_ids, sample)
+    stem = session.kernel_files[0].replace("/", "__").removesuffix(".py")
+    out = log_dir / f"{stem}-{which}.log"
+    env = {"PYTHONDONTWRITEBYTECODE": "1"}
+    records_file = log_dir / f"{stem}-perf.records.jsonl"
+    if which == "perf":
+        records_file.unlink(missing_ok=True)
+        argv = [*argv, *records.PYTEST_PLUGIN_ARGS]
+        env["CUTILE_PERF_RECORDS"] = str(records_file)
+    result = runner.run(argv, cwd=session.repo, timeout_s=timeout_s, output_path=out, env_overrides=env)
+    crash = runner.classify(result)
+    count = 0
+    detail = ""
+    if which == "perf" and crash is None:
+        try:
+            count = sum(1 for r in records.read_records_file(records_file) if r.framework == "cutile")
+        except records.RecordError as exc:
+            crash, detail = "no-record", str(exc)
+        if crash is None and count == 0:
+            crash = "no-record"
+    if crash and not detail:
+        detail = selection.error_summary(result.tail()) if not result.timed_out else f"killed after {timeout_s:g} s"
+    return RunSummary(crash is None, crash, round(result.duration_s, 1), tests, count, detail)
+
+
+def survey_op(root: Path, kernel: Path, *, run: bool, timeout_s: float, sample: int, log_dir: Path) -> OpRow:
+    row = OpRow(kernel=kernel.relative_to(root).as_posix())
+    try:
+        test_file, _ = kernel_scan.choose_test_file(root, kernel)
+    except UsageError as exc:
+        row.problem = exc.message
+        return row
+    row.test = test_file.relative_to(root).as_posix()
+    perf_file = kernel_scan.sibling_perf_test(test_file)
+    row.perf_test = perf_file.relative_to(root).as_posix() if perf_file else None
+    session = _session_for(root, row.kernel, row.test, row.perf_test)
+    for which in WHICH:
+        row.selections[which] = selection.collect(which, session.argv(which), cwd=root, timeout_s=timeout_s)
+    if run:
+        for which in WHICH:
+            sel = row.selections[which]
+            if sel.error or sel.empty:
+                continue
+            test_rel = row.perf_test if which == "perf" and row.perf_test else row.test
+            row.runs[which] = _run_one(session, which, sel, test_rel, timeout_s=timeout_s, sample=sample,
+                                       log_dir=log_dir)
+    return row
+
+
+def survey(root: Path, *, run: bool = False, timeout_s: float = 300.0, sample: int = 0, jobs: int = 1,
+           under: str | None = None, log_dir: Path | None = None,
+           progress: Callable[[OpRow], None] | None = None) -> list[OpRow]:
+    """One row per op file, in path order. ``under`` keeps kernel files below that repo-relative folder."""
+    kernels = kernel_scan.op_files(root)
+    if under:
+        prefix = under.strip("/") + "/"
+        kernels = [k for k in kernels if k.relative_to(root).as_posix().startswith(prefix)]
+    if not kernels:
+        raise UsageError(f"no cuTile kernel files (defining @ct.kernel) under {root}/src/**/cutile/"
+                         + (f" below {under}" if under else ""), "is this a TileGym-shaped repository?")
+
+    def one(kernel: Path, logs: Path) -> OpRow:
+        row = survey_op(root, kernel, run=run, timeout_s=timeout_s, sample=sample, log_dir=logs)
+        if progress:
+            progress(row)
+        return row
+
+    with tempfile.TemporaryDirectory(prefix="cutile-perf-survey-") as tmp:
+        logs = Path(log_dir) if log_dir else Path(tmp)
+        logs.mkdir(parents=True, exist_ok=True)
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            return list(pool.map(lambda k: one(k, logs), kernels))
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+
+def columns(with_runs: bool) -> list[str]:
+    cols = ["op", "kernel", "test", "correctness tests", "perf tests"]
+    return cols + (["correctness run", "perf run"] if with_runs else []) + ["drivable"]
+
+
+def row_cells(row: OpRow, with_runs: bool) -> list[str]:
+    test = row.test or "-"
+    if row.perf_test:
+        test += f" (+ {Path(row.perf_test).name})"
+    cells = [row.op, row.kernel, test, row.selected("correctness"), row.selected("perf")]
+    if with_runs:
+        cells += [row.runs[w].cell() if w in row.runs else "-" for w in WHICH]
+    reason = row.problem or next((f"{w}: {row.selections[w].error[:60]}" for w in WHICH
+                                  if w in row.selections and row.selections[w].error), "")
+    if not reason and "perf" in row.selections and row.selections["perf"].empty:
+        reason = "no perf test (scaffold-perf)"
+    cells.append("yes" if row.drivable else f"no: {reason}" if reason else "no")
+    return cells
+
+
+def render_table(rows: list[OpRow], *, with_runs: bool, markdown: bool) -> str:
+    cols = columns(with_runs)
+    body = [row_cells(r, with_runs) for r in rows]
+    if markdown:
+        esc = [[c.replace("|", "\\|") for c in cells] for cells in body]
+        lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+        return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in esc])
+    widths = [max(len(c), *(len(cells[i]) for cells in body)) for i, c in enumerate(cols)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*cols), *(fmt.format(*cells) for cells in body)]).rstrip()
+
+
+def summary(rows: list[OpRow]) -> dict[str, int]:
+    return {"ops": len(rows), "paired": sum(1 for r in rows if r.test),
+            "with_perf_test": sum(1 for r in rows if "perf" in r.selections and r.selections["perf"].count),
+            "drivable": sum(1 for r in rows if r.drivable)}
