@@ -5,15 +5,12 @@ import json
 
 import pytest
 
-from cutile_perf.log import (
-    append_entry,
-    current_baseline,
-    next_iteration,
-    read_entries,
-    read_log,
-    shape_medians,
-    validate_entry,
-)
+from cutile_perf.history import History, current_baseline, shape_medians
+from cutile_perf.log import append_entry, read_entries, read_log, validate_entry
+
+
+def next_iteration(entries):
+    return History(tuple(entries)).next_iteration()
 
 
 def entry(iteration: int, status: str = "keep", tier: str | None = None, **extra) -> dict:

@@ -219,6 +219,63 @@ def _add_install_skill(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+def _add_example(subparsers) -> None:
+    p = _sub(subparsers, "example",
+             "the bundled kernels: list them, show a plain kernel or a prepared step, copy the suite to practise",
+             "Examples:\n  cutile-perf example list\n  cutile-perf example show rms_norm\n"
+             "  cutile-perf example show rms_norm --step 04 > src/tilesuite/ops/cutile/rms_norm.py\n"
+             "  cutile-perf example show rms_norm --test\n  cutile-perf example copy --dest /tmp/kernels\n\n"
+             "`show` prints the file on stdout; what a step changes, why and what we expected go to stderr.")
+    p.add_argument("action", choices=["list", "show", "copy"], help="list the ops, show one file, or copy the suite")
+    p.add_argument("op", nargs="?", help="bundled op for `show` (rms_norm, softmax, layer_norm, swiglu, matmul, attention)")
+    p.add_argument("--step", metavar="NN", help="a prepared step: its number (04), file stem or name")
+    p.add_argument("--test", action="store_true", help="show the op's test file instead of the kernel")
+    p.add_argument("--dest", type=Path, help="new directory for `copy` (made a git repository)")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.example import example
+
+        return example(action=a.action, op=a.op, step=a.step, test=a.test, dest=a.dest)
+
+    p.set_defaults(handler=run)
+
+
+def _add_template(subparsers) -> None:
+    p = _sub(subparsers, "template",
+             "print a tune-once/cache/launch module for a kernel (imports only cuda.tile and the kernel)",
+             "Examples:\n  cutile-perf template autotune --kind occupancy\n"
+             "  cutile-perf template autotune --kind matmul --output my_matmul_tuned.py\n"
+             "  cutile-perf template autotune --kind occupancy --op rms_norm --kernel-module pkg.ops.cutile.rms_norm "
+             "--kernel-name rms_norm_kernel --params x,w,out --grid '(x.shape[0],)' --args '(x, w, out)' "
+             "--key 'tuple(x.shape)'\n\n"
+             "Kinds: occupancy (norms, reductions, elementwise), tile_search (matmul, attention), split_buffer\n"
+             "(in-place kernels); aliases such as matmul or rms_norm pick one. Each field has a worked default;\n"
+             "--grid and --args are Python expressions of cfg (the config) and the params.")
+    p.add_argument("name", choices=["autotune"], help="which template")
+    p.add_argument("--kind", required=True, help="occupancy, tile_search, split_buffer (or matmul, rms_norm, ...)")
+    p.add_argument("--op", help="name of the generated <op>_launch function")
+    p.add_argument("--kernel-module", help="module that defines the @ct.kernel")
+    p.add_argument("--kernel-name", help="the @ct.kernel function's name")
+    p.add_argument("--params", metavar="A,B,...", help="parameters of <op>_launch after stream, comma-separated")
+    p.add_argument("--grid", help="grid expression of cfg and the params")
+    p.add_argument("--args", help="kernel argument tuple expression of cfg and the params")
+    p.add_argument("--key", help="cache key expression of the params (shape, dtype, device)")
+    p.add_argument("--configs", metavar="JSON", help='search space, e.g. \'[{"occupancy": 1}, {"occupancy": 2}]\'')
+    p.add_argument("--fixed", metavar="JSON", help="the config the kernel uses today (default: the first config)")
+    p.add_argument("--inplace", metavar="A,B", help="params the kernel writes in place (split_buffer)")
+    p.add_argument("--output", type=Path, help="write the module there (refused if it exists) instead of stdout")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.template import template
+
+        overrides = {"op_name": a.op, "kernel_module": a.kernel_module, "kernel_name": a.kernel_name,
+                     "params": a.params, "grid": a.grid, "args": a.args, "key": a.key, "configs": a.configs,
+                     "fixed": a.fixed, "inplace": a.inplace}
+        return template(name=a.name, kind=a.kind, overrides=overrides, output=a.output)
+
+    p.set_defaults(handler=run)
+
+
 def _add_tileir_check(subparsers) -> None:
     p = _sub(subparsers, "tileir-check",
              "which triton is active and whether its TileIR backend can compile kernels here (JSON)",
@@ -293,7 +350,8 @@ def _add_verify_triton(subparsers) -> None:
 TARGET_EPILOG = """\
 Naming a kernel: --target MODULE:ATTRIBUTE names a cutile_perf.tune.Tunable object (kernel, final
 space per arch, fixed config, default shapes, problem(shape) -> grid_fn/args_fn). The bundled suite
-has tilesuite.tunables:rms_norm and tilesuite.tunables:matmul (PYTHONPATH=examples/kernels/src).
+has tilesuite.tunables:rms_norm and tilesuite.tunables:matmul (PYTHONPATH=examples/kernels/src in a
+checkout, or <dir>/src after `cutile-perf example copy --dest <dir>`).
 --shape NAME=INT,... (repeatable) replaces the tunable's default shapes."""
 
 
@@ -371,6 +429,8 @@ SUBCOMMANDS: list[Callable] = [
     _add_classify_triton,
     _add_verify_triton,
     _add_install_skill,
+    _add_example,
+    _add_template,
 ]
 
 

@@ -52,23 +52,45 @@ class Thresholds:
     confidence: float = 0.95  # of the paired-sample interval in confirm()
     patience: int = 2  # iterations in a row without improvement before stopping
     max_iterations: int = 25
+    # A claim of more than this factor on any case in one step is re-measured interleaved in fresh
+    # processes before it can be kept, and marked for review.
+    plausible_factor: float = 3.0
+    # No GPU kernel launch measured with CUDA events takes less (event resolution is ~0.5 us): a
+    # smaller median is a forged or broken record, not a fast kernel.
+    min_plausible_ms: float = 1e-4
+    # The interleaved re-check: at least this many (baseline, candidate) pairs, then one more pair at
+    # a time while the verdict is ambiguous, up to max_confirm_pairs.
+    min_confirm_pairs: int = 3
+    max_confirm_pairs: int = 3
 
     def __post_init__(self):
-        for name in ("new_baseline", "keep", "regression_tolerance", "noise_k", "min_noise", "confirm_band"):
-            if not (isinstance(getattr(self, name), (int, float)) and getattr(self, name) >= 0):
-                raise ValueError(f"threshold {name}={getattr(self, name)!r} must be a number >= 0")
+        for name in ("new_baseline", "keep", "regression_tolerance", "noise_k", "min_noise", "confirm_band",
+                     "min_plausible_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"threshold {name}={value!r} must be a finite number >= 0")
+        if not (isinstance(self.plausible_factor, (int, float)) and math.isfinite(self.plausible_factor)
+                and self.plausible_factor > 1):
+            raise ValueError(f"plausible_factor={self.plausible_factor!r} must be a finite number > 1")
+        if not (isinstance(self.min_confirm_pairs, int) and isinstance(self.max_confirm_pairs, int)
+                and MIN_CONFIRM_SAMPLES <= self.min_confirm_pairs <= self.max_confirm_pairs):
+            raise ValueError(f"confirm pairs must satisfy {MIN_CONFIRM_SAMPLES} <= min_confirm_pairs "
+                             f"({self.min_confirm_pairs!r}) <= max_confirm_pairs ({self.max_confirm_pairs!r})")
         if self.keep > self.new_baseline:
             raise ValueError(f"keep ({self.keep}) must not exceed new_baseline ({self.new_baseline})")
         if not 0.5 < self.confidence < 1:
             raise ValueError(f"confidence={self.confidence} must be between 0.5 and 1")
-        if self.patience < 1 or self.max_iterations < 1:
-            raise ValueError("patience and max_iterations must be >= 1")
+        if not (isinstance(self.patience, int) and isinstance(self.max_iterations, int)
+                and self.patience >= 1 and self.max_iterations >= 1):
+            raise ValueError("patience and max_iterations must be integers >= 1")
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict | None) -> Thresholds:
+        if data is not None and not isinstance(data, dict):
+            raise ValueError(f"expected a mapping of threshold names to numbers, not {data!r}")
         data = dict(data or {})
         allowed = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - allowed)
@@ -276,3 +298,124 @@ def next_priority_hint(history: list[dict]) -> str | None:
     if tier == "new-baseline":
         return "gain of 5 % or more: keep exploring this direction"
     return None
+
+
+# --- the judge: every rule that turns a stage's evidence into a verdict ----------------------------
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a candidate is judged against: the current baseline, never a later "no-change" keep."""
+
+    commit: str  # the baseline commit: the interleaved re-check measures this code again
+    medians: dict  # case -> median ms of the baseline
+    noise: dict  # case -> relative noise floor
+    passed_tests: frozenset = frozenset()  # correctness test ids that passed at the baseline
+    kernel_names: dict = field(default_factory=dict)  # case -> kernel_name the baseline record carried
+
+
+@dataclass(frozen=True)
+class StageEvidence:
+    """What one pytest child showed (``measure.run_stage``), reduced to the facts the rules need."""
+
+    problem: str | None = None  # crash class value found by the runner or the integrity checks
+    detail: str = ""
+    ended: bool = True  # the plugin's end-of-session marker is there
+    passed: frozenset = frozenset()
+    not_passed: dict = field(default_factory=dict)  # test id -> outcome, for tests that did not pass
+    medians: dict = field(default_factory=dict)  # case -> median ms (perf)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    action: str  # "keep", "revert", "crash", "continue" (run the next stage), "re-measure"
+    reason: str = ""
+    crash_class: str | None = None
+    decision: Decision | None = None
+    review: bool = False  # a claim beyond the plausibility factor: flagged for a human
+
+    @property
+    def final(self) -> bool:
+        return self.action in ("keep", "revert", "crash")
+
+
+def _crash(problem: str, reason: str) -> Verdict:
+    return Verdict("revert" if problem == "wrong-result" else "crash", reason, crash_class=problem)
+
+
+def judge_correctness(ev: StageEvidence, ref: Reference) -> Verdict:
+    """Correctness is positive evidence: tests ran, the baseline's passing tests pass again, the run ended."""
+    if ev.problem:
+        return _crash(ev.problem, f"correctness {ev.problem}: {ev.detail}")
+    if not ev.ended:
+        return _crash("incomplete-tests", "correctness: the test session ended before the plugin's end marker "
+                      "(exit during the run?)")
+    if not ev.passed:
+        return _crash("incomplete-tests", "correctness: no test passed")
+    lost = sorted(ref.passed_tests - ev.passed)
+    if lost:
+        how = ev.not_passed.get(lost[0], "missing")
+        return _crash("incomplete-tests", f"correctness: {len(lost)} test(s) that passed at the baseline did not "
+                      f"pass now, e.g. {lost[0]} ({how})")
+    return Verdict("continue")
+
+
+def judge_records(ev: StageEvidence, ref: Reference, t: Thresholds) -> Verdict:
+    """A perf run counts only with an end marker and a finite, plausible record for every baseline case."""
+    if ev.problem:
+        return _crash(ev.problem, f"perf {ev.problem}: {ev.detail}")
+    if not ev.ended:
+        return _crash("incomplete-tests", "perf: the test session ended before the plugin's end marker")
+    missing = sorted(set(ref.medians) - set(ev.medians))
+    if missing:
+        return _crash("no-record", f"perf: no record for {len(missing)} baseline case(s), e.g. {missing[0]}")
+    for case in sorted(ev.medians):
+        value = ev.medians[case]
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= t.min_plausible_ms):
+            return _crash("bad-record", f"perf: case {case} recorded median {value!r} ms (needs a finite time >= "
+                          f"{t.min_plausible_ms:g} ms)")
+    return Verdict("continue")
+
+
+def implausible_cases(ref: Reference, medians: dict, t: Thresholds) -> list[str]:
+    """Cases whose claimed speedup over the baseline exceeds the plausibility factor."""
+    return sorted(c for c in ref.medians if c in medians and ref.medians[c] / medians[c] > t.plausible_factor)
+
+
+def judge(ref: Reference, t: Thresholds, *, correctness: StageEvidence | None = None,
+          perf: StageEvidence | None = None, paired: dict | None = None) -> Verdict:
+    """The verdict from whatever evidence exists so far; ``continue``/``re-measure`` ask for more.
+
+    Order: correctness (positive evidence) -> records (complete, finite, plausible) -> one run
+    against the baseline medians -> the interleaved re-check against the baseline *commit*, needed
+    when the single run is borderline or claims more than ``plausible_factor`` on some case.
+    """
+    if correctness is not None:
+        verdict = judge_correctness(correctness, ref)
+        if verdict.final or perf is None:
+            return verdict
+    if perf is None:
+        return Verdict("continue")
+    verdict = judge_records(perf, ref, t)
+    if verdict.final:
+        return verdict
+    cases = sorted(ref.medians)
+    implausible = implausible_cases(ref, perf.medians, t)
+    if paired is None:
+        single = decide({c: ref.medians[c] for c in cases}, {c: perf.medians[c] for c in cases}, ref.noise, t)
+        if single.verdict == "confirm" or (implausible and single.verdict == "keep"):
+            why = (f"claims more than {t.plausible_factor:g}x on {', '.join(implausible)}" if implausible
+                   else single.reason)
+            return Verdict("re-measure", why, decision=single)
+        return Verdict(single.verdict, single.reason, decision=single)
+    rounds = min(min(len(paired[c][0]), len(paired[c][1])) for c in cases)
+    if rounds < t.min_confirm_pairs:
+        return Verdict("re-measure", f"{rounds} of {t.min_confirm_pairs} interleaved pairs")
+    confirmed = confirm(paired, t)
+    if confirmed.tier == "no-change" and rounds < t.max_confirm_pairs:
+        return Verdict("re-measure", "ambiguous after the interleaved pairs so far", decision=confirmed)
+    still = [c for c in cases if stats.median(paired[c][0]) / stats.median(paired[c][1]) > t.plausible_factor]
+    review = bool(implausible) and confirmed.verdict == "keep"
+    reason = confirmed.reason + (f"; re-measured: {', '.join(still) or 'no case'} still beyond "
+                                 f"{t.plausible_factor:g}x, marked for review" if review else "")
+    return Verdict(confirmed.verdict, reason, decision=confirmed, review=review)

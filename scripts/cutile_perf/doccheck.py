@@ -119,6 +119,24 @@ def subcommand_mentions(text: str) -> list[tuple[int, str, tuple[str, ...]]]:
     return found
 
 
+def command_mentions(text: str) -> list[tuple[int, str]]:
+    """(line, ``"cutile-perf <sub> ..."``) for each command written in code, cut where the shell
+    command ends (``|``, ``;``, ``&&``, ``#``, a `` > `` redirection), for a parse check."""
+    spans = [CodeSpan(m.group(1), n, None) for n, line in prose_lines(text) for m in _INLINE_CODE.finditer(line)]
+    for block in fenced_blocks(text):
+        # A shell line ending in a backslash continues on the next one: one command, one span.
+        joined = re.sub(r"[ \t]*\\\n\s*", " ", block.text) if block.lang in SHELL_LANGS else block.text
+        first_lines = [block.line + k for k, line in enumerate(block.text.splitlines())
+                       if k == 0 or not block.text.splitlines()[k - 1].endswith("\\")]
+        spans += [CodeSpan(line, n, block.lang) for n, line in zip(first_lines, joined.splitlines())]
+    found = []
+    for span in spans:
+        for m in _SUBCOMMAND.finditer(span.text):
+            rest = re.split(r"\||;|&&|#|\s[12]?>\s|\bcutile-perf\b", span.text[m.end():])[0]
+            found.append((span.line, f"cutile-perf {m.group(1)}{rest}".strip()))
+    return found
+
+
 def env_var_mentions(text: str) -> set[str]:
     """UPPER_CASE names that look like environment variables.
 

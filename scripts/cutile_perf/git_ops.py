@@ -9,7 +9,10 @@ Paths exchanged with callers are repository-relative POSIX strings.
 """
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import git
@@ -36,7 +39,10 @@ def open_repo(path: Path) -> git.Repo:
         raise UsageError(f"{path} is a bare git repository; a work tree is needed")
     git_dir = Path(repo.git_dir)
     repo.git.update_environment(
-        GIT_DIR=str(git_dir), GIT_WORK_TREE=str(repo.working_tree_dir), GIT_INDEX_FILE=str(git_dir / "index")
+        GIT_DIR=str(git_dir), GIT_WORK_TREE=str(repo.working_tree_dir), GIT_INDEX_FILE=str(git_dir / "index"),
+        # No hook of the target repository runs inside our git commands: a post-checkout or
+        # post-commit hook could rewrite the kernel right after a revert or a commit.
+        GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0="core.hooksPath", GIT_CONFIG_VALUE_0=os.devnull,
     )
     return repo
 
@@ -239,7 +245,7 @@ def commit_message(repo: git.Repo, sha: str) -> str:
     return repo.git.log("-1", "--format=%B", sha).strip()
 
 
-def exclude_locally(repo: git.Repo, pattern: str) -> bool:
+def exclude_locally(repo: git.Repo, pattern: str, comment: str = "cutile-perf session files") -> bool:
     """Add ``pattern`` to ``.git/info/exclude`` (never committed); False when it was already there."""
     exclude = Path(repo.git.rev_parse("--git-common-dir"))
     if not exclude.is_absolute():
@@ -251,7 +257,7 @@ def exclude_locally(repo: git.Repo, pattern: str) -> bool:
     exclude.parent.mkdir(parents=True, exist_ok=True)
     prefix = "" if not existing or existing[-1] == "" else "\n"
     with exclude.open("a", encoding="utf-8") as fh:
-        fh.write(f"{prefix}# cutile-perf session files\n{pattern}\n")
+        fh.write(f"{prefix}# {comment}\n{pattern}\n")
     return True
 
 
@@ -261,3 +267,116 @@ def is_ignored(repo: git.Repo, path: str) -> bool:
         return True
     except git.GitCommandError:
         return False
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    mode: str  # "100644", "100755", "120000" (symlink), "160000" (submodule)
+    sha: str
+    path: str
+
+
+def tree_entries(repo: git.Repo, commit: str) -> list[TreeEntry]:
+    """Every file of ``commit``'s tree, recursively, with its mode and blob sha."""
+    out = repo.git.ls_tree("-r", "-z", "--full-tree", commit, strip_newline_in_stdout=False)
+    entries = []
+    for item in out.split("\0"):
+        if item:
+            meta, path = item.split("\t", 1)
+            mode, _kind, sha = meta.split(" ")
+            entries.append(TreeEntry(mode, sha, path))
+    return entries
+
+
+def blob_bytes(repo: git.Repo, sha: str) -> bytes:
+    """A blob's raw bytes from the object store: no filter, no attribute conversion, no work tree."""
+    return repo.odb.stream(bytes.fromhex(sha)).read()
+
+
+def tree_of(repo: git.Repo, commit: str) -> str:
+    return repo.git.rev_parse(f"{commit}^{{tree}}")
+
+
+def amend_message(repo: git.Repo, message: str) -> str:
+    """Reword HEAD, keeping its tree byte for byte (nothing is staged); returns the new sha."""
+    env = None if _has_identity(repo) else _FALLBACK_IDENTITY
+    tree = tree_of(repo, "HEAD")
+    parents = repo.git.rev_list("--parents", "-n", "1", "HEAD").split()[1:]
+    args = [a for p in parents for a in ("-p", p)]
+    new = repo.git.commit_tree(tree, *args, "-m", message, env=env)
+    repo.git.update_ref("-m", "cutile-perf: add trailers", "HEAD", new, env=env)
+    return new
+
+
+def check_branch_name(repo: git.Repo, name: str) -> bool:
+    try:
+        repo.git.check_ref_format("--branch", name)
+        return True
+    except git.GitCommandError:
+        return False
+
+
+def has_commits(repo: git.Repo) -> bool:
+    try:
+        repo.git.rev_parse("--verify", "-q", "HEAD")
+        return True
+    except git.GitCommandError:
+        return False
+
+
+def commits_between(repo: git.Repo, older: str, newer: str) -> list[str]:
+    """Shas of the commits in ``older..newer``, oldest first."""
+    out = repo.git.rev_list("--reverse", f"{older}..{newer}")
+    return out.split()
+
+
+def git_common_dir(repo: git.Repo) -> Path:
+    path = Path(repo.git.rev_parse("--git-common-dir"))
+    return path if path.is_absolute() else root(repo) / path
+
+
+def filtered_paths(repo: git.Repo, paths: Iterable[str]) -> list[str]:
+    """Those of ``paths`` whose bytes git would change on ``add`` (clean filter, ident, eol conversion).
+
+    For such a file the commit would not hold the code in the work tree, and a patch made through
+    the index would lose the filtered lines: the loop refuses them before committing anything.
+    """
+    out = []
+    for rel in paths:
+        target = root(repo) / rel
+        if not target.is_file() or target.is_symlink():
+            continue
+        raw = repo.git.hash_object("--no-filters", "--", rel)
+        filtered = repo.git.hash_object("--", rel)
+        if raw != filtered:
+            out.append(rel)
+    return out
+
+
+def file_sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+
+
+def tracked_files(repo: git.Repo) -> list[str]:
+    return _path_list(repo.git.ls_files("-z", strip_newline_in_stdout=False))
+
+
+def blob_sha_at(repo: git.Repo, commit: str, path: str) -> str | None:
+    """The blob sha of ``path`` in ``commit`` (None when absent)."""
+    out = repo.git.ls_tree("-z", commit, "--", path, strip_newline_in_stdout=False)
+    for item in out.split("\0"):
+        if item:
+            meta, _path = item.split("\t", 1)
+            return meta.split(" ")[2]
+    return None
+
+
+def worktree_blob_sha(repo: git.Repo, path: str) -> str | None:
+    """The blob sha the work-tree file would have, byte for byte (no filters); None when absent."""
+    target = root(repo) / path
+    if not target.is_file() or target.is_symlink():
+        return None
+    return repo.git.hash_object("--no-filters", "--", path)

@@ -6,12 +6,12 @@ its path logged *before* the work tree is reset, so a kill at any point leaves t
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import re
 import time
 from dataclasses import dataclass, field
 
 from cutile_perf import atomic, envcheck, git_ops, log, render
+from cutile_perf.commands import say
 from cutile_perf.errors import EnvMissing, Refused
 from cutile_perf.session import Session
 
@@ -75,29 +75,6 @@ def fenced_changes(session: Session, changed: list[str]) -> list[str]:
     return [p for p in changed if session.in_fence(p) and not p.startswith("sandbox/")]
 
 
-def fingerprint(session: Session, paths: list[str]) -> dict[str, str | None]:
-    """sha256 of each path's bytes (None when absent): what the tests are about to measure."""
-    out: dict[str, str | None] = {}
-    for rel in paths:
-        target = session.repo / rel
-        out[rel] = hashlib.sha256(target.read_bytes()).hexdigest() if target.is_file() else None
-    return out
-
-
-def save_patch(session: Session, g, base: str, paths: list[str], name: str, *, to_commit: str | None = None) -> str | None:
-    """Write the diff base -> work tree (or -> ``to_commit``) of ``paths`` to ``sandbox/patches/<name>.patch``.
-
-    Returns the patch's repo-relative path, or None when there was nothing to save.
-    """
-    patch = git_ops.diff_commits(g, base, to_commit, paths) if to_commit else git_ops.diff_patch(g, base, paths)
-    if not patch.strip():
-        return None
-    target = session.sandbox / "patches" / f"{name}.patch"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_bytes(target, patch)
-    return str(target.relative_to(session.repo))
-
-
 def paths_touched(session: Session, g, base: str) -> list[str]:
     """Fenced paths that differ from ``base`` in HEAD or in the work tree."""
     committed = git_ops.changed_between(g, base, "HEAD") if git_ops.head(g) != base else []
@@ -125,29 +102,21 @@ def base_entry(session: Session, *, iteration: int, optimization: str, status: s
     return entry
 
 
-def record(session: Session, entry: dict) -> list[dict]:
-    """Append ``entry`` (fsync'd by ``log``), then re-render perf_results.md from the whole log."""
-    log.append_entry(session.log_path, entry)
-    entries = log.read_entries(session.log_path)
-    atomic.write_text(session.results_path, render.render_perf_results(entries))
-    return entries
+def record(session: Session, g, entry: dict) -> str:
+    """Append ``entry`` to the chained log, then re-render perf_results.md (a failed render only warns:
+    the log is the truth and ``status``/``report`` render it again). Returns the row's hash."""
+    from cutile_perf import txn  # noqa: PLC0415 - txn imports iteration's neighbours, not iteration
+
+    digest = txn.append_row(session, g, entry)
+    render_results(session)
+    return digest
 
 
-def kept_commit(session: Session, entries: list[dict]) -> str:
-    """The commit the repository must sit at: the last kept entry's (a "no-change" keep included,
-    even though its numbers do not become the baseline), or the session's base commit."""
-    for entry in reversed(entries):
-        if entry.get("status") == "keep" and entry.get("commit"):
-            return entry["commit"]
-    return session.base_commit
-
-
-def noise_of(entries: list[dict]) -> dict[str, float]:
-    """The per-shape noise floor measured by the latest baseline run."""
-    for entry in reversed(entries):
-        if entry.get("noise"):
-            return entry["noise"]
-    return {}
+def render_results(session: Session) -> None:
+    try:
+        atomic.write_text(session.results_path, render.render_perf_results(log.read_entries(session.log_path)))
+    except OSError as exc:
+        say(f"warning: could not write {session.results_path.name} ({exc}); the log is intact")
 
 
 def shapes_field(medians: dict[str, float], test_ids: dict[str, str],
@@ -159,3 +128,80 @@ def shapes_field(medians: dict[str, float], test_ids: dict[str, str],
         if runs and sid in runs:
             out[sid]["runs"] = runs[sid]
     return out
+
+
+# --- the loop's state, checked once per command -------------------------------------------------
+
+
+def open_history(session: Session, g, *, for_change: bool = True):
+    """The session's history, refused (exit 3) when the log was altered or session.yaml was edited
+    after the baseline froze it. ``for_change=False`` (status) skips the refusals."""
+    from cutile_perf import txn  # noqa: PLC0415
+    from cutile_perf.history import History  # noqa: PLC0415
+
+    broken = txn.check_log(session, g)
+    if broken and for_change:
+        raise Refused(f"{session.log_path.relative_to(session.repo)} is not the log cutile-perf wrote: {broken}",
+                      "restore it from a backup or start a new session; `cutile-perf status` shows the rows")
+    history = History.read(session.log_path)
+    frozen = history.frozen()
+    if frozen is not None and for_change:
+        now = session.frozen()
+        edited = sorted(k for k in set(frozen) | set(now) if frozen.get(k) != now.get(k))
+        if edited:
+            raise Refused(f"sandbox/session.yaml changed after the baseline froze it ({', '.join(edited)})",
+                          "put the file back as it was (the log's first row holds the frozen values) or start "
+                          "a new session with init")
+    return history
+
+
+def settle_interrupted(session: Session, g, state, *, crash_class: str, reason: str, clock: Clock,
+                       probe: envcheck.Probe | None = None) -> dict:
+    """Finish ``state`` the one consistent way from whatever step it reached (see ``txn``); returns its row.
+
+    Before ``decided`` there is no verdict: the row is a crash of ``crash_class``. From ``decided``
+    on the prepared row is appended (once: a row already in the log is recognised by its hash) and
+    the branch settled by it.
+    """
+    from cutile_perf import txn  # noqa: PLC0415
+
+    if txn.STEPS.index(state.step) < txn.STEPS.index("decided"):
+        row = base_entry(session, iteration=state.iteration, optimization=state.optimization, status="crash",
+                         correctness="FAIL", commit=state.candidate, base_commit=state.base, clock=clock, probe=probe,
+                         crash_class=crash_class, patch=state.patch, reason=reason[:300])
+        state.advance(session, "decided", row=row)
+    if state.step == "decided":
+        entries = log.read_entries(session.log_path)
+        last = entries[-1] if entries else {}
+        already = {k: v for k, v in last.items() if k != "prev"} == json_roundtrip(state.row)
+        digest = log.head_hash(session.log_path) if already else record(session, g, state.row)
+        state.advance(session, "recorded", row_hash=digest)
+    if state.step == "recorded":
+        if state.row.get("status") != "keep":
+            txn.revert_to_base(session, g, state)
+        state.advance(session, "settled")
+    state.clear(session)
+    return state.row
+
+
+def json_roundtrip(entry: dict) -> dict:
+    import json  # noqa: PLC0415
+
+    return json.loads(log.entry_line(entry))
+
+
+def refuse_foreign_commits(session: Session, g, kept: str, head: str) -> None:
+    """HEAD is not the last kept commit: refuse, naming what is there, never drop or adopt it silently.
+
+    Commits made by hand on the session branch were never measured by the loop; turning them back
+    into an uncommitted change lets ``try`` measure them like any other change.
+    """
+    if git_ops.is_ancestor(g, kept, head):
+        shas = git_ops.commits_between(g, kept, head)
+        shown = ", ".join(git_ops.short(g, s) for s in shas[:5])
+        raise Refused(f"{len(shas)} commit(s) on {session.branch} after the last kept commit {git_ops.short(g, kept)} "
+                      f"were not made by cutile-perf ({shown})",
+                      f"to have them measured: git reset --soft {git_ops.short(g, kept)}, then cutile-perf try; "
+                      "to keep them aside: git branch <name> HEAD first")
+    raise Refused(f"HEAD {git_ops.short(g, head)} is not the last kept commit {git_ops.short(g, kept)}",
+                  "run `cutile-perf resume`")

@@ -13,6 +13,9 @@ from cutile_perf.errors import BadEnvValue
 
 OWN_ENV_VARS: dict[str, str] = {
     "CUTILE_PERF_RECORDS": "file the pytest plugin appends benchmark records to (JSON lines); set by the harness",
+    "CUTILE_PERF_REPORT": "file the pytest plugin writes its signed run report to (test outcomes, records, module files, end marker); set by the harness",
+    "CUTILE_PERF_KEY_FD": "file descriptor the pytest plugin reads the run report's signing key from, once; set by the harness",
+    "CUTILE_PERF_DEFENCE": "1: the bundled suite's defence run (fresh random inputs, NaN-poisoned outputs, perf shapes checked); set by the harness for opted-in ops",
     "CUTILE_PERF_TUNE_CACHE_DIR": "directory of the persistent tuning cache (default: the user cache dir)",
     "CUTILE_PERF_BENCH_MODE": "timing mode of cutile_perf.bench in perf tests: cold (default), warm or graph",
     "DISABLE_AUTOTUNE": "1: cutile_perf.tune launches the fixed config without searching",
@@ -73,6 +76,31 @@ def autotune_disabled() -> bool:
 def records_path() -> Path | None:
     value = os.environ.get("CUTILE_PERF_RECORDS")
     return Path(value) if value else None
+
+
+def report_path() -> Path | None:
+    value = os.environ.get("CUTILE_PERF_REPORT")
+    return Path(value) if value else None
+
+
+def take_report_key() -> bytes | None:
+    """Read the signing key from ``CUTILE_PERF_KEY_FD`` once and close the descriptor.
+
+    A pipe, not a variable: code imported later in the same process cannot read it back from
+    ``os.environ`` or ``/proc/self/environ``.
+    """
+    value = os.environ.pop("CUTILE_PERF_KEY_FD", None)
+    if not value:
+        return None
+    try:
+        fd = int(value)
+    except ValueError:
+        raise BadEnvValue(f"CUTILE_PERF_KEY_FD={value!r}: expected a file descriptor number") from None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
 
 
 def tune_cache_dir() -> Path:

@@ -14,16 +14,23 @@ One JSON object per line, one line per iteration (0 is the baseline). ``perf_res
 
 Appending writes one whole line, flushes and fsyncs before returning: a kill can only cut the
 last line, which readers skip and report (``LogContents.truncated_tail``).
+
+Hash chain: every entry's ``prev`` is the sha256 of the previous line's bytes (``GENESIS`` for
+the first). ``check_chain`` finds the first line that does not follow from the one before it (a
+hand edit, an inserted or deleted row), and with the row count and head hash that ``cutile-perf``
+keeps beside the log (``Anchor``), a truncated tail too. This module only reads and writes;
+what the rows mean is ``history``'s.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cutile_perf.decide import IMPROVING_TIERS
+GENESIS = "genesis"
 
 STATUSES = ("keep", "revert", "crash")
 CORRECTNESS = ("PASS", "FAIL")
@@ -56,11 +63,41 @@ def validate_entry(entry: dict) -> None:
         raise ValueError("bad log entry: " + "; ".join(problems))
 
 
-def append_entry(path: str | Path, entry: dict) -> None:
-    """Append one entry as one line; durable (fsync'd) when this returns."""
-    validate_entry(entry)
+def line_hash(line: str | bytes) -> str:
+    data = line.encode("utf-8") if isinstance(line, str) else line
+    return hashlib.sha256(data.rstrip(b"\n")).hexdigest()
+
+
+def head_hash(path: str | Path) -> str:
+    """The hash the next entry's ``prev`` must carry: the last complete line's, or GENESIS."""
+    lines = _complete_lines(Path(path))
+    return line_hash(lines[-1]) if lines else GENESIS
+
+
+def _complete_lines(path: Path) -> list[bytes]:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    lines = [ln for ln in data.split(b"\n") if ln.strip()]
+    if lines and not data.endswith(b"\n"):
+        lines.pop()  # cut short by a kill: not part of the chain
+    return lines
+
+
+def entry_line(entry: dict) -> str:
     # allow_nan=False: NaN/inf are not JSON, and a line other tools cannot read is a lost iteration.
-    line = json.dumps(entry, sort_keys=True, allow_nan=False, default=str)
+    return json.dumps(entry, sort_keys=True, allow_nan=False, default=str)
+
+
+def append_entry(path: str | Path, entry: dict) -> str:
+    """Append one entry as one line, chained to the previous one; durable (fsync'd) when this returns.
+
+    Returns the new line's hash (the chain head).
+    """
+    validate_entry(entry)
+    entry = {**entry, "prev": head_hash(path)}
+    line = entry_line(entry)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "ab") as fh:
@@ -71,6 +108,55 @@ def append_entry(path: str | Path, entry: dict) -> None:
         fh.write(line.encode("utf-8") + b"\n")
         fh.flush()
         os.fsync(fh.fileno())
+    return line_hash(line)
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """Row count and head hash of the log as the harness last wrote it (kept outside the sandbox)."""
+
+    rows: int
+    head: str
+
+    @classmethod
+    def read(cls, path: Path) -> Anchor | None:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            return cls(int(data["rows"]), str(data["head"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def write(self, path: Path) -> None:
+        from cutile_perf import atomic  # noqa: PLC0415 - atomic imports nothing of ours; keep log light
+
+        atomic.write_text(path, json.dumps({"rows": self.rows, "head": self.head}) + "\n")
+
+
+def anchor_of(path: str | Path) -> Anchor:
+    lines = _complete_lines(Path(path))
+    return Anchor(len(lines), line_hash(lines[-1]) if lines else GENESIS)
+
+
+def check_chain(path: str | Path, anchor: Anchor | None = None) -> str | None:
+    """None when the log is intact; else one line saying where it breaks."""
+    lines = _complete_lines(Path(path))
+    prev = GENESIS
+    for number, raw in enumerate(lines, start=1):
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            return f"line {number} is not JSON"
+        if not isinstance(entry, dict) or entry.get("prev") != prev:
+            return f"line {number} does not follow line {number - 1} (hash chain broken: edited, inserted or removed)"
+        prev = line_hash(raw)
+    if anchor is not None:
+        if len(lines) < anchor.rows:
+            return f"the log has {len(lines)} rows but {anchor.rows} were written (truncated after line {len(lines)})"
+        if len(lines) > anchor.rows:
+            return f"line {anchor.rows + 1} and later were not written by cutile-perf"
+        if anchor.rows and prev != anchor.head:
+            return f"line {len(lines)} is not the row cutile-perf wrote last"
+    return None
 
 
 def _last_byte(path: Path) -> bytes:
@@ -106,30 +192,3 @@ def read_log(path: str | Path) -> LogContents:
 def read_entries(path: str | Path) -> list[dict]:
     """The readable entries; use ``read_log`` to learn what was skipped."""
     return read_log(path).entries
-
-
-def current_baseline(entries: list[dict]) -> dict | None:
-    """The entry whose numbers new candidates are compared with.
-
-    The last kept entry that moved performance (iteration 0 included). A change kept as
-    "no-change" stays in the code, but its numbers are the old ones plus noise, so they do not
-    replace the reference: otherwise noise could ratchet the baseline slower, step by step.
-    """
-    for entry in reversed(entries):
-        if entry.get("status") != "keep":
-            continue
-        if entry.get("iteration") == 0:
-            return entry
-        decision = entry.get("decision") or {}
-        if decision.get("rebaseline", decision.get("tier") in IMPROVING_TIERS):
-            return entry
-    return None
-
-
-def next_iteration(entries: list[dict]) -> int:
-    return max((e.get("iteration", -1) for e in entries), default=-1) + 1
-
-
-def shape_medians(entry: dict) -> dict[str, float]:
-    """``{shape_id: median ms}`` of one entry."""
-    return {sid: float(s["median"]) for sid, s in (entry.get("shapes") or {}).items() if s.get("median") is not None}

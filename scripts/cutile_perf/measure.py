@@ -1,34 +1,62 @@
-"""One iteration's test stages: run the session's correctness or perf command and read what it produced.
+"""One test stage: run the correctness or perf command in a pristine checkout and gather its evidence.
 
-A stage never raises for a failing kernel: it returns a ``Stage`` whose ``crash`` names the class
-(see ``runner.CRASH_CLASSES``). Output files live in ``sandbox/runs/`` so a failure can be read later.
+A stage never raises for a failing kernel. It returns a ``Stage`` whose ``crash`` names the class
+(``crash.CrashClass``) when the child failed or when an integrity check caught something:
+
+* the signed run report (``runreport``) says which tests passed and whether the session ended;
+* protected files (tests, conftests, config, session.yaml, the log) are snapshotted before the
+  child and compared after it, in the user's repository and in the checkout (``tampered``);
+* every module whose name a fenced file defines must have been imported from the checkout
+  (``measured-wrong-code``);
+* each perf case must have exactly one record (``bad-record`` otherwise).
+
+Output files live in ``sandbox/runs/`` so a failure can be read later.
 """
 from __future__ import annotations
 
+import ast
+import hashlib
+import os
+import shutil
+import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cutile_perf import records, runner
+from cutile_perf import pristine, records, runner, runreport
+from cutile_perf.crash import CrashClass
+from cutile_perf.decide import StageEvidence
 from cutile_perf.session import Session
 
 FRAMEWORK = "cutile"
-DIRECTION = "forward"
+FORWARD = "forward"
+# Files outside the fence whose change during a child run is tampering (besides every test file).
+CONFIG_NAMES = ("conftest.py", "pytest.ini", "pyproject.toml", "setup.cfg", "setup.py", "tox.ini")
 
 
 @dataclass(frozen=True)
 class Stage:
     name: str  # "correctness" or "perf"
-    crash: str | None
+    crash: CrashClass | None
     duration_s: float
     output: str  # repo-relative path of the pytest output
-    shapes: dict[str, float] = field(default_factory=dict)  # shape id -> median ms (perf only)
-    test_ids: dict[str, str] = field(default_factory=dict)  # shape id -> pytest node id
+    shapes: dict[str, float] = field(default_factory=dict)  # case -> median ms (perf only)
+    test_ids: dict[str, str] = field(default_factory=dict)  # case -> pytest node id
+    kernel_names: dict[str, str] = field(default_factory=dict)  # case -> kernel_name of its record, when given
     detail: str = ""
+    ended: bool = False
+    passed: frozenset = frozenset()
+    not_passed: dict = field(default_factory=dict)
+    restored: tuple[str, ...] = ()  # protected files put back after the child changed them
 
     @property
     def ok(self) -> bool:
         return self.crash is None
+
+    def evidence(self) -> StageEvidence:
+        return StageEvidence(problem=self.crash.value if self.crash else None, detail=self.detail, ended=self.ended,
+                             passed=self.passed, not_passed=self.not_passed, medians=dict(self.shapes))
 
 
 class Deadline:
@@ -42,42 +70,212 @@ class Deadline:
         return max(self.end - time.monotonic(), 0.0)
 
 
+def case_id(test_id: str, direction: str) -> str:
+    """A (shape, direction) case: the shape id, with the direction appended unless it is forward."""
+    shape = records.shape_id(test_id, FRAMEWORK)
+    return shape if direction == FORWARD else f"{shape}:{direction}"
+
+
+def cases_from_records(found: Iterable[tuple[str, str, object]]) -> tuple[dict, dict, dict, str | None]:
+    """``(medians, test_ids, kernel_names, problem)`` from the report's records, every direction a case."""
+    medians: dict[str, float] = {}
+    test_ids: dict[str, str] = {}
+    names: dict[str, str] = {}
+    for nodeid, outcome, value in found:
+        if outcome != "passed":
+            continue
+        try:
+            parsed = records.parse_benchmark(nodeid, value, outcome=outcome)
+        except records.RecordError as exc:
+            return {}, {}, {}, f"unreadable record: {exc}"
+        for rec in parsed:
+            if rec.framework != FRAMEWORK:
+                continue
+            case = case_id(rec.test_id, rec.direction)
+            if case in medians:
+                return {}, {}, {}, f"two records for case {case} ({test_ids[case]} and {rec.test_id})"
+            try:
+                medians[case] = float(rec.stats["median"])
+            except (KeyError, TypeError, ValueError):
+                return {}, {}, {}, f"case {case}: no numeric median in its record"
+            test_ids[case] = rec.test_id
+            if isinstance(rec.stats.get("kernel_name"), str):
+                names[case] = rec.stats["kernel_name"]
+    return medians, test_ids, names, None
+
+
+# --- integrity ------------------------------------------------------------------------------------
+
+
+def protected_paths(session: Session, tracked: Iterable[str]) -> list[str]:
+    """The user's files a child may not change: test files, conftests, config, session.yaml, the log."""
+    out = [p for p in tracked if not session.in_fence(p) and (
+        Path(p).name in CONFIG_NAMES or Path(p).name.startswith("test_") or p == session.test)]
+    return sorted({*out, "sandbox/session.yaml", "sandbox/experiments.jsonl"})
+
+
+def snapshot(root: Path, paths: Iterable[str]) -> dict[str, bytes | None]:
+    out = {}
+    for rel in paths:
+        try:
+            out[rel] = (root / rel).read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            out[rel] = None
+    return out
+
+
+def digest_tree(root: Path, paths: Iterable[str]) -> dict[str, str | None]:
+    out = {}
+    for rel in paths:
+        target = root / rel
+        try:
+            out[rel] = hashlib.sha256(target.read_bytes()).hexdigest() if not target.is_symlink() else "link"
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            out[rel] = None
+    return out
+
+
+def restore(root: Path, saved: dict[str, bytes | None], paths: Iterable[str]) -> None:
+    from cutile_perf import atomic
+
+    for rel in paths:
+        target = root / rel
+        if saved[rel] is None:
+            target.unlink(missing_ok=True)
+        else:
+            atomic.write_bytes(target, saved[rel])
+
+
+# --- which code ran -----------------------------------------------------------------------------
+
+
+def expected_modules(checkout_root: Path, fenced_files: Iterable[str]) -> dict[str, str]:
+    """``{module name: fenced path}`` for the fenced Python files, named as the checkout imports them."""
+    return {name: rel for rel in fenced_files if (name := pristine.module_name(checkout_root, rel))}
+
+
+def origin_problem(modules: dict[str, str], checkout_root: Path, fenced_files: Iterable[str],
+                   require_import: bool) -> str | None:
+    """Why the run did not measure the checkout's fenced code, or None."""
+    expected = expected_modules(checkout_root, fenced_files)
+    imported = {name: modules[name] for name in expected if name in modules}
+    for name, file in sorted(imported.items()):
+        if not pristine.is_inside(file, checkout_root):
+            return f"module {name} was imported from {file}, not from the candidate's checkout"
+    if require_import and expected and not imported:
+        return (f"none of the fenced modules ({', '.join(sorted(expected))}) was imported: the tests ran "
+                "some other code")
+    return None
+
+
+def defined_names(root: Path, fenced_files: Iterable[str]) -> set[str]:
+    """Every function and class name the fenced Python files define (the kernels among them)."""
+    names: set[str] = set()
+    for rel in fenced_files:
+        if not rel.endswith(".py"):
+            continue
+        try:
+            tree = ast.parse((root / rel).read_bytes())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        names |= {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    return names
+
+
+def names_defined(kernel_name: str, defined: set[str]) -> bool:
+    """Whether a record's ``kernel_name`` (possibly decorated: ``name[...]``, ``name_<hash>``) is one of ``defined``."""
+    return any(kernel_name == d or kernel_name.startswith(d + "[") or kernel_name.startswith(d + "_")
+               or kernel_name.startswith(d + " ") for d in defined)
+
+
+# --- the stage ------------------------------------------------------------------------------------
+
+
 def _rel(session: Session, path: Path) -> str:
     return str(path.relative_to(session.repo))
 
 
-def run_stage(session: Session, name: str, tag: str, deadline: Deadline) -> Stage:
-    """Run the ``name`` command ("correctness" or "perf") once; ``tag`` names its output files."""
+def run_stage(session: Session, name: str, tag: str, deadline: Deadline, *, checkout: pristine.Checkout,
+              fenced_files: list[str], tracked: list[str], on_start: Callable[[int], None] | None = None) -> Stage:
+    """Run the ``name`` command ("correctness" or "perf") once in ``checkout``."""
     runs = session.sandbox / "runs"
     output = runs / f"{tag}-{name}.log"
-    argv = session.argv(name)
-    env: dict[str, str] = {}
-    records_file = runs / f"{tag}-{name}.records.jsonl"
-    if name == "perf":
-        records_file.unlink(missing_ok=True)
-        argv = [*argv, *records.PYTEST_PLUGIN_ARGS]
-        env["CUTILE_PERF_RECORDS"] = str(records_file)
     if deadline.left() <= 0:
-        return Stage(name, "timeout", 0.0, _rel(session, output), detail="no time left in the iteration budget")
-    result = runner.run(argv, cwd=session.repo, timeout_s=deadline.left(), output_path=output, env_overrides=env)
+        return Stage(name, CrashClass.TIMEOUT, 0.0, _rel(session, output), detail="no time left in the iteration budget")
+    private = Path(tempfile.mkdtemp(prefix="cutile-perf-run-"))
+    try:
+        return _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private) -> Stage:
+    report_file = private / "report.jsonl"
+    key = runreport.new_key()
+    overrides = {"CUTILE_PERF_REPORT": str(report_file)}
+    if session.defence:
+        overrides["CUTILE_PERF_DEFENCE"] = "1"
+    env = pristine.child_env(checkout.root, fenced_files, private / "pycache",
+                             {**overrides, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    argv = [*session.argv(name), *records.PYTEST_PLUGIN_ARGS]
+    guarded = protected_paths(session, tracked)
+    before_user = snapshot(session.repo, guarded)
+    checkout_files = [str(p.relative_to(checkout.root)) for p in checkout.root.rglob("*") if p.is_file()]
+    before_checkout = digest_tree(checkout.root, checkout_files)
+
+    result = runner.run(argv, cwd=checkout.root, timeout_s=deadline.left(), output_path=output,
+                        env_overrides={k: v for k, v in env.items() if v != os.environ.get(k)},
+                        secret=key, on_start=on_start)
+
+    after_user = snapshot(session.repo, guarded)
+    touched_user = sorted(p for p in guarded if after_user[p] != before_user[p])
+    after_checkout = digest_tree(checkout.root, checkout_files)
+    touched_checkout = sorted(p for p in checkout_files if after_checkout[p] != before_checkout[p])
+    if touched_user:
+        # The log, the session and the tests are put back at once; the changed bytes are kept.
+        saved_dir = session.sandbox / "tampered" / tag
+        for rel in touched_user:
+            if after_user[rel] is not None:
+                (saved_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+                (saved_dir / rel).write_bytes(after_user[rel])
+        restore(session.repo, before_user, touched_user)
+    report = runreport.read(report_file, key)
+    if report_file.exists():
+        shutil.copyfile(report_file, output.with_suffix(".report.jsonl"))
+
     crash = runner.classify(result)
     detail = _last_lines(result.tail()) if crash else ""
     if result.timed_out:
         detail = f"killed after the iteration budget of {deadline.budget:g} s"
+    outcomes = report.outcomes
+    passed = frozenset(report.passed())
+    not_passed = {n: o for n, o in outcomes.items() if o != "passed"}
     shapes: dict[str, float] = {}
     test_ids: dict[str, str] = {}
-    if name == "perf" and crash is None:
-        try:
-            chosen = records.select_by_shape(records.read_records_file(records_file), FRAMEWORK, DIRECTION)
-            shapes = {sid: rec.median for sid, rec in sorted(chosen.items())}
-            test_ids = {sid: rec.test_id for sid, rec in chosen.items()}
-        except records.RecordError as exc:
-            crash, detail = "no-record", str(exc)
-        if crash is None and not shapes:
-            crash = "no-record"
+    kernel_names: dict[str, str] = {}
+    integrity = None
+    if touched_user or touched_checkout:
+        which = touched_user or [f"(checkout) {p}" for p in touched_checkout]
+        integrity = (CrashClass.TAMPERED, f"protected file(s) changed during the {name} run: {', '.join(which[:5])}"
+                     + (f" (restored; the changed copies are in sandbox/tampered/{tag}/)" if touched_user else ""))
+    elif report.forged:
+        integrity = (CrashClass.TAMPERED, f"the run report has lines the plugin did not write: {report.forged[0]}")
+    else:
+        problem = origin_problem(report.modules, checkout.root, fenced_files, require_import=report.ended)
+        if problem:
+            integrity = (CrashClass.MEASURED_WRONG_CODE, problem)
+    if integrity:
+        crash, detail = integrity
+    elif name == "perf" and crash is None:
+        shapes, test_ids, kernel_names, problem = cases_from_records(report.records)
+        if problem:
+            crash, detail = CrashClass.BAD_RECORD, problem
+        elif not shapes and report.ended:
+            crash = CrashClass.NO_RECORD
             detail = (f"the perf command passed but recorded no '{FRAMEWORK}' benchmark "
                       "(does the perf test call record_property('benchmark', ...)?)")
-    return Stage(name, crash, result.duration_s, _rel(session, output), shapes, test_ids, detail)
+    return Stage(name, crash, result.duration_s, _rel(session, output), shapes, test_ids, kernel_names, detail,
+                 ended=report.ended, passed=passed, not_passed=not_passed, restored=tuple(touched_user))
 
 
 def _last_lines(text: str, count: int = 3) -> str:

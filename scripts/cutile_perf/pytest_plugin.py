@@ -10,6 +10,12 @@ controller's reports are used (workers write nothing, or every record would land
 * ``CUTILE_PERF_RECORDS=<file>`` (set by the harness): appends one JSON line per recording test,
   ``{"nodeid": ..., "outcome": "passed", "benchmark": {...}}``; ``records.read_records_file`` reads it.
 
+* ``CUTILE_PERF_REPORT=<file>`` (set by the harness): the signed run report (``runreport``): each
+  test's outcome, each benchmark record, the file every imported module came from, and an
+  end-of-session marker. Lines are numbered and signed with a key passed through a pipe
+  (``CUTILE_PERF_KEY_FD``), so lines appended by anyone else, or a run that died before its end
+  (``os._exit``), are told apart from what this plugin saw.
+
 Loading: installed, the ``pytest11`` entry point loads it; the harness also passes
 ``-p cutile_perf.pytest_plugin`` so a target venv without our entry point works too.
 
@@ -22,11 +28,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
 import pytest
 
-from cutile_perf import knobs
+from cutile_perf import knobs, runreport
 from cutile_perf.records import BENCHMARK_PROPERTY, RecordError, format_print_record_line, parse_benchmark
 
 PRINT_RECORD_OPTION = "--print-record"
@@ -53,10 +60,50 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
         )
 
 
+REPORTER_NAME = "cutile-perf-run-report"
+# Read at import, before any conftest or test module (and the kernel they import) exists.
+_REPORT_KEY = knobs.take_report_key()
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    if config.pluginmanager.has_plugin(RECORDER_NAME):
-        return
-    config.pluginmanager.register(BenchmarkRecorder(config), RECORDER_NAME)
+    if not config.pluginmanager.has_plugin(RECORDER_NAME):
+        config.pluginmanager.register(BenchmarkRecorder(config), RECORDER_NAME)
+    path = knobs.report_path()
+    if path is not None and not hasattr(config, "workerinput") and not config.pluginmanager.has_plugin(REPORTER_NAME):
+        config.pluginmanager.register(RunReporter(path, _REPORT_KEY or b""), REPORTER_NAME)
+
+
+class RunReporter:
+    """Writes the signed run report the harness judges a stage by (``runreport.read``)."""
+
+    def __init__(self, path, key: bytes):
+        self.writer = runreport.Writer(path, key)
+        self.outcomes: dict[str, str] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        outcome = runreport.outcome_of(report.when, report.outcome, hasattr(report, "wasxfail"))
+        if outcome is None:
+            return
+        previous = self.outcomes.get(report.nodeid)
+        # The worst phase wins: a passing call with a failing teardown is not a pass.
+        if previous is None or runreport.OUTCOME_RANK[outcome] > runreport.OUTCOME_RANK[previous]:
+            self.outcomes[report.nodeid] = outcome
+            self.writer.write({"type": "test", "nodeid": report.nodeid, "outcome": outcome})
+        if report.when == "call":
+            for name, value in report.user_properties:
+                if name == BENCHMARK_PROPERTY:
+                    self.writer.write({"type": "record", "nodeid": report.nodeid, "outcome": report.outcome,
+                                       "benchmark": _jsonable(value)})
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
+        modules = {}
+        for name, module in list(sys.modules.items()):
+            file = getattr(module, "__file__", None)
+            if isinstance(file, str):
+                modules[name] = file
+        self.writer.write({"type": "modules", "files": modules})
+        self.writer.write({"type": "end", "exitstatus": int(exitstatus), "collected": session.testscollected})
 
 
 class BenchmarkRecorder:
@@ -117,3 +164,8 @@ def _json_scalar(value: Any) -> Any:
             pass
     tolist = getattr(value, "tolist", None)
     return tolist() if callable(tolist) else str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    """A record as plain JSON data (numpy/torch scalars become numbers)."""
+    return json.loads(json.dumps(value, default=_json_scalar))

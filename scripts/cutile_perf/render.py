@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from cutile_perf import atomic, checkout_root, stats
 from cutile_perf.decide import combine_latency, format_change
-from cutile_perf.log import current_baseline, shape_medians
+from cutile_perf.history import current_baseline, shape_medians
 
 if TYPE_CHECKING:  # jinja2 is imported on first render only: commands that render nothing skip it
     import jinja2

@@ -12,10 +12,12 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from cutile_perf import knobs
+from cutile_perf.crash import CrashClass
 
 # pytest exit codes (pytest.ExitCode), named here to keep the import of pytest out of the harness.
 PYTEST_OK = 0
@@ -25,8 +27,6 @@ PYTEST_INTERNAL_ERROR = 3
 PYTEST_USAGE_ERROR = 4
 PYTEST_NO_TESTS = 5
 
-# Crash classes, the same words in the log, the table and the docs.
-CRASH_CLASSES = ("compile", "fault", "timeout", "wrong-result", "no-tests", "no-record", "error")
 
 _TERM_GRACE_S = 3.0
 _TAIL_CHARS = 4000
@@ -89,40 +89,63 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
-        env_overrides: dict[str, str] | None = None) -> RunResult:
+        env_overrides: dict[str, str] | None = None, secret: bytes | None = None,
+        on_start: Callable[[int], None] | None = None) -> RunResult:
     """Run ``argv`` in ``cwd`` with its own process group; output goes to ``output_path``.
 
+    ``secret`` reaches the child through a pipe whose descriptor is named by ``CUTILE_PERF_KEY_FD``
+    (never through the environment). ``on_start(pgid)`` is called as soon as the child exists, so
+    the caller can persist the group and a later ``resume`` can end it after a ``kill -9``.
     Never raises for a failing or hanging child; KeyboardInterrupt kills the group, then propagates.
     """
     output_path.parent.mkdir(parents=True, exist_ok=True)
     env = knobs.child_env(**(env_overrides or {}))
-    # The record plugin must be importable in the child even when cutile-perf runs from a checkout.
-    env = with_package_on_path(env)
+    # The record plugin must be importable in the child even when cutile-perf runs from a checkout;
+    # after a caller's own PYTHONPATH (a pristine checkout's package roots must come first).
+    env = with_package_on_path(env, last="PYTHONPATH" in (env_overrides or {}))
+    pass_fds: tuple[int, ...] = ()
+    if secret is not None:
+        read_fd, write_fd = os.pipe()
+        os.write(write_fd, secret)
+        os.close(write_fd)
+        pass_fds = (read_fd,)
+        env["CUTILE_PERF_KEY_FD"] = str(read_fd)
     start = time.monotonic()
-    with output_path.open("wb") as out:
-        out.write(("$ " + " ".join(argv) + "\n").encode())
-        out.flush()
-        try:
-            proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=env, start_new_session=True)
-        except OSError as exc:  # the interpreter or command does not exist
-            out.write(f"cannot start: {exc}\n".encode())
-            return RunResult(tuple(argv), 127, False, time.monotonic() - start, output_path)
-        timed_out = False
-        try:
-            proc.wait(timeout=max(timeout_s, 0.001))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
-        except BaseException:
-            _kill_group(proc)
-            raise
-        else:
-            # A test that spawned a daemon must not keep running into the next iteration.
+    try:
+        with output_path.open("wb") as out:
+            out.write(("$ " + " ".join(argv) + "\n").encode())
+            out.flush()
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+                proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        env=env, start_new_session=True, pass_fds=pass_fds)
+            except OSError as exc:  # the interpreter or command does not exist
+                out.write(f"cannot start: {exc}\n".encode())
+                return RunResult(tuple(argv), 127, False, time.monotonic() - start, output_path)
+            return _wait(proc, argv, timeout_s, output_path, start, on_start)
+    finally:
+        for fd in pass_fds:
+            os.close(fd)
+
+
+def _wait(proc: subprocess.Popen, argv: list[str], timeout_s: float, output_path: Path, start: float,
+          on_start: Callable[[int], None] | None) -> RunResult:
+    try:
+        if on_start is not None:
+            on_start(proc.pid)  # the pid is the group id: start_new_session=True
+        timed_out = False
+        proc.wait(timeout=max(timeout_s, 0.001))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc)
+    except BaseException:
+        _kill_group(proc)
+        raise
+    else:
+        # A test that spawned a daemon must not keep running into the next iteration.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     duration = time.monotonic() - start
     if timed_out:
         with output_path.open("ab") as out:
@@ -130,24 +153,24 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
     return RunResult(tuple(argv), None if timed_out else proc.returncode, timed_out, duration, output_path)
 
 
-def classify(result: RunResult) -> str | None:
+def classify(result: RunResult) -> CrashClass | None:
     """The crash class of a finished child, or None when pytest passed.
 
     ``no-record`` is decided by the caller, which knows whether records were expected.
     """
     if result.timed_out:
-        return "timeout"
+        return CrashClass.TIMEOUT
     if result.returncode == PYTEST_OK:
         return None
     if result.returncode == PYTEST_NO_TESTS:
-        return "no-tests"
+        return CrashClass.NO_TESTS
     text = result.tail(64_000)
     for name, pattern in _SIGNATURES:
         if pattern.search(text):
-            return name
+            return CrashClass(name)
     if result.returncode is not None and result.returncode < 0:  # killed by a signal: segfault, abort
-        return "fault"
-    return "error"
+        return CrashClass.FAULT
+    return CrashClass.ERROR
 
 
 def package_parent() -> Path:
@@ -155,7 +178,10 @@ def package_parent() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-def with_package_on_path(env: dict[str, str]) -> dict[str, str]:
-    """A copy of ``env`` whose PYTHONPATH starts with ``package_parent()``, so a child process
-    imports this ``cutile_perf`` even where it is not installed (a GPU box running the checkout)."""
-    return {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(package_parent()), env.get("PYTHONPATH", "")) if p)}
+def with_package_on_path(env: dict[str, str], *, last: bool = False) -> dict[str, str]:
+    """A copy of ``env`` whose PYTHONPATH holds ``package_parent()`` (first, or ``last``), so a child
+    process imports this ``cutile_perf`` even where it is not installed (a GPU box running the checkout)."""
+    parts = [str(package_parent()), env.get("PYTHONPATH", "")]
+    if last:
+        parts.reverse()
+    return {**env, "PYTHONPATH": os.pathsep.join(p for p in parts if p)}

@@ -5,6 +5,7 @@ Also owns the sandbox layout and the lock that keeps two loop commands off the s
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from cutile_perf import atomic
+from cutile_perf.decide import Thresholds
 from cutile_perf.errors import Locked, NoSession, UsageError
 
 SANDBOX = "sandbox"
@@ -27,9 +29,13 @@ SCHEMA = 1
 
 # The command templates. ``{python}`` is replaced by the interpreter running cutile-perf, because
 # the record plugin must be importable in the child; edit session.yaml to use another interpreter.
-CORRECTNESS_TEMPLATE = '{python} -m pytest {test} -k "test_ and cutile and not test_perf" -q'
 # "not cutile_rs": `-k cutile` is a substring match and TileGym names the Rust backend cutile_rs.
-PERF_TEMPLATE = '{python} -m pytest {test} -k "test_perf and cutile and not cutile_rs" -q'
+CORRECTNESS_TEMPLATE = '{python} -m pytest {test} -k "test_ and cutile and not cutile_rs and not test_perf" -q'
+# --print-record: the perf log shows one readable record per test, as TileGym's procedure runs it.
+PERF_TEMPLATE = '{python} -m pytest {test} -k "test_perf and cutile and not cutile_rs" -q --print-record'
+# What a session freezes into the log's first row: a later edit of these in session.yaml is refused.
+FROZEN_KEYS = ("kernel", "kernel_files", "fence", "test", "correctness_cmd", "perf_cmd", "thresholds", "timeout_s",
+               "base_commit", "branch", "require_gpu", "defence")
 
 
 def sandbox(repo: Path) -> Path:
@@ -45,7 +51,7 @@ class Session:
     test: str
     correctness_cmd: str
     perf_cmd: str
-    thresholds: dict
+    thresholds: Thresholds  # parsed and checked once, when the session loads
     timeout_s: float
     base_commit: str
     branch: str
@@ -54,6 +60,9 @@ class Session:
     # baseline/try refuse (exit 3) when no usable GPU is found. Only a simulated repository whose
     # fake tests need no GPU (the CPU test suite) sets it to false.
     require_gpu: bool = True
+    # The bundled suite's defence run (fresh inputs, NaN-poisoned outputs, perf shapes checked) is
+    # switched on for ops whose tests honour CUTILE_PERF_DEFENCE; other repos ignore the variable.
+    defence: bool = False
     schema: int = SCHEMA
 
     @property
@@ -84,14 +93,24 @@ class Session:
         values = {"python": sys.executable, "test": self.test}
         return [p.format(**values) if "{" in p else p for p in parts]
 
-    def to_yaml(self) -> str:
+    def to_data(self) -> dict:
         data = asdict(self)
         data.pop("repo")
         data["kernel_files"] = list(self.kernel_files)
         data["fence"] = list(self.fence)
-        header = ("# cutile-perf session. The commands, fence, thresholds and timeout may be edited;\n"
+        data["thresholds"] = self.thresholds.to_dict()
+        return data
+
+    def frozen(self) -> dict:
+        """The settings the baseline froze into the log: the rules of the whole session."""
+        data = self.to_data()
+        return {k: data[k] for k in FROZEN_KEYS}
+
+    def to_yaml(self) -> str:
+        header = ("# cutile-perf session. The commands, fence, thresholds and timeout may be edited until the\n"
+                  "# baseline is recorded; after it they are frozen in the log and an edit is refused.\n"
                   "# {python} is the interpreter running cutile-perf, {test} the test file.\n")
-        return header + yaml.safe_dump(data, sort_keys=False)
+        return header + yaml.safe_dump(self.to_data(), sort_keys=False)
 
 
 def _top_level(start: Path) -> Path:
@@ -149,18 +168,29 @@ def load(repo: Path) -> Session:
     unknown = set(data) - known
     if unknown:
         raise UsageError(f"{path}: unknown keys {sorted(unknown)}", f"allowed: {sorted(known)}")
+    timeout_s = parse_timeout(data.get("timeout_s", 600.0), f"{path}: timeout_s")
+    for key in ("require_gpu", "defence"):
+        if not isinstance(data.get(key, False), bool):
+            raise UsageError(f"{path}: {key} must be true or false")
     try:
-        timeout_s = float(data.get("timeout_s", 600.0))
-    except (TypeError, ValueError):
-        raise UsageError(f"{path}: timeout_s must be a number of seconds") from None
-    if timeout_s <= 0:
-        raise UsageError(f"{path}: timeout_s must be positive")
-    if not isinstance(data.get("require_gpu", True), bool):
-        raise UsageError(f"{path}: require_gpu must be true or false")
+        thresholds = Thresholds.from_dict(data.get("thresholds"))
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{path}: thresholds: {exc}") from None
     data.update(timeout_s=timeout_s, kernel_files=_check_paths(path, "kernel_files", data["kernel_files"]),
                 fence=_check_paths(path, "fence", data["fence"]),
-                thresholds=data.get("thresholds") or {}, created=str(data.get("created", "")))
+                thresholds=thresholds, created=str(data.get("created", "")))
     return Session(repo=Path(repo).resolve(), **data)
+
+
+def parse_timeout(value, what: str = "--timeout") -> float:
+    """A time budget in seconds: a finite number > 0 (``nan`` would disable the hang guard)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{what} must be a number of seconds, not {value!r}") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise UsageError(f"{what} must be a finite number of seconds > 0, not {value!r}")
+    return seconds
 
 
 def save(session: Session) -> Path:

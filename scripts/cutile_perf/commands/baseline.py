@@ -1,29 +1,52 @@
-"""``cutile-perf baseline``: iteration 0, no code change: correctness, then perf ``repeats`` times."""
+"""``cutile-perf baseline``: iteration 0, no code change: correctness, then perf ``repeats`` times.
+
+Measured like every candidate, in a pristine checkout of the session's base commit. Its row
+freezes the session (fence, commands, thresholds, timeout) and records what later iterations are
+held to: the correctness tests that passed, each case's median and noise, and, where a record
+names its kernel and the fenced files define it, that kernel name.
+"""
 from __future__ import annotations
 
 from pathlib import Path
 
-from cutile_perf import decide, envcheck, git_ops, iteration, log, measure, stats
+from cutile_perf import decide, envcheck, git_ops, iteration, measure, pristine, stats
 from cutile_perf import session as session_mod
 from cutile_perf.commands import Outcome, say
 from cutile_perf.errors import DirtyTree, IterationCrashed, Refused, UsageError
 
 
-def measure_repeats(session: session_mod.Session, tag: str, repeats: int, deadline: measure.Deadline,
-                    clock: iteration.Clock, test_ids: dict[str, str]) -> tuple[dict[str, list[float]], measure.Stage | None]:
-    """Run the perf command ``repeats`` times: per-shape medians, or the first crashed stage."""
-    runs: dict[str, list[float]] = {}
-    for k in range(repeats):
-        say(f"perf run {k + 1}/{repeats}")
-        stage = measure.run_stage(session, "perf", f"{tag}-r{k + 1}", deadline)
-        clock.add_child(stage.duration_s)
-        if not stage.ok:
-            return runs, stage
-        test_ids.update(stage.test_ids)
-        for shape, value in stage.shapes.items():
-            runs.setdefault(shape, []).append(value)
-    # A shape that vanished from one run cannot be compared fairly: keep shapes seen every time.
-    return {s: v for s, v in runs.items() if len(v) == repeats}, None
+class BaselineRun:
+    """The base commit's pristine checkout and the stages run in it."""
+
+    def __init__(self, session: session_mod.Session, g, deadline: measure.Deadline, clock: iteration.Clock):
+        self.session, self.g, self.deadline, self.clock = session, g, deadline, clock
+        self.checkout = pristine.build(g, protected_from=session.base_commit, fenced_from=session.base_commit,
+                                       fence=session.fence)
+        self.tracked = git_ops.tracked_files(g)
+        self.fenced = [e.path for e in git_ops.tree_entries(g, session.base_commit) if session.in_fence(e.path)]
+
+    def stage(self, name: str, tag: str) -> measure.Stage:
+        result = measure.run_stage(self.session, name, tag, self.deadline, checkout=self.checkout,
+                                   fenced_files=self.fenced, tracked=self.tracked)
+        self.clock.add_child(result.duration_s)
+        return result
+
+    def perf_repeats(self, repeats: int, test_ids: dict[str, str], names: dict[str, str]) -> dict[str, list[float]]:
+        """Per-case medians of ``repeats`` perf runs; a crashed run stops the baseline."""
+        runs: dict[str, list[float]] = {}
+        empty = decide.Reference(commit=self.session.base_commit, medians={}, noise={})
+        for k in range(repeats):
+            say(f"perf run {k + 1}/{repeats}")
+            stage = self.stage("perf", f"0-r{k + 1}")
+            verdict = decide.judge_records(stage.evidence(), empty, self.session.thresholds)
+            if verdict.final:
+                raise IterationCrashed(f"baseline perf run failed: {verdict.reason}", f"read {stage.output}")
+            test_ids.update(stage.test_ids)
+            names.update(stage.kernel_names)
+            for case, value in stage.shapes.items():
+                runs.setdefault(case, []).append(value)
+        # A case that vanished from one run cannot be compared fairly: keep cases seen every time.
+        return {c: v for c, v in runs.items() if len(v) == repeats}
 
 
 def baseline(*, repo: Path, repeats: int) -> Outcome:
@@ -35,40 +58,48 @@ def baseline(*, repo: Path, repeats: int) -> Outcome:
     iteration.require_gpu(session, probe)
     with session_mod.locked(session.repo, "baseline"):
         g = git_ops.open_repo(session.repo)
-        entries = log.read_entries(session.log_path)
-        if entries:
+        iteration.require_session_branch(session, g)
+        history = iteration.open_history(session, g)
+        if len(history):
             raise Refused("a baseline is already recorded (iteration 0)", "use cutile-perf try / status")
-        changed = [p for p in git_ops.changed_paths(g) if not p.startswith(session_mod.SANDBOX + "/")]
-        if changed:
-            raise DirtyTree(f"the baseline must be measured on committed code; uncommitted: {', '.join(changed[:5])}",
-                            "commit or remove these changes first")
         head = git_ops.head(g)
-        deadline = measure.Deadline(session.timeout_s * max(repeats, 1))
-        say("correctness")
-        corr = measure.run_stage(session, "correctness", "0", deadline)
-        clock.add_child(corr.duration_s)
-        if not corr.ok:
-            raise IterationCrashed(f"baseline correctness failed ({corr.crash}): {corr.detail}",
-                                   f"read {corr.output}; fix the kernel or the commands in sandbox/session.yaml")
-        test_ids: dict[str, str] = {}
-        runs, crashed = measure_repeats(session, "0", repeats, deadline, clock, test_ids)
-        if crashed is not None:
-            raise IterationCrashed(f"baseline perf run failed ({crashed.crash}): {crashed.detail}",
-                                   f"read {crashed.output}")
+        if head != session.base_commit:
+            raise Refused(f"HEAD {git_ops.short(g, head)} is not the session's base commit "
+                          f"{git_ops.short(g, session.base_commit)}", "start a new session with init")
+        changed = [p for p in git_ops.changed_paths(g) if session.in_fence(p) and not p.startswith("sandbox/")]
+        if changed:
+            raise DirtyTree(f"the baseline is the committed kernel; uncommitted change to {', '.join(changed[:5])}",
+                            "commit or stash it first (the baseline never measures the work tree)")
+        run = BaselineRun(session, g, measure.Deadline(session.timeout_s * max(repeats, 1)), clock)
+        try:
+            say("correctness")
+            corr = run.stage("correctness", "0")
+            verdict = decide.judge_correctness(corr.evidence(), decide.Reference(commit=head, medians={}, noise={}))
+            if verdict.final:
+                raise IterationCrashed(f"baseline {verdict.reason}",
+                                       f"read {corr.output}; fix the kernel or the commands in sandbox/session.yaml")
+            test_ids: dict[str, str] = {}
+            names: dict[str, str] = {}
+            runs = run.perf_repeats(repeats, test_ids, names)
+            defined = measure.defined_names(run.checkout.root, run.fenced)
+        finally:
+            run.checkout.remove()
         if not runs:
-            raise IterationCrashed("baseline perf runs recorded no shape in every run", "check the perf command")
-        shapes = {s: stats.median(v) for s, v in runs.items()}
+            raise IterationCrashed("baseline perf runs recorded no case in every run", "check the perf command")
+        shapes = {c: stats.median(v) for c, v in runs.items()}
         noise = decide.noise_floor(runs)
         latency = decide.combine_latency(shapes)
         entry = iteration.base_entry(
             session, iteration=0, optimization="baseline", status="keep", correctness="PASS", commit=head,
             base_commit=head, clock=clock, probe=probe, latency_ms=latency,
             shapes=iteration.shapes_field(shapes, test_ids, runs), noise=noise, repeats=repeats, crash_class=None,
-            patch=None, decision=None, reason="baseline (no code change)",
+            patch=None, decision=None, reason="baseline (no code change)", frozen=session.frozen(),
+            passed_tests=sorted(corr.passed),
+            kernel_names={c: n for c, n in names.items() if c in shapes and measure.names_defined(n, defined)},
         )
-        iteration.record(session, entry)
+        iteration.record(session, g, entry)
     worst = max(noise.values()) if noise else 0.0
-    text = (f"iteration 0: baseline {latency:.6f} ms (geomean of {len(shapes)} shapes, {repeats} runs; "
-            f"largest per-shape noise {worst * 100:.2f} %)")
+    text = (f"iteration 0: baseline {latency:.6f} ms (geomean of {len(shapes)} cases, {repeats} runs; "
+            f"largest per-case noise {worst * 100:.2f} %)")
     return Outcome(text, {"iteration": 0, "decision": "keep", "latency_ms": latency, "shapes": shapes,
                           "noise": noise, "commit": head})

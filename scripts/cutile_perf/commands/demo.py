@@ -1,7 +1,7 @@
 """`cutile-perf demo`: the whole loop on a bundled kernel, through the same commands an agent calls.
 
-The bundled suite (``examples/kernels``) is copied into ``<checkout>/sandbox/demo/`` as a fresh git
-repository; then ``init``, ``baseline``, one ``try`` per prepared optimization (the alternate source
+The bundled suite (``examples/kernels``, package data in a wheel) is copied into
+``<checkout>/sandbox/demo/`` (``./cutile-perf-demo`` from an installed wheel) as a fresh git repository; then ``init``, ``baseline``, one ``try`` per prepared optimization (the alternate source
 is copied over the kernel file first, as an agent would edit it) and ``report`` run through
 ``cutile_perf.commands``. The steps come from ``examples/kernels/optimizations/<op>/steps.yaml``.
 Without a GPU it refuses before copying anything.
@@ -16,7 +16,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from cutile_perf import checkout_root
+from cutile_perf import assets, checkout_root
 from cutile_perf.commands import Outcome, say
 from cutile_perf.errors import EnvMissing, Refused, UsageError
 
@@ -41,13 +41,14 @@ class Step:
     file: Path
     expect: str
     why: str
+    changes: str = ""
 
 
-def suite_dir(root: Path) -> Path:
-    suite = root / "examples" / "kernels"
-    if not (suite / "src" / "tilesuite").is_dir():
-        raise UsageError(f"bundled kernel suite not found at {suite}", "run the demo from a cutile-perf checkout")
-    return suite
+def default_dest() -> Path:
+    """``<checkout>/sandbox/demo`` when running from a checkout; ``./cutile-perf-demo`` from an installed wheel,
+    whose package directory is no place to write to."""
+    root = checkout_root()
+    return root / "sandbox" / "demo" if (root / "SKILL.md").is_file() else Path.cwd() / "cutile-perf-demo"
 
 
 def resolve_kernel(name: str, available: list[str]) -> str:
@@ -75,7 +76,8 @@ def load_steps(steps_file: Path) -> tuple[str, list[Step]]:
         path = steps_file.parent / entry["file"]
         if not path.is_file():
             raise UsageError(f"{steps_file}: step {i} file {entry['file']} does not exist")
-        steps.append(Step(entry["name"], path, str(entry.get("expect", "")), str(entry.get("why", ""))))
+        steps.append(Step(entry["name"], path, str(entry.get("expect", "")), str(entry.get("why", "")),
+                          str(entry.get("changes", ""))))
     return kernel_file, steps
 
 
@@ -120,8 +122,7 @@ def step_line(number: int, step: Step, decision_text: str, stop: str | None, *, 
 
 
 def demo(*, kernel: str, dest: Path | None = None) -> Outcome:
-    root = checkout_root()
-    suite = suite_dir(root)
+    suite = assets.kernel_suite()  # package data (a wheel) or the checkout's examples/kernels
     op = resolve_kernel(kernel, available_ops(suite))
     kernel_file, steps = load_steps(suite / "optimizations" / op / "steps.yaml")
     _require_gpu()  # before anything is copied: a refused demo leaves no trace
@@ -131,7 +132,7 @@ def demo(*, kernel: str, dest: Path | None = None) -> Outcome:
     from cutile_perf.commands.report import report
     from cutile_perf.commands.try_ import decision_line, try_
 
-    dest = dest or root / "sandbox" / "demo"
+    dest = dest or default_dest()
     say(f"copying the kernel suite to {dest}")
     _fresh_copy(suite, dest)
     lines = [init(repo=dest, kernel=op, test=None, branch=None, allow=[], timeout_s=600).text.splitlines()[0]]

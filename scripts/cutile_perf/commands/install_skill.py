@@ -4,6 +4,12 @@ Claude Code reads ``<repo>/.claude/skills/<name>/``; Codex and other agentskills
 ``<repo>/.agents/skills/<name>/``. Each installed copy carries a manifest of the sha256 of every
 file as it was written, so a later install can tell "our old copy" (safe to replace) from "a file
 the user edited" (refused unless ``force``; even then the user's version is kept as ``<file>.bak``).
+
+The installed directories must never block the loop: untracked files there would make ``init``
+see a dirty tree and ``try`` see changes outside the fence. So they are added to the target's
+``.git/info/exclude`` (local to the clone, never the user's tracked ``.gitignore``), and
+``is_installed_skill_path`` lets the fence check ignore them even where the exclude is not in
+effect (a clone made after the install, or a repository that tracks them).
 """
 from __future__ import annotations
 
@@ -12,9 +18,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cutile_perf import __version__, atomic, checkout_root
+from cutile_perf import __version__, assets, atomic
 from cutile_perf.commands import Outcome, say
-from cutile_perf.errors import EnvMissing, Refused, UsageError
+from cutile_perf.errors import Refused, UsageError
 
 SKILL_NAME = "cutile-perf"
 MANIFEST = ".cutile-perf-manifest.json"
@@ -25,15 +31,27 @@ AGENT_DIRS: dict[str, Path] = {
 AGENT_CHOICES = (*AGENT_DIRS, "all")
 
 
+def skill_dirs() -> tuple[str, ...]:
+    """The repository-relative directories an install writes, as POSIX paths ending in ``/``."""
+    return tuple(p.as_posix() + "/" for p in AGENT_DIRS.values())
+
+
+def is_installed_skill_path(path: str) -> bool:
+    """True when the repo-relative ``path`` lies in a directory ``install-skill`` writes.
+
+    The fence check ignores such paths: an installed (or upgraded) skill is not a change to the
+    kernel, and refusing ``try`` because of it would break the loop the skill teaches. Only our
+    own skill name counts; another skill in ``.claude/skills/`` is still the user's change.
+    """
+    posix = path.replace("\\", "/").lstrip("/")
+    while posix.startswith("./"):
+        posix = posix[2:]
+    return any(posix == d.rstrip("/") or posix.startswith(d) for d in skill_dirs())
+
+
 def bundle_root() -> Path:
-    """The checkout that holds SKILL.md: the package lives in <root>/scripts/cutile_perf/."""
-    root = checkout_root()
-    if not (root / "SKILL.md").is_file():
-        raise EnvMissing(
-            f"SKILL.md not found next to the cutile-perf package (looked in {root})",
-            "install cutile-perf from a checkout: pip install -e <checkout>",
-        )
-    return root
+    """The directory holding SKILL.md and references/: package data in a wheel, or the checkout."""
+    return assets.skill_source()
 
 
 def skill_files(root: Path) -> dict[str, bytes]:
@@ -116,6 +134,33 @@ def apply_plan(plan: Plan, files: dict[str, bytes]) -> list[str]:
     return backups
 
 
+def exclude_installed(target: Path, dests: list[Path]) -> dict:
+    """Add each installed directory to the target repository's ``.git/info/exclude``.
+
+    Returns what was done, for the report: the patterns added now, those already there, and the
+    installed paths git still lists as changed (tracked copies the user committed). A target that is
+    not in a git repository gets nothing; the fence rule (``is_installed_skill_path``) still holds.
+    """
+    from cutile_perf import git_ops
+
+    try:
+        repo = git_ops.open_repo(target)
+    except UsageError:
+        return {"repository": None, "added": [], "present": [], "still_changed": []}
+    root = git_ops.root(repo).resolve()
+    added, present = [], []
+    for dest in dests:
+        rel = dest.resolve().relative_to(root).as_posix()
+        pattern = f"/{rel}/"
+        if git_ops.exclude_locally(repo, pattern, comment=f"{SKILL_NAME} skill, written by cutile-perf install-skill"):
+            added.append(pattern)
+        else:
+            present.append(pattern)
+    prefixes = tuple(dest.resolve().relative_to(root).as_posix() + "/" for dest in dests)
+    still = [p for p in git_ops.changed_paths(repo) if p.startswith(prefixes)]
+    return {"repository": str(root), "added": added, "present": present, "still_changed": still}
+
+
 def install_skill(*, target: Path, agent: str, force: bool, source: Path | None = None) -> Outcome:
     if agent not in AGENT_CHOICES:
         raise UsageError(f"--agent {agent!r}: expected one of {', '.join(AGENT_CHOICES)}")
@@ -130,9 +175,12 @@ def install_skill(*, target: Path, agent: str, force: bool, source: Path | None 
         # Checked for every destination before writing any, so a refusal leaves nothing half-installed.
         refuse_user_edits(plans)
     data: dict = {"target": str(target), "installed": [], "backups": []}
+    changed = 0
     for agent_name, plan in zip(agents, plans):
         backups = apply_plan(plan, files)
-        say(f"{agent_name}: {plan.dest} ({len(plan.write)} written, {len(plan.unchanged)} unchanged)")
+        changed += len(plan.write) + len(plan.remove)
+        say(f"{agent_name}: {plan.dest} ({len(plan.write)} written, {len(plan.unchanged)} unchanged, "
+            f"{len(plan.remove)} removed)")
         data["installed"].append({
             "agent": agent_name,
             "path": str(plan.dest),
@@ -141,8 +189,20 @@ def install_skill(*, target: Path, agent: str, force: bool, source: Path | None 
             "removed": sorted(plan.remove),
         })
         data["backups"].extend(backups)
+    data["exclude"] = exclude_installed(target, [plan.dest for plan in plans])
     dests = ", ".join(str(p.dest) for p in plans)
-    text = f"installed the {SKILL_NAME} skill ({len(files)} files) into {dests}"
+    if changed:
+        text = f"installed the {SKILL_NAME} skill ({len(files)} files, {changed} written or removed) into {dests}"
+    else:
+        text = f"the {SKILL_NAME} skill in {dests} is already up to date ({len(files)} files)"
+    exclude = data["exclude"]
+    if exclude["repository"] is None:
+        text += "; not in a git repository, so nothing was added to .git/info/exclude"
+    elif exclude["added"]:
+        text += f"; added {', '.join(exclude['added'])} to .git/info/exclude"
+    if exclude["still_changed"]:
+        text += (f"; git still lists {len(exclude['still_changed'])} installed file(s) as changed (they are tracked): "
+                 "commit them before `cutile-perf init`")
     if data["backups"]:
         text += f"; your edited copies were saved as: {', '.join(data['backups'])}"
     return Outcome(text=text, data=data)

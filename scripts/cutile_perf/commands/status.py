@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cutile_perf import decide, git_ops, log, playbook, render
+from cutile_perf import decide, git_ops, iteration, playbook, render, txn
 from cutile_perf import session as session_mod
 from cutile_perf.commands import Outcome
 
@@ -12,11 +12,14 @@ SHOWN_ROWS = 10
 
 def status(*, repo: Path, show_all: bool) -> Outcome:
     session = session_mod.load(repo)
-    entries = log.read_entries(session.log_path)
     g = git_ops.open_repo(session.repo)
+    broken = txn.check_log(session, g)
+    history = iteration.open_history(session, g, for_change=False)
+    entries = history.rows
     shown = entries if show_all else entries[-SHOWN_ROWS:]
-    baseline = log.current_baseline(entries)
-    thresholds = decide.Thresholds.from_dict(session.thresholds)
+    baseline = history.baseline()
+    thresholds = session.thresholds
+    pending_state = txn.State.load(session)
     stop = decide.stop_condition(entries, thresholds) if entries else None
     hint = decide.next_priority_hint(entries) if entries else None
     bound = session.classification.get("bound", "memory-bound")
@@ -38,11 +41,17 @@ def status(*, repo: Path, show_all: bool) -> Outcome:
     if hint:
         lines.append(f"hint: {hint}")
     lines.append("next (playbook, not yet tried): " + (", ".join(f"{i.letter} {i.name}" for i in left[:4]) or "all tried"))
+    if broken:
+        lines.append(f"LOG BROKEN: {broken}; try, baseline and resume refuse until it is restored")
+    if pending_state is not None:
+        lines.append(f"interrupted: iteration {pending_state.iteration} stopped after '{pending_state.step}': "
+                     "run `cutile-perf resume`")
     if stale:
         lines.append(f"warning: a killed `{lock.get('command')}` left its lock: run `cutile-perf resume`")
     if pending:
         lines.append(f"uncommitted changes: {', '.join(pending[:5])}")
     data = {"rows": shown, "baseline": baseline, "stop": stop, "hint": hint,
             "next": [i.letter for i in left], "stale_lock": stale, "pending_changes": pending,
-            "head": git_ops.head(g)}
-    return Outcome("\n".join(lines), data)
+            "head": git_ops.head(g), "log_broken": broken,
+            "interrupted_step": pending_state.step if pending_state else None}
+    return Outcome("\n".join(lines), data, 1 if broken else 0)

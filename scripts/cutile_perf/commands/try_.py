@@ -1,107 +1,61 @@
-"""``cutile-perf try "<optimization>"``: test, measure, commit, decide, keep or revert one change.
+"""``cutile-perf try "<optimization>"``: one change, committed first, measured exactly as committed.
 
-Order (each step only runs when the previous one passed): fence check -> change present ->
-correctness -> perf -> commit -> decide (-> interleaved confirmation) -> record -> keep or revert.
-Whatever happens, the ``finally`` leaves the repository at a known commit: the candidate when kept,
-the last kept commit otherwise, with the candidate's patch saved first.
+Order: checks (log chain, frozen session, branch, fence, regular files, no git filter) -> patch
+saved -> candidate commit -> correctness, perf and any interleaved re-check, each in a throw-away
+checkout built from the commits (``pristine``) -> ``decide.judge`` -> row appended -> settled (kept:
+HEAD stays on the candidate, with trailers; otherwise ``txn.revert_to_base``). Each step is
+persisted (``txn``), so an interruption anywhere ends in one consistent state via ``resume``.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-from cutile_perf import decide, envcheck, git_ops, iteration, log, measure
+from cutile_perf import decide, envcheck, git_ops, iteration, measure, pristine, txn
 from cutile_perf import session as session_mod
 from cutile_perf.commands import Outcome, say
-from cutile_perf.errors import EXIT_CRASH, EXIT_OK, EXIT_REJECTED, FenceViolation, Refused, UsageError
+from cutile_perf.crash import CrashClass
+from cutile_perf.errors import (EXIT_CRASH, EXIT_OK, EXIT_REJECTED, FenceViolation, IterationCrashed, Refused,
+                                UsageError)
 
-CONFIRM_PAIRS_DEFAULT = 3
-
-
-def _decision_dict(decision) -> dict:
-    if is_dataclass(decision):
-        return asdict(decision)
-    return dict(decision)
+TRAILER = "Cutile-Perf"
 
 
-class _Iteration:
-    """State of one ``try``: what to save and where to go back if anything fails."""
+def _outside_fence_ignorable(path: str) -> bool:
+    """Untracked files no stage can ever see: bytecode caches never enter a pristine checkout."""
+    return "__pycache__/" in path or path.endswith((".pyc", ".pyo"))
 
-    def __init__(self, session: session_mod.Session, g, optimization: str, entries: list[dict],
-                 clock: iteration.Clock, probe: envcheck.Probe):
-        self.session, self.g, self.optimization, self.entries = session, g, optimization, entries
-        self.base = iteration.kept_commit(session, entries)
-        self.baseline = log.current_baseline(entries) or {}
-        self.base_medians = log.shape_medians(self.baseline)
-        self.noise = iteration.noise_of(entries)
-        self.number = log.next_iteration(entries)
-        self.name = f"{self.number}-{iteration.slug(optimization)}"
-        self.clock = clock
-        self.probe = probe
-        self.deadline = measure.Deadline(session.timeout_s)
-        self.thresholds = decide.Thresholds.from_dict(session.thresholds)
-        self.paths: list[str] = []
-        self.snapshot: dict[str, str | None] = {}  # the fenced files' hashes when the tests started
-        self.candidate: str | None = None
-        self.patch: str | None = None
-        self.settled = False  # kept, or reverted and reset
 
-    def stage(self, name: str, tag: str) -> measure.Stage:
-        say(f"iteration {self.number}: {name}")
-        result = measure.run_stage(self.session, name, tag, self.deadline)
-        self.clock.add_child(result.duration_s)
-        return result
+def candidate_paths(session: session_mod.Session, g) -> list[str]:
+    """The fenced paths this iteration changes, or the refusal that says why it cannot run."""
+    from cutile_perf.commands.install_skill import is_installed_skill_path
 
-    def save_patch(self) -> None:
-        if self.patch is None:
-            self.patch = iteration.save_patch(self.session, self.g, self.base, self.paths, self.name)
+    changed = [p for p in git_ops.changed_paths(g) if not _outside_fence_ignorable(p)
+               and not is_installed_skill_path(p)]
+    outside = [p for p in changed if not session.in_fence(p)]
+    if outside:
+        shown = ", ".join(outside[:5]) + (" ..." if len(outside) > 5 else "")
+        raise FenceViolation(f"changes outside the fence: {shown}; fence: {', '.join(session.fence)}",
+                             "undo them yourself (cutile-perf never touches them), or fence them at init with --allow")
+    paths = iteration.fenced_changes(session, changed)
+    if not paths:
+        raise Refused(f"no change to the fenced files ({', '.join(session.fence)})", "edit the kernel, then run try again")
+    root = git_ops.root(g)
+    for rel in paths:
+        target = root / rel
+        if target.is_symlink() or (target.exists() and not target.is_file()):
+            raise Refused(f"{rel} is not a regular file (a symlink or a folder): the commit would not hold the "
+                          "code that runs", "replace it with the file's content")
+    filtered = git_ops.filtered_paths(g, paths)
+    if filtered:
+        raise Refused(f"git attributes (a clean filter, ident or eol conversion) would commit other bytes than the "
+                      f"work tree holds for {', '.join(filtered)}", "remove the attribute for the fenced files")
+    return paths
 
-    def revert(self, *, status: str, correctness: str, crash_class: str | None, reason: str, **extra) -> Outcome:
-        # kill -9 after this line: the patch is on disk and logged; resume only has to reset.
-        self.save_patch()
-        entry = iteration.base_entry(
-            self.session, iteration=self.number, optimization=self.optimization, status=status,
-            correctness=correctness, commit=self.candidate, base_commit=self.base, clock=self.clock,
-            probe=self.probe, crash_class=crash_class, patch=self.patch, reason=reason, **extra)
-        entries = iteration.record(self.session, entry)
-        git_ops.reset_to(self.g, self.base, self.paths)
-        self.settled = True
-        return self.outcome(entry, entries)
 
-    def keep(self, decision: dict, perf: measure.Stage, **extra) -> Outcome:
-        entry = iteration.base_entry(
-            self.session, iteration=self.number, optimization=self.optimization, status="keep", correctness="PASS",
-            commit=self.candidate, base_commit=self.base, clock=self.clock, probe=self.probe, crash_class=None,
-            patch=None, reason=decision.get("reason", ""), decision=decision,
-            shapes=iteration.shapes_field(perf.shapes, perf.test_ids),
-            latency_ms=decide.combine_latency(perf.shapes), **extra)
-        entries = iteration.record(self.session, entry)
-        self.settled = True
-        return self.outcome(entry, entries)
-
-    def outcome(self, entry: dict, entries: list[dict]) -> Outcome:
-        stop = decide.stop_condition(entries, self.thresholds)
-        status = entry["status"]
-        code = {"keep": EXIT_OK, "revert": EXIT_REJECTED}.get(status, EXIT_CRASH)
-        data = {"iteration": self.number, "decision": status, "reason": entry.get("reason", ""),
-                "patch": entry.get("patch"), "latency_ms": entry.get("latency_ms"), "commit": entry.get("commit"),
-                "crash_class": entry.get("crash_class"), "stop": stop}
-        text = decision_line(data)
-        if stop:
-            text += f"; stop: {stop}"
-        return Outcome(text, data, code)
-
-    def cleanup_after_error(self, exc: BaseException) -> None:
-        """An exception escaped mid-iteration (Ctrl-C, a bug): save, log a crash row, go back."""
-        self.save_patch()
-        kind = "interrupted" if isinstance(exc, KeyboardInterrupt) else "error"
-        entry = iteration.base_entry(
-            self.session, iteration=self.number, optimization=self.optimization, status="crash", correctness="FAIL",
-            commit=self.candidate, base_commit=self.base, clock=self.clock, probe=self.probe, crash_class=kind,
-            patch=self.patch, reason=f"{kind}: {type(exc).__name__}: {exc}"[:300])
-        iteration.record(self.session, entry)
-        git_ops.reset_to(self.g, self.base, self.paths)
-        self.settled = True
+def commit_message(number: int, optimization: str, reference: str, extra: dict[str, str] | None = None) -> str:
+    trailers = {"Iteration": str(number), "Baseline": reference, **(extra or {})}
+    return f"cutile-perf {number}: {optimization}\n\n" + "\n".join(f"{TRAILER}-{k}: {v}" for k, v in trailers.items())
 
 
 def decision_line(data: dict) -> str:
@@ -112,63 +66,155 @@ def decision_line(data: dict) -> str:
     return text
 
 
-def _run(it: _Iteration) -> Outcome:
-    corr = it.stage("correctness", f"{it.number}")
-    if not corr.ok:
-        # A wrong answer is an ordinary rejected change; anything else is a crash of the iteration.
-        status = "revert" if corr.crash == "wrong-result" else "crash"
-        return it.revert(status=status, correctness="FAIL", crash_class=corr.crash,
-                         reason=f"correctness {corr.crash}: {corr.detail} (see {corr.output})")
-    perf = it.stage("perf", f"{it.number}")
-    missing = sorted(set(it.base_medians) - set(perf.shapes)) if perf.ok else []
-    if not perf.ok or missing:
-        crash = perf.crash or "no-record"
-        detail = perf.detail or f"shapes missing from the candidate's records: {', '.join(missing)}"
-        return it.revert(status="crash", correctness="PASS", crash_class=crash,
-                         reason=f"perf {crash}: {detail} (see {perf.output})")
-    if iteration.fingerprint(it.session, it.paths) != it.snapshot:
-        # An edit made while pytest ran would be committed (and maybe kept) as code nobody measured.
-        # Crash instead; the latest content is in the saved patch.
-        return it.revert(status="crash", correctness="PASS", crash_class="changed-during-run",
-                         reason="the fenced files changed while the tests ran; the latest version is in the patch")
-    it.candidate = git_ops.commit_paths(it.g, it.paths, f"cutile-perf {it.number}: {it.optimization}")
-    base_shapes = {s: it.base_medians[s] for s in perf.shapes if s in it.base_medians}
-    decision = decide.decide(base_shapes, perf.shapes, it.noise, it.thresholds)
-    extra: dict = {}
-    if decision.verdict == "confirm":
-        decision, extra, crashed = _confirm(it, list(base_shapes))
-        if crashed is not None:
-            return it.revert(status="crash", correctness="PASS", crash_class=crashed.crash,
-                             reason=f"confirmation perf {crashed.crash}: {crashed.detail}",
-                             shapes=iteration.shapes_field(perf.shapes, perf.test_ids))
-    decision_data = _decision_dict(decision)
-    if decision.verdict == "keep":
-        return it.keep(decision_data, perf, **extra)
-    return it.revert(status="revert", correctness="PASS", crash_class=None, reason=decision.reason,
-                     decision=decision_data, shapes=iteration.shapes_field(perf.shapes, perf.test_ids),
-                     latency_ms=decide.combine_latency(perf.shapes),
-                     **extra)
+class _Iteration:
+    def __init__(self, session, g, history, reference: decide.Reference, state: txn.State, clock, probe):
+        self.session, self.g, self.history, self.ref, self.state = session, g, history, reference, state
+        self.clock, self.probe = clock, probe
+        self.t: decide.Thresholds = session.thresholds
+        self.deadline = measure.Deadline(session.timeout_s)
+        self.tracked = git_ops.tracked_files(g)
+        self.checkouts: dict[str, pristine.Checkout] = {}
 
+    # -- measuring --------------------------------------------------------------------------------
 
-def _confirm(it: _Iteration, shapes: list[str]):
-    """Re-measure baseline and candidate alternately in one run, so drift hits both equally."""
-    pairs = int(getattr(it.thresholds, "confirm_pairs", CONFIRM_PAIRS_DEFAULT))
-    paired = {s: ([], []) for s in shapes}
-    try:
-        for k in range(pairs):
-            for side, sha in ((0, it.base), (1, it.candidate)):
-                git_ops.restore_paths(it.g, sha, it.paths)
-                stage = it.stage("perf", f"{it.number}-confirm{k + 1}-{'base' if side == 0 else 'cand'}")
-                if not stage.ok or set(shapes) - set(stage.shapes):
-                    return None, {}, stage if not stage.ok else measure.Stage(
-                        "perf", "no-record", stage.duration_s, stage.output, detail="shapes missing from a run")
-                for s in shapes:
-                    paired[s][side].append(stage.shapes[s])
-    finally:
-        # The candidate commit is HEAD: put its files back whatever happened above.
-        git_ops.restore_paths(it.g, it.candidate, it.paths)
-    decision = decide.confirm({s: (b, c) for s, (b, c) in paired.items()}, it.thresholds)
-    return decision, {"confirm": {s: {"base": b, "candidate": c} for s, (b, c) in paired.items()}}, None
+    def checkout(self, fenced_from: str) -> pristine.Checkout:
+        if fenced_from not in self.checkouts:
+            self.checkouts[fenced_from] = pristine.build(self.g, protected_from=self.session.base_commit,
+                                                         fenced_from=fenced_from, fence=self.session.fence)
+        return self.checkouts[fenced_from]
+
+    def stage(self, name: str, tag: str, commit: str) -> measure.Stage:
+        say(f"iteration {self.state.iteration}: {name}" + (f" ({tag.split('-', 1)[1]})" if "-" in tag else ""))
+        result = measure.run_stage(self.session, name, tag, self.deadline, checkout=self.checkout(commit),
+                                   fenced_files=self.fenced_files(), tracked=self.tracked,
+                                   on_start=lambda pgid: self.state.add_child(self.session, pgid))
+        self.clock.add_child(result.duration_s)
+        return result
+
+    def fenced_files(self) -> list[str]:
+        return [e.path for e in git_ops.tree_entries(self.g, self.state.candidate) if self.session.in_fence(e.path)]
+
+    def kernel_name_problem(self, perf: measure.Stage) -> str | None:
+        if not self.ref.kernel_names:
+            return None
+        defined = measure.defined_names(self.checkout(self.state.candidate).root, self.fenced_files())
+        for case, _baseline_name in sorted(self.ref.kernel_names.items()):
+            name = perf.kernel_names.get(case)
+            if name is None or not measure.names_defined(name, defined):
+                return (f"case {case} recorded kernel {name!r}, which the fenced files do not define "
+                        "(the measured kernel is not the candidate's)")
+        return None
+
+    def measure(self) -> tuple[decide.Verdict, measure.Stage | None, dict]:
+        number, cand = self.state.iteration, self.state.candidate
+        corr = self.stage("correctness", f"{number}", cand)
+        verdict = decide.judge(self.ref, self.t, correctness=corr.evidence())
+        if verdict.final:
+            return self._with_output(verdict, corr), None, {}
+        perf = self.stage("perf", f"{number}", cand)
+        problem = self.kernel_name_problem(perf) if perf.ok else None
+        if problem:
+            return decide.Verdict("crash", f"perf measured-wrong-code: {problem}", CrashClass.MEASURED_WRONG_CODE.value), perf, {}
+        verdict = decide.judge(self.ref, self.t, correctness=corr.evidence(), perf=perf.evidence())
+        paired: dict | None = None
+        while verdict.action == "re-measure":
+            paired = paired or {c: ([], []) for c in self.ref.medians}
+            k = len(next(iter(paired.values()))[0]) + 1
+            for side, commit in ((0, self.ref.commit), (1, cand)):
+                run = self.stage("perf", f"{number}-confirm{k}-{'base' if side == 0 else 'cand'}", commit)
+                check = decide.judge(self.ref, self.t, perf=run.evidence())
+                if check.final:  # a crash of a confirmation run is the iteration's crash
+                    return decide.Verdict("crash", f"interleaved re-check: {check.reason}", check.crash_class), perf, {}
+                for case in paired:
+                    paired[case][side].append(run.shapes[case])
+            verdict = decide.judge(self.ref, self.t, correctness=corr.evidence(), perf=perf.evidence(), paired=paired)
+        extra = {"confirm": {c: {"base": b, "candidate": s} for c, (b, s) in paired.items()}} if paired else {}
+        return self._with_output(verdict, perf), perf, extra
+
+    @staticmethod
+    def _with_output(verdict: decide.Verdict, stage: measure.Stage) -> decide.Verdict:
+        if verdict.crash_class and stage.output not in verdict.reason:
+            return decide.Verdict(verdict.action, f"{verdict.reason} (see {stage.output})", verdict.crash_class,
+                                  verdict.decision, verdict.review)
+        return verdict
+
+    def changed_during_run(self) -> bool:
+        for rel in self.state.paths:
+            if git_ops.worktree_blob_sha(self.g, rel) != git_ops.blob_sha_at(self.g, self.state.candidate, rel):
+                return True
+        return False
+
+    # -- the transaction --------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        s, state = self.session, self.state
+        candidate = git_ops.commit_paths(self.g, state.paths, commit_message(state.iteration, state.optimization,
+                                                                             self.ref.commit))
+        state.advance(s, "committed", candidate=candidate)
+        try:
+            verdict, perf, extra = self.measure()
+        finally:
+            for checkout in self.checkouts.values():
+                checkout.remove()
+        if self.changed_during_run():
+            # An edit made while pytest ran is not what was measured: never keep it; the latest
+            # content goes into the patch when the branch is settled.
+            verdict = decide.Verdict("crash", "the fenced files changed while the tests ran; the latest version "
+                                     "is in the patch", CrashClass.CHANGED_DURING_RUN.value)
+        state.advance(s, "measured")
+        row = self.row(verdict, perf, extra)
+        if verdict.action == "keep":
+            row["commit"] = git_ops.amend_message(self.g, self.trailers_message(verdict, row))
+        state.advance(s, "decided", row=row)
+        row = iteration.settle_interrupted(s, self.g, state, crash_class="error", reason="", clock=self.clock)
+        return self.outcome(row)
+
+    def row(self, verdict: decide.Verdict, perf: measure.Stage | None, extra: dict) -> dict:
+        status = verdict.action
+        correctness = "FAIL" if status == "crash" and verdict.crash_class in (
+            "compile", "fault", "timeout", "no-tests", "incomplete-tests", "error") and perf is None else "PASS"
+        if status == "revert" and verdict.crash_class == "wrong-result":
+            correctness = "FAIL"
+        fields = dict(crash_class=verdict.crash_class, patch=self.state.patch if status != "keep" else None,
+                      reason=verdict.reason, review=verdict.review, reference_commit=self.ref.commit, **extra)
+        if verdict.decision is not None:
+            fields["decision"] = asdict(verdict.decision)
+        if perf is not None and perf.shapes:
+            fields["shapes"] = iteration.shapes_field(perf.shapes, perf.test_ids)
+            if set(self.ref.medians) <= set(perf.shapes):
+                fields["latency_ms"] = decide.combine_latency({c: perf.shapes[c] for c in self.ref.medians})
+        return iteration.base_entry(self.session, iteration=self.state.iteration, optimization=self.state.optimization,
+                                    status=status, correctness=correctness, commit=self.state.candidate,
+                                    base_commit=self.state.base, clock=self.clock, probe=self.probe, **fields)
+
+    def trailers_message(self, verdict: decide.Verdict, row: dict) -> str:
+        d = verdict.decision
+        extra = {"Verdict": f"keep ({d.tier})" if d else "keep"}
+        if d is not None and d.geomean_change is not None:
+            extra["Geomean"] = decide.format_change(d.geomean_change)
+        if d is not None and d.worst_shape:
+            gate = d.gates.get(d.worst_shape)
+            change = d.changes.get(d.worst_shape)
+            extra["Worst-Case"] = (f"{d.worst_shape} {decide.format_change(change) if change is not None else '?'}"
+                                   + (f" (gate {gate * 100:.1f} %)" if gate is not None else ""))
+        from cutile_perf import log
+
+        extra["Log-Prev"] = log.head_hash(self.session.log_path)
+        if verdict.review:
+            extra["Review"] = "claimed speedup beyond the plausibility factor; re-measured interleaved"
+        return commit_message(self.state.iteration, self.state.optimization, self.ref.commit, extra)
+
+    def outcome(self, row: dict) -> Outcome:
+        stop = decide.stop_condition(iteration.open_history(self.session, self.g).rows, self.t)
+        status = row["status"]
+        code = {"keep": EXIT_OK, "revert": EXIT_REJECTED}.get(status, EXIT_CRASH)
+        data = {"iteration": row["iteration"], "decision": status, "reason": row.get("reason", ""),
+                "patch": row.get("patch"), "latency_ms": row.get("latency_ms"), "commit": row.get("commit"),
+                "crash_class": row.get("crash_class"), "review": row.get("review", False), "stop": stop}
+        text = decision_line(data)
+        if stop:
+            text += f"; stop: {stop}"
+        return Outcome(text, data, code)
 
 
 def try_(*, repo: Path, optimization: str) -> Outcome:
@@ -182,32 +228,49 @@ def try_(*, repo: Path, optimization: str) -> Outcome:
     with session_mod.locked(session.repo, "try", optimization=optimization):
         g = git_ops.open_repo(session.repo)
         iteration.require_session_branch(session, g)
-        entries = log.read_entries(session.log_path)
-        if log.current_baseline(entries) is None:
+        if txn.State.load(session) is not None:
+            raise Refused("an interrupted iteration is not settled yet", "run `cutile-perf resume`")
+        history = iteration.open_history(session, g)
+        reference = history.reference()
+        if reference is None:
             raise Refused("no baseline recorded yet", "run `cutile-perf baseline` first")
-        it = _Iteration(session, g, optimization, entries, clock, probe)
+        base = history.kept_commit(session.base_commit)
         head = git_ops.head(g)
-        if head != it.base:
-            raise Refused(f"HEAD {git_ops.short(g, head)} is not the last kept commit {git_ops.short(g, it.base)}",
-                          "run `cutile-perf resume`")
-        changed = git_ops.changed_paths(g)
-        outside = [p for p in changed if not session.in_fence(p)]
-        if outside:
-            shown = ", ".join(outside[:5]) + (" ..." if len(outside) > 5 else "")
-            raise FenceViolation(f"changes outside the fence: {shown}; fence: {', '.join(session.fence)}",
-                                 "undo them yourself (cutile-perf never touches them), or fence them at init with --allow")
-        it.paths = iteration.fenced_changes(session, changed)
-        if not it.paths:
-            raise Refused(f"no change to the fenced files ({', '.join(session.fence)})",
-                          "edit the kernel, then run try again")
-        it.snapshot = iteration.fingerprint(session, it.paths)
+        if head != base:
+            iteration.refuse_foreign_commits(session, g, base, head)
+        paths = candidate_paths(session, g)
+        number = history.next_iteration()
+        name = f"{number}-{iteration.slug(optimization)}"
+        state = txn.State(iteration=number, optimization=optimization, name=name, base=base,
+                          reference=reference.commit, paths=paths)
+        # The change is on disk, outside the work tree, before anything moves.
+        state.patch = txn.save_patch(session, g, base, paths, name)
+        state.advance(session, "started")
+        it = _Iteration(session, g, history, reference, state, clock, probe)
         try:
-            return _run(it)
+            return it.run()
+        except OSError as exc:  # the log or the sandbox cannot be written (read-only, disk full)
+            _abort(session, g, state, clock, probe, exc)
+            raise IterationCrashed(f"iteration {number} could not be recorded: {exc}",
+                                   f"the change is saved in {state.patch or '(nothing to save)'}; fix the cause, then "
+                                   "run `cutile-perf resume`") from exc
         except BaseException as exc:
-            if not it.settled:
-                it.cleanup_after_error(exc)
+            _abort(session, g, state, clock, probe, exc)
             raise
+
+
+def _abort(session, g, state: txn.State, clock, probe, exc: BaseException) -> None:
+    """Settle an iteration that an exception or a signal stopped; the error then propagates."""
+    interrupted = isinstance(exc, KeyboardInterrupt)
+    kind = CrashClass.INTERRUPTED if interrupted else CrashClass.ERROR
+    try:
+        iteration.settle_interrupted(session, g, state, crash_class=kind.value, clock=clock, probe=probe,
+                                     reason=f"{kind.value}: {type(exc).__name__}: {exc}")
+    except BaseException as second:  # the log cannot be written: still never leave the candidate applied
+        try:
+            kept = state.step in ("recorded", "settled") and (state.row or {}).get("status") == "keep"
+            if not kept:
+                txn.revert_to_base(session, g, state)
         finally:
-            if not it.settled:  # cleanup itself failed: still never leave the candidate half-applied
-                it.save_patch()
-                git_ops.reset_to(g, it.base, it.paths)
+            say(f"could not finish iteration {state.iteration} ({type(second).__name__}: {second}); the change is "
+                f"saved in {state.patch or 'no patch (nothing changed)'}; run `cutile-perf resume` once the cause is fixed")

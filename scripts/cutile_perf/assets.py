@@ -1,0 +1,36 @@
+"""Where the files cutile-perf ships live: the skill (SKILL.md + references/) and the bundled kernels.
+
+A wheel carries them as package data under ``cutile_perf/data/``; in a checkout that directory holds
+symlinks to the top-level ``SKILL.md``, ``references/`` and ``examples/kernels/``, so both cases are
+found in the same place. The checkout itself is the fallback for a source tree whose symlinks were
+lost (an archive unpacked on a filesystem without them). Templates are found by
+``render.template_dirs``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from cutile_perf import checkout_root
+from cutile_perf.errors import EnvMissing
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+REINSTALL_HINT = "reinstall cutile-perf (pip install cutile-perf, or pip install -e <checkout>)"
+
+
+def _first(candidates: list[Path], marker: str, what: str) -> Path:
+    for base in candidates:
+        if (base / marker).exists():
+            return base
+    looked = ", ".join(str(c) for c in candidates)
+    raise EnvMissing(f"{what} not found in the cutile-perf installation (looked in {looked})", REINSTALL_HINT)
+
+
+def skill_source() -> Path:
+    """The directory holding ``SKILL.md`` and ``references/``."""
+    return _first([DATA_DIR, checkout_root()], "SKILL.md", "SKILL.md")
+
+
+def kernel_suite() -> Path:
+    """The bundled TileGym-shaped kernel suite (``src/tilesuite``, ``tests/``, ``optimizations/``)."""
+    return _first([DATA_DIR / "kernels", checkout_root() / "examples" / "kernels"], "src/tilesuite",
+                  "the bundled kernel suite")

@@ -1,0 +1,140 @@
+"""Throw-away checkouts built only from committed content: what every test stage runs in.
+
+A stage never runs in the user's work tree. Its checkout is written blob by blob from git's object
+store (``git cat-file --batch``), so nothing the work tree or ``.git`` holds besides the two
+commits can change what runs:
+
+* protected paths (tests, conftests, config: everything outside the fence) come from the
+  session's base commit, fenced paths from the candidate commit;
+* ignored, excluded or untracked files, bytecode caches and editable installs elsewhere are not
+  in the object store, so they are not in the checkout;
+* raw blob bytes are written: no clean/smudge filter, no ``.gitattributes`` conversion, no hook;
+* interpreter start-up files (``*.pth``, ``sitecustomize.py``, ``usercustomize.py``) and bytecode
+  files (``*.pyc``) are left out even when committed: they would run before, or instead of, the
+  committed sources;
+* a symlink is recreated only when it points inside the checkout.
+
+``child_env`` then puts the checkout's package roots first on ``PYTHONPATH`` and sends bytecode
+to a per-run prefix, so an editable install of the same package elsewhere is never imported.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from cutile_perf import git_ops
+
+SKIPPED_NAMES = ("sitecustomize.py", "usercustomize.py")
+SKIPPED_SUFFIXES = (".pth", ".pyc", ".pyo")
+_MODE_LINK = "120000"
+_MODE_EXEC = "100755"
+_MODE_SUBMODULE = "160000"
+
+
+@dataclass(frozen=True)
+class Checkout:
+    root: Path
+    protected_from: str
+    fenced_from: str
+    skipped: tuple[str, ...]  # committed paths deliberately not written (start-up files, bytecode, links out)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def skipped_by_rule(path: str) -> bool:
+    name = PurePosixPath(path).name
+    return name in SKIPPED_NAMES or name.endswith(SKIPPED_SUFFIXES)
+
+
+def _in_fence(path: str, fence: Iterable[str]) -> bool:
+    return any(path == f or (f.endswith("/") and path.startswith(f)) for f in fence)
+
+
+def composed_entries(g, protected_from: str, fenced_from: str, fence: Iterable[str]) -> list[git_ops.TreeEntry]:
+    """The files of the checkout: fenced paths from ``fenced_from``, every other path from ``protected_from``."""
+    fence = tuple(fence)
+    protected = [e for e in git_ops.tree_entries(g, protected_from) if not _in_fence(e.path, fence)]
+    fenced = [e for e in git_ops.tree_entries(g, fenced_from) if _in_fence(e.path, fence)]
+    return sorted(protected + fenced, key=lambda e: e.path)
+
+
+def build(g, *, protected_from: str, fenced_from: str, fence: Iterable[str], parent: Path | None = None) -> Checkout:
+    """Write the composed tree into a new temporary directory (outside the repository)."""
+    root = Path(tempfile.mkdtemp(prefix="cutile-perf-checkout-", dir=parent))
+    entries = composed_entries(g, protected_from, fenced_from, fence)
+    files = [e for e in entries if e.mode not in (_MODE_SUBMODULE,) and not skipped_by_rule(e.path)]
+    skipped = [e.path for e in entries if e not in files]
+    for entry in files:
+        target = root / entry.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        content = git_ops.blob_bytes(g, entry.sha)
+        if entry.mode == _MODE_LINK:
+            link = content.decode("utf-8", "surrogateescape")
+            resolved = (target.parent / link).resolve()
+            if os.path.isabs(link) or not resolved.is_relative_to(root.resolve()):
+                skipped.append(entry.path)
+                continue
+            target.symlink_to(link)
+            continue
+        target.write_bytes(content)
+        if entry.mode == _MODE_EXEC:
+            target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return Checkout(root, protected_from, fenced_from, tuple(sorted(skipped)))
+
+
+def package_root(checkout_root: Path, rel: str) -> Path:
+    """The folder a fenced module is imported from: the nearest ancestor that is not a package.
+
+    ``src/tilegym/ops/cutile/rms_norm.py`` -> ``src`` (``tilegym`` and below hold ``__init__.py``).
+    """
+    folder = (checkout_root / rel).parent
+    while folder != checkout_root and (folder / "__init__.py").exists():
+        folder = folder.parent
+    return folder
+
+
+def package_roots(checkout_root: Path, fenced_files: Iterable[str]) -> list[Path]:
+    """The directories to put first on ``PYTHONPATH`` so the fenced modules import from the checkout."""
+    roots: list[Path] = []
+    for rel in fenced_files:
+        if rel.endswith(".py") and (root := package_root(checkout_root, rel)) not in roots:
+            roots.append(root)
+    if checkout_root not in roots:
+        roots.append(checkout_root)
+    return roots
+
+
+def module_name(checkout_root: Path, rel: str) -> str | None:
+    """The dotted name under which the checkout imports the fenced file ``rel`` (None: not Python)."""
+    if not rel.endswith(".py"):
+        return None
+    parts = list((checkout_root / rel).relative_to(package_root(checkout_root, rel)).with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts) or None
+
+
+def child_env(checkout_root: Path, fenced_files: Iterable[str], pycache: Path, base_env: dict[str, str]) -> dict[str, str]:
+    """``base_env`` for a child running in the checkout: its package roots first, bytecode elsewhere."""
+    roots = [str(p) for p in package_roots(checkout_root, fenced_files)]
+    inherited = base_env.get("PYTHONPATH", "")
+    return {
+        **base_env,
+        "PYTHONPATH": os.pathsep.join([*roots, *([inherited] if inherited else [])]),
+        # Bytecode goes to a fresh per-run folder: a forged or stale __pycache__ is never read.
+        "PYTHONPYCACHEPREFIX": str(pycache),
+        "PYTHONNOUSERSITE": "1",
+    }
+
+
+def is_inside(path: str | os.PathLike, root: Path) -> bool:
+    try:
+        return Path(os.path.realpath(path)).is_relative_to(Path(os.path.realpath(root)))
+    except (OSError, ValueError):
+        return False

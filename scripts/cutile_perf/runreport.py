@@ -1,0 +1,117 @@
+"""The signed run report a pytest child leaves for the harness: positive evidence, not exit codes.
+
+The plugin (``pytest_plugin.RunReporter``) writes one JSON line per event: a test's outcome, a
+benchmark record, the files the imported modules came from, and an end-of-session marker. Each
+line carries a sequence number and an HMAC under a key the harness passed through a pipe. The
+harness (``read``) then knows:
+
+* which tests passed, skipped, xfailed or failed (an exit code of 0 says none of that);
+* that the session reached its end (a child that called ``os._exit(0)`` mid-run has no marker);
+* that no line was added, removed or altered by anyone but the plugin (a forged record has no
+  valid signature; a deleted line leaves a gap in the sequence).
+
+What it cannot know: code running inside the same process can reach the plugin's objects in
+memory. The report raises the bar from "write a line to a file" to "patch the interpreter",
+and the interleaved re-measurement and ``verify`` in fresh processes remain the backstop.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Severity order of the outcomes of one test's phases.
+OUTCOME_RANK = {"passed": 0, "xpassed": 1, "skipped": 2, "xfailed": 3, "failed": 4, "error": 5}
+
+
+def outcome_of(when: str, outcome: str, wasxfail: bool) -> str | None:
+    """One phase report as a test outcome, or None when the phase says nothing new."""
+    if wasxfail:
+        return "xfailed" if outcome == "skipped" else "xpassed"
+    if when == "call":
+        return outcome  # passed / failed / skipped (pytest.skip inside the test)
+    if outcome == "skipped":
+        return "skipped"
+    if outcome == "failed":
+        return "error"
+    return None
+
+
+def new_key() -> bytes:
+    return secrets.token_bytes(32)
+
+
+def _sign(key: bytes, payload: dict) -> str:
+    body = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hmac.new(key, body.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+class Writer:
+    def __init__(self, path: str | os.PathLike, key: bytes):
+        self.path = Path(path)
+        self.key = key
+        self.seq = 0
+
+    def write(self, payload: dict) -> None:
+        line = {**payload, "seq": self.seq}
+        line["mac"] = _sign(self.key, line)
+        self.seq += 1
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line, allow_nan=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+@dataclass
+class RunReport:
+    outcomes: dict[str, str] = field(default_factory=dict)  # nodeid -> final outcome
+    records: list[tuple[str, str, object]] = field(default_factory=list)  # (nodeid, outcome, benchmark value)
+    modules: dict[str, str] = field(default_factory=dict)  # module name -> file it was imported from
+    ended: bool = False
+    exitstatus: int | None = None
+    forged: list[str] = field(default_factory=list)  # lines that the plugin did not write
+
+    def passed(self) -> set[str]:
+        return {n for n, o in self.outcomes.items() if o == "passed"}
+
+
+def read(path: str | os.PathLike, key: bytes) -> RunReport:
+    """The report, with every unsigned, re-ordered or missing line listed in ``forged``."""
+    report = RunReport()
+    path = Path(path)
+    if not path.exists():
+        return report
+    expected = 0
+    for number, text in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if not text.strip():
+            continue
+        try:
+            line = json.loads(text)
+            mac = line.pop("mac")
+        except (ValueError, KeyError, AttributeError, TypeError):
+            report.forged.append(f"line {number}: not a report line")
+            continue
+        if not isinstance(mac, str) or not hmac.compare_digest(mac, _sign(key, line)):
+            report.forged.append(f"line {number}: bad signature")
+            continue
+        if line.get("seq") != expected:
+            report.forged.append(f"line {number}: sequence {line.get('seq')} where {expected} was due")
+            expected = int(line.get("seq", expected)) + 1
+            continue
+        expected += 1
+        kind = line.get("type")
+        if kind == "test":
+            report.outcomes[line["nodeid"]] = line["outcome"]
+        elif kind == "record":
+            report.records.append((line["nodeid"], line.get("outcome", "passed"), line["benchmark"]))
+        elif kind == "modules":
+            report.modules = dict(line.get("files") or {})
+        elif kind == "end":
+            report.ended = True
+            report.exitstatus = line.get("exitstatus")
+    return report
