@@ -40,7 +40,7 @@ def test_timeout_must_be_finite_and_positive(tilegym_like_repo, capsys, value):
     # Regression (issue 9): --timeout nan passed "<= 0" and disabled the hang guard.
     before = branches(tilegym_like_repo)
     code, data = cli(capsys, tilegym_like_repo, "--kernel", "rms_norm", f"--timeout={value}")
-    assert code == 2 and "--timeout" in data["error"] and "finite, positive" in data["error"]
+    assert code == 2 and "--timeout" in data["error"] and "finite" in data["error"]
     assert_untouched(tilegym_like_repo, before)
 
 

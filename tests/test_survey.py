@@ -87,3 +87,18 @@ def test_sampled_argv_replaces_the_test_file_with_rerooted_node_ids():
     new, n = survey.sampled_argv(argv, "tests/ops/test_x.py", ids, 1)
     assert n == 1 and new == ["py", "-m", "pytest", "tests/ops/test_x.py::test_perf[a]", "-k", "test_perf", "-q"]
     assert survey.sampled_argv(argv, "tests/ops/test_x.py", ids, 0) == (argv, 0)
+
+
+def test_parse_outcomes_reads_the_last_summary_line():
+    text = "tests/x.py s.\n\n1 passed, 2 skipped, 3 deselected in 0.52s\n"
+    assert survey.parse_outcomes(text) == {"passed": 1, "skipped": 2, "deselected": 3}
+    assert survey.parse_outcomes("1 failed, 1 error in 2s") == {"failed": 1, "error": 1}
+    assert survey.parse_outcomes("collected nothing") == {}
+
+
+def test_survey_budget_lists_ops_it_had_no_time_for(tilegym_like_repo, capsys):
+    code, data = cli(capsys, tilegym_like_repo, "--run", "--budget", "0.001")
+    assert code == 0
+    (row,) = data["ops"]
+    assert row["not_done"].startswith("budget spent") and not row["drivable"] and row["runs"] == {}
+    assert "budget spent" in data["markdown"]

@@ -105,12 +105,13 @@ def _add_survey(subparsers) -> None:
     p.add_argument("--under", help="only kernel files below this repo-relative folder (e.g. src/tilegym/ops)")
     p.add_argument("--markdown", action="store_true", help="print the table as markdown")
     p.add_argument("--logs", type=Path, help="keep the pytest logs in this folder (default: a temporary one)")
+    p.add_argument("--budget", type=float, help="seconds for the whole survey; ops reached later are listed as not done")
 
     def run(a: argparse.Namespace) -> Outcome:
         from cutile_perf.commands.survey import survey
 
         return survey(repo=a.repo, run=a.run, timeout_s=a.timeout, sample=a.sample, jobs=a.jobs, under=a.under,
-                      markdown=a.markdown, logs=a.logs)
+                      markdown=a.markdown, logs=a.logs, budget_s=a.budget)
 
     p.set_defaults(handler=run)
 

@@ -10,7 +10,9 @@ bytecode writing off; nothing in the repository is changed. Library only: nothin
 """
 from __future__ import annotations
 
+import re
 import tempfile
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from cutile_perf import kernel_scan, records, runner, selection
 from cutile_perf import session as session_mod
+from cutile_perf.decide import Thresholds
 from cutile_perf.errors import UsageError
 
 WHICH = ("correctness", "perf")
@@ -32,12 +35,26 @@ class RunSummary:
     wall_s: float
     tests: int  # node ids passed to pytest (0: the whole selection)
     records: int = 0  # perf only: 'cutile' benchmark records read back
+    outcomes: dict[str, int] = field(default_factory=dict)  # pytest's summary: {"passed": 1, "skipped": 2}
     detail: str = ""
 
     def cell(self) -> str:
         status = "pass" if self.ok else f"FAIL ({self.crash})"
+        counts = ", ".join(f"{n} {k}" for k, n in self.outcomes.items())
         extra = f", {self.records} rec" if self.records or not self.ok else ""
-        return f"{status} {self.wall_s:.0f} s{extra}"
+        return f"{status} {self.wall_s:.0f} s" + (f" ({counts})" if counts else "") + extra
+
+
+_OUTCOME = re.compile(r"(\d+) (passed|failed|skipped|xfailed|xpassed|errors?|deselected)\b")
+
+
+def parse_outcomes(text: str) -> dict[str, int]:
+    """Counts from pytest's last summary line ("1 passed, 2 skipped in 3.1s"); {} when there is none."""
+    for line in reversed(text.splitlines()):
+        found = _OUTCOME.findall(line)
+        if found:
+            return {("error" if kind == "errors" else kind): int(n) for n, kind in found}
+    return {}
 
 
 @dataclass
@@ -46,6 +63,7 @@ class OpRow:
     test: str | None = None
     perf_test: str | None = None  # set when the perf test lives in its own file
     problem: str = ""  # why the op cannot be driven (no test file, ambiguous, ...)
+    not_done: str = ""  # what the survey left out for lack of time (--budget)
     selections: dict[str, selection.Selection] = field(default_factory=dict)
     runs: dict[str, RunSummary] = field(default_factory=dict)
 
@@ -62,14 +80,14 @@ class OpRow:
     @property
     def drivable(self) -> bool:
         """Paired, both selections non-empty, and (when run) both runs passed."""
-        if self.problem or any(w not in self.selections or self.selections[w].error or self.selections[w].empty
+        if self.problem or self.not_done or any(w not in self.selections or self.selections[w].error or self.selections[w].empty
                                for w in WHICH):
             return False
         return all(r.ok for r in self.runs.values())
 
     def to_dict(self) -> dict:
         return {"op": self.op, "kernel": self.kernel, "test": self.test, "perf_test": self.perf_test,
-                "problem": self.problem, "drivable": self.drivable,
+                "problem": self.problem, "not_done": self.not_done, "drivable": self.drivable,
                 "selections": {w: s.to_dict() for w, s in self.selections.items()},
                 "runs": {w: vars(r) for w, r in self.runs.items()}}
 
@@ -79,7 +97,8 @@ def _session_for(root: Path, kernel_rel: str, test_rel: str, perf_rel: str | Non
     perf_cmd = selection.perf_command(perf_rel)
     return session_mod.Session(
         repo=root, kernel=Path(kernel_rel).stem, kernel_files=(kernel_rel,), fence=(kernel_rel,), test=test_rel,
-        correctness_cmd=session_mod.CORRECTNESS_TEMPLATE, perf_cmd=perf_cmd, thresholds={}, timeout_s=600.0,
+        correctness_cmd=session_mod.CORRECTNESS_TEMPLATE, perf_cmd=perf_cmd, thresholds=Thresholds(),
+        timeout_s=600.0,
         base_commit="", branch="", created="")
 
 
@@ -110,8 +129,13 @@ def _run_one(session: session_mod.Session, which: str, sel: selection.Selection,
         env["CUTILE_PERF_RECORDS"] = str(records_file)
     result = runner.run(argv, cwd=session.repo, timeout_s=timeout_s, output_path=out, env_overrides=env)
     crash = runner.classify(result)
+    crash = str(crash) if crash is not None else None
+    outcomes = parse_outcomes(result.tail())
     count = 0
     detail = ""
+    if crash is None and not outcomes.get("passed"):
+        # Positive evidence only: a run whose tests all skipped (backend missing, arch excluded) proves nothing.
+        crash, detail = "no-tests", "no test passed (all skipped or deselected)"
     if which == "perf" and crash is None:
         try:
             count = sum(1 for r in records.read_records_file(records_file) if r.framework == "cutile")
@@ -121,10 +145,23 @@ def _run_one(session: session_mod.Session, which: str, sel: selection.Selection,
             crash = "no-record"
     if crash and not detail:
         detail = selection.error_summary(result.tail()) if not result.timed_out else f"killed after {timeout_s:g} s"
-    return RunSummary(crash is None, crash, round(result.duration_s, 1), tests, count, detail)
+    return RunSummary(crash is None, crash, round(result.duration_s, 1), tests, count, outcomes, detail)
 
 
-def survey_op(root: Path, kernel: Path, *, run: bool, timeout_s: float, sample: int, log_dir: Path) -> OpRow:
+class Budget:
+    """The survey's total wall-clock budget, shared by every op (None: unlimited)."""
+
+    def __init__(self, seconds: float | None):
+        self.end = None if seconds is None else time.monotonic() + seconds
+
+    def cap(self, timeout_s: float) -> float:
+        """``timeout_s``, or what is left of the budget when that is less (0: nothing left)."""
+        return timeout_s if self.end is None else max(0.0, min(timeout_s, self.end - time.monotonic()))
+
+
+def survey_op(root: Path, kernel: Path, *, run: bool, timeout_s: float, sample: int, log_dir: Path,
+              budget: Budget | None = None) -> OpRow:
+    budget = budget or Budget(None)
     row = OpRow(kernel=kernel.relative_to(root).as_posix())
     try:
         test_file, _ = kernel_scan.choose_test_file(root, kernel)
@@ -136,22 +173,33 @@ def survey_op(root: Path, kernel: Path, *, run: bool, timeout_s: float, sample: 
     row.perf_test = perf_file.relative_to(root).as_posix() if perf_file else None
     session = _session_for(root, row.kernel, row.test, row.perf_test)
     for which in WHICH:
-        row.selections[which] = selection.collect(which, session.argv(which), cwd=root, timeout_s=timeout_s)
+        if not budget.cap(timeout_s):
+            row.not_done = "budget spent before collection"
+            return row
+        row.selections[which] = selection.collect(which, session.argv(which), cwd=root, timeout_s=budget.cap(timeout_s))
     if run:
         for which in WHICH:
             sel = row.selections[which]
             if sel.error or sel.empty:
                 continue
+            if not budget.cap(timeout_s):
+                row.not_done = f"budget spent before the {which} run"
+                break
             test_rel = row.perf_test if which == "perf" and row.perf_test else row.test
-            row.runs[which] = _run_one(session, which, sel, test_rel, timeout_s=timeout_s, sample=sample,
+            row.runs[which] = _run_one(session, which, sel, test_rel, timeout_s=budget.cap(timeout_s), sample=sample,
                                        log_dir=log_dir)
     return row
 
 
 def survey(root: Path, *, run: bool = False, timeout_s: float = 300.0, sample: int = 0, jobs: int = 1,
-           under: str | None = None, log_dir: Path | None = None,
+           under: str | None = None, log_dir: Path | None = None, budget_s: float | None = None,
            progress: Callable[[OpRow], None] | None = None) -> list[OpRow]:
-    """One row per op file, in path order. ``under`` keeps kernel files below that repo-relative folder."""
+    """One row per op file, in path order. ``under`` keeps kernel files below that repo-relative folder.
+
+    ``budget_s`` bounds the whole survey: each child's timeout is capped by what is left, and ops
+    reached after it is spent are listed with ``not_done`` instead of being dropped from the table.
+    """
+    budget = Budget(budget_s)
     kernels = kernel_scan.op_files(root)
     if under:
         prefix = under.strip("/") + "/"
@@ -161,7 +209,7 @@ def survey(root: Path, *, run: bool = False, timeout_s: float = 300.0, sample: i
                          + (f" below {under}" if under else ""), "is this a TileGym-shaped repository?")
 
     def one(kernel: Path, logs: Path) -> OpRow:
-        row = survey_op(root, kernel, run=run, timeout_s=timeout_s, sample=sample, log_dir=logs)
+        row = survey_op(root, kernel, run=run, timeout_s=timeout_s, sample=sample, log_dir=logs, budget=budget)
         if progress:
             progress(row)
         return row
@@ -188,7 +236,7 @@ def row_cells(row: OpRow, with_runs: bool) -> list[str]:
     cells = [row.op, row.kernel, test, row.selected("correctness"), row.selected("perf")]
     if with_runs:
         cells += [row.runs[w].cell() if w in row.runs else "-" for w in WHICH]
-    reason = row.problem or next((f"{w}: {row.selections[w].error[:60]}" for w in WHICH
+    reason = row.problem or row.not_done or next((f"{w}: {row.selections[w].error[:60]}" for w in WHICH
                                   if w in row.selections and row.selections[w].error), "")
     if not reason and "perf" in row.selections and row.selections["perf"].empty:
         reason = "no perf test (scaffold-perf)"

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import math
 import re
 from pathlib import Path
 
@@ -12,10 +11,10 @@ from cutile_perf.commands import Outcome, say
 from cutile_perf.errors import DirtyTree, Refused, UsageError
 
 
-def _default_thresholds() -> dict:
+def _default_thresholds():
     from cutile_perf.decide import Thresholds
 
-    return Thresholds().to_dict()
+    return Thresholds()
 
 
 def _fence_entry(repo: Path, raw: str) -> str:
@@ -32,9 +31,7 @@ def _fence_entry(repo: Path, raw: str) -> str:
 
 def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allow: list[str],
          timeout_s: float, perf_test: Path | None = None) -> Outcome:
-    # nan compares false with everything, so "<= 0" alone would let it through and disable the hang guard.
-    if not math.isfinite(timeout_s) or timeout_s <= 0:
-        raise UsageError(f"--timeout {timeout_s}: must be a finite, positive number of seconds", "e.g. --timeout 600")
+    timeout_s = session_mod.parse_timeout(timeout_s)  # nan would pass "<= 0" and disable the hang guard
     g = git_ops.open_repo(repo)
     root = git_ops.root(g).resolve()
     if not git_ops.has_commits(g):
