@@ -102,3 +102,12 @@ def test_survey_budget_lists_ops_it_had_no_time_for(tilegym_like_repo, capsys):
     (row,) = data["ops"]
     assert row["not_done"].startswith("budget spent") and not row["drivable"] and row["runs"] == {}
     assert "budget spent" in data["markdown"]
+
+
+def test_a_run_cut_by_the_budget_is_not_reported_as_a_failure(tilegym_like_repo, capsys):
+    edit_kernel(tilegym_like_repo, sleep=30.0)  # every test sleeps longer than the budget
+    code, data = cli(capsys, tilegym_like_repo, "--run", "--budget", "6", "--timeout", "60")
+    (row,) = data["ops"]
+    assert row["not_done"].startswith("budget spent") and not row["drivable"]
+    assert all(run["cut"] for run in row["runs"].values())
+    assert "FAIL" not in data["markdown"]

@@ -37,8 +37,11 @@ class RunSummary:
     records: int = 0  # perf only: 'cutile' benchmark records read back
     outcomes: dict[str, int] = field(default_factory=dict)  # pytest's summary: {"passed": 1, "skipped": 2}
     detail: str = ""
+    cut: bool = False  # killed because the survey's --budget ran out, not at the op's own --timeout
 
     def cell(self) -> str:
+        if self.cut:
+            return f"cut by --budget after {self.wall_s:.0f} s"
         status = "pass" if self.ok else f"FAIL ({self.crash})"
         counts = ", ".join(f"{n} {k}" for k, n in self.outcomes.items())
         extra = f", {self.records} rec" if self.records or not self.ok else ""
@@ -116,7 +119,8 @@ def sampled_argv(argv: list[str], test_rel: str, node_ids: tuple[str, ...], samp
 
 
 def _run_one(session: session_mod.Session, which: str, sel: selection.Selection, test_rel: str, *, timeout_s: float,
-             sample: int, log_dir: Path) -> RunSummary:
+             sample: int, log_dir: Path, capped: bool = False) -> RunSummary:
+    """One run; ``capped``: ``timeout_s`` is what was left of the budget, so a timeout is a cut, not a verdict."""
     argv = session.argv(which)
     argv, tests = sampled_argv(argv, test_rel, sel.node_ids, sample)
     stem = session.kernel_files[0].replace("/", "__").removesuffix(".py")
@@ -145,7 +149,8 @@ def _run_one(session: session_mod.Session, which: str, sel: selection.Selection,
             crash = "no-record"
     if crash and not detail:
         detail = selection.error_summary(result.tail()) if not result.timed_out else f"killed after {timeout_s:g} s"
-    return RunSummary(crash is None, crash, round(result.duration_s, 1), tests, count, outcomes, detail)
+    return RunSummary(crash is None, crash, round(result.duration_s, 1), tests, count, outcomes, detail,
+                      cut=capped and result.timed_out)
 
 
 class Budget:
@@ -176,7 +181,11 @@ def survey_op(root: Path, kernel: Path, *, run: bool, timeout_s: float, sample: 
         if not budget.cap(timeout_s):
             row.not_done = "budget spent before collection"
             return row
-        row.selections[which] = selection.collect(which, session.argv(which), cwd=root, timeout_s=budget.cap(timeout_s))
+        cap = budget.cap(timeout_s)
+        row.selections[which] = selection.collect(which, session.argv(which), cwd=root, timeout_s=cap)
+        if cap < timeout_s and row.selections[which].error.startswith("collection did not finish"):
+            row.not_done = "budget spent during collection"
+            return row
     if run:
         for which in WHICH:
             sel = row.selections[which]
@@ -186,8 +195,12 @@ def survey_op(root: Path, kernel: Path, *, run: bool, timeout_s: float, sample: 
                 row.not_done = f"budget spent before the {which} run"
                 break
             test_rel = row.perf_test if which == "perf" and row.perf_test else row.test
-            row.runs[which] = _run_one(session, which, sel, test_rel, timeout_s=budget.cap(timeout_s), sample=sample,
-                                       log_dir=log_dir)
+            cap = budget.cap(timeout_s)
+            row.runs[which] = _run_one(session, which, sel, test_rel, timeout_s=cap, sample=sample,
+                                       log_dir=log_dir, capped=cap < timeout_s)
+            if row.runs[which].cut:
+                row.not_done = f"budget spent during the {which} run"
+                break
     return row
 
 
