@@ -116,6 +116,28 @@ def _add_survey(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+def _add_compile_check(subparsers) -> None:
+    p = _sub(subparsers, "compile-check",
+             "compile the session's kernels (or --kernel) for a target arch without a GPU: errors, registers, "
+             "threads, TMA or plain loads, SASS widths",
+             "Examples:\n  cutile-perf compile-check --write-spec        # sandbox/compile-check.yaml to fill in\n"
+             "  cutile-perf compile-check                     # the session's fenced kernels\n"
+             "  cutile-perf compile-check --kernel src/pkg/ops/cutile/softmax.py --arch sm_100 --spec sig.yaml\n\n"
+             "Signatures come from the spec file (written from the tests' shapes) or the module's\n"
+             "aot_signatures(); they are not inferred from the tests. Exit 1 when a kernel did not compile.")
+    p.add_argument("--kernel", help="kernel file or name (default: the session's fenced kernel files)")
+    p.add_argument("--arch", help="target, e.g. sm_90 or sm_100 (default: the session's GPU, else sm_90)")
+    p.add_argument("--spec", type=Path, help="signature spec YAML (default: sandbox/compile-check.yaml)")
+    p.add_argument("--write-spec", action="store_true", help="write a spec skeleton from the kernels' parameters")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.compile_check import compile_check
+
+        return compile_check(repo=a.repo, kernel=a.kernel, arch=a.arch, spec=a.spec, write_spec=a.write_spec)
+
+    p.set_defaults(handler=run)
+
+
 def _add_baseline(subparsers) -> None:
     p = _sub(subparsers, "baseline", "iteration 0: correctness, then perf measured --repeats times for the noise floor",
              "Example:\n  cutile-perf baseline --repeats 3")
@@ -416,6 +438,7 @@ SUBCOMMANDS: list[Callable] = [
     _add_init,
     _add_scaffold_perf,
     _add_survey,
+    _add_compile_check,
     _add_baseline,
     _add_try,
     _add_status,
