@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fixtures_repo import tilegym_like_repo  # noqa: F401
 
-from cutile_perf import compilecheck
+from cutile_perf import compile_report, compilecheck
 from cutile_perf.cli import main
 from cutile_perf.errors import UsageError
 
@@ -118,13 +118,13 @@ Args:
 
 
 def test_remarks_summary_counts_each_remark_once():
-    summary = compilecheck.summarize_remarks(REMARKS)
+    summary = compile_report.summarize_remarks(REMARKS)
     assert summary["loads"] == {"TMA Load instruction": 1, "Global-memory load instruction": 1}  # repeat counted once
     assert summary["tma_loads"] == 1 and summary["tensor_cores"] == ["Tensor-core SM90"]
     assert summary["missed"] == ["line 60: Failed to select TMA load instruction (TMA only supports zero padding)"]
-    assert compilecheck.loads_kind(summary) == ("mixed: 1 TMA of 2 tiled loads; line 60: Failed to select TMA load "
+    assert compile_report.loads_kind(summary) == ("mixed: 1 TMA of 2 tiled loads; line 60: Failed to select TMA load "
                                                 "instruction (TMA only supports zero padding)")
-    assert compilecheck.loads_kind(compilecheck.summarize_remarks("")).startswith("plain")
+    assert compile_report.loads_kind(compile_report.summarize_remarks("")).startswith("plain")
 
 
 SASS = """\
@@ -138,14 +138,14 @@ SASS = """\
 
 
 def test_parse_sass_counts_widths_and_tma():
-    assert compilecheck.parse_sass(SASS) == {"LDG": {"16": 1, "128": 2}, "STG": {"32": 1}, "HGMMA": 1, "UTMALDG": 1}
+    assert compile_report.parse_sass(SASS) == {"LDG": {"16": 1, "128": 2}, "STG": {"32": 1}, "HGMMA": 1, "UTMALDG": 1}
 
 
 def test_parse_cuobjdump_text():
     usage = " Function k_Kt1:\n  REG:59 STACK:0 SHARED:1040 LOCAL:0 CONSTANT[0]:596 TEXTURE:0\n"
-    assert compilecheck.parse_res_usage(usage) == {"registers": 59, "stack": 0, "shared": 1040, "local": 0}
+    assert compile_report.parse_res_usage(usage) == {"registers": 59, "stack": 0, "shared": 1040, "local": 0}
     elf = "\t<0x24>\n\tAttribute:\tEIATTR_REQNTID\n\tFormat:\tEIFMT_SVAL\n\tValue:\t0x80 0x1 0x1 \n\t<0x25>\n"
-    assert compilecheck.parse_reqntid(elf) == 128 and compilecheck.parse_reqntid("") is None
+    assert compile_report.parse_reqntid(elf) == 128 and compile_report.parse_reqntid("") is None
 
 
 def test_arch_defaults_and_checks():
@@ -201,7 +201,7 @@ def test_bundled_plain_kernel_compiles_for_sm90_with_plain_loads(suite_path, cap
     assert code == 0, data
     (result,) = data["results"]
     assert result["ok"] and result["source"] == "aot_signatures()" and data["arch"] == "sm_90"
-    assert compilecheck.loads_kind(result["remarks"]).startswith("plain")  # pointer gathers: no TMA remark
+    assert compile_report.loads_kind(result["remarks"]).startswith("plain")  # pointer gathers: no TMA remark
     if data["cuobjdump"]:
         assert result["cubin"]["registers"] > 0 and result["cubin"]["threads"] > 0
         assert result["cubin"]["sass"]["LDG"] and not result["cubin"]["sass"].get("UTMALDG")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cutile_perf import atomic, compilecheck, kernel_scan
+from cutile_perf import atomic, compile_report, compilecheck, kernel_scan
 from cutile_perf import session as session_mod
 from cutile_perf.commands import Outcome, say
 from cutile_perf.errors import EXIT_OK, EXIT_REJECTED, NoSession, Refused, UsageError
@@ -59,7 +59,7 @@ def compile_check(*, repo: Path, kernel: str | None, arch: str | None, spec: Pat
     specs = compilecheck.load_spec(spec_path) if spec_path.exists() else {}
     if spec is not None and not spec_path.exists():
         raise UsageError(f"--spec {spec} does not exist", "write one with --write-spec")
-    cuobjdump = compilecheck.find_cuobjdump()
+    cuobjdump = compile_report.find_cuobjdump()
     results: list[compilecheck.Result] = []
     for path in files:
         module = compilecheck.import_kernel_module(root, path)
@@ -120,7 +120,7 @@ def render(results: list[compilecheck.Result]) -> str:
         status = "compiled" if r.ok else f"ERROR {r.error}" if r.checked else f"not checked: {r.error}"
         rows.append([r.kernel, r.signature[:60], r.source, status[:120],
                      str(cub.get("registers", "-")), str(cub.get("stack", "-")), str(cub.get("threads") or "-"),
-                     compilecheck.loads_kind(r.remarks) if r.ok else "-", _sass_cell(cub) if r.ok else "-",
+                     compile_report.loads_kind(r.remarks) if r.ok else "-", _sass_cell(cub) if r.ok else "-",
                      f"{r.seconds:.1f}"])
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
