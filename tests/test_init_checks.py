@@ -129,3 +129,14 @@ def test_collect_argv_drops_verbosity_and_loads_the_record_plugin():
     argv = selection.collect_argv(["python", "-m", "pytest", "t.py", "-k", "test_perf", "-v", "--print-record"])
     assert "-v" not in argv and argv[argv.index("--collect-only") + 1] == "-q"
     assert "cutile_perf.pytest_plugin" in argv and "--print-record" in argv  # the plugin knows the option
+
+
+def test_perf_test_option_must_name_an_existing_file_in_the_repo(tilegym_like_repo, capsys, tmp_path):
+    before = branches(tilegym_like_repo)
+    code, data = cli(capsys, tilegym_like_repo, "--kernel", "rms_norm", "--perf-test", "tests/ops/nope.py")
+    assert code == 2 and "--perf-test" in data["error"]
+    outside = tmp_path / "test_x_perf.py"
+    outside.write_text("def test_perf(): pass\n")
+    code, data = cli(capsys, tilegym_like_repo, "--kernel", "rms_norm", "--perf-test", str(outside))
+    assert code == 2 and "outside the repository" in data["error"]
+    assert_untouched(tilegym_like_repo, before)

@@ -8,13 +8,8 @@ from pathlib import Path
 from cutile_perf import atomic, envcheck, git_ops, kernel_scan, playbook, selection
 from cutile_perf import session as session_mod
 from cutile_perf.commands import Outcome, say
+from cutile_perf.decide import Thresholds
 from cutile_perf.errors import DirtyTree, Refused, UsageError
-
-
-def _default_thresholds():
-    from cutile_perf.decide import Thresholds
-
-    return Thresholds()
 
 
 def _fence_entry(repo: Path, raw: str) -> str:
@@ -74,7 +69,7 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
         repo=root, kernel=kernel_files[0].stem, kernel_files=tuple(f.relative_to(root).as_posix() for f in kernel_files),
         fence=tuple(fence), test=test_file.resolve().relative_to(root).as_posix(),
         correctness_cmd=session_mod.CORRECTNESS_TEMPLATE, perf_cmd=perf_cmd,
-        thresholds=_default_thresholds(), timeout_s=float(timeout_s), base_commit=git_ops.head(g), branch=branch,
+        thresholds=Thresholds(), timeout_s=float(timeout_s), base_commit=git_ops.head(g), branch=branch,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         classification={"kernel_type": scan.kernel_type, "ai_estimate": scan.ai_estimate, "bound": scan.bound},
     )
