@@ -60,11 +60,82 @@ def _add_init(subparsers) -> None:
     p.add_argument("--allow", action="append", default=[], metavar="PATH",
                    help="another file the agent may change (repeatable)")
     p.add_argument("--timeout", type=float, default=600.0, help="time budget of one iteration in seconds (default 600)")
+    p.add_argument("--perf-test", type=Path,
+                   help="file holding the perf test (default: the test file, or test_<op>_perf.py next to it)")
 
     def run(a: argparse.Namespace) -> Outcome:
         from cutile_perf.commands.init import init
 
-        return init(repo=a.repo, kernel=a.kernel, test=a.test, branch=a.branch, allow=a.allow, timeout_s=a.timeout)
+        return init(repo=a.repo, kernel=a.kernel, test=a.test, branch=a.branch, allow=a.allow, timeout_s=a.timeout,
+                    perf_test=a.perf_test)
+
+    p.set_defaults(handler=run)
+
+
+def _add_scaffold_perf(subparsers) -> None:
+    p = _sub(subparsers, "scaffold-perf",
+             "write a TileGym-style perf test for an op whose test file has none (review and commit it before init)",
+             "Examples:\n  cutile-perf scaffold-perf --kernel softmax\n"
+             "  cutile-perf scaffold-perf --kernel src/pkg/ops/cutile/softmax.py --stdout\n\n"
+             "Shapes, inputs and the op call come from the correctness test (read, never run); the new file\n"
+             "is written next to it as test_<op>_perf.py. An existing file is never overwritten.")
+    p.add_argument("--kernel", required=True, help="kernel name (e.g. softmax) or path to the kernel file")
+    p.add_argument("--test", type=Path, help="correctness test file (default: tests/**/test_<kernel>.py)")
+    p.add_argument("--output", type=Path, help="file to write (default: test_<op>_perf.py next to the test file)")
+    p.add_argument("--stdout", action="store_true", help="print the perf test instead of writing it")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.scaffold_perf import scaffold_perf
+
+        return scaffold_perf(repo=a.repo, kernel=a.kernel, test=a.test, output=a.output, stdout=a.stdout)
+
+    p.set_defaults(handler=run)
+
+
+def _add_survey(subparsers) -> None:
+    p = _sub(subparsers, "survey",
+             "list every cuTile op of a TileGym-shaped repo: kernel and tests paired, selections non-empty, "
+             "and with --run one correctness and one perf run each",
+             "Examples:\n  cutile-perf survey --repo ~/src/TileGym\n"
+             "  cutile-perf survey --repo ~/src/TileGym --run --sample 1 --timeout 120 --jobs 8 --markdown\n\n"
+             "Selections are found with pytest --collect-only using init's commands. --run runs each\n"
+             "selection once (its first --sample tests; 0 = all) on this machine's GPU; nothing is changed.")
+    p.add_argument("--run", action="store_true", help="also run each op's correctness and perf selections once")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per pytest run or collection (default 300)")
+    p.add_argument("--sample", type=int, default=0, help="with --run, run only the first N tests of each selection")
+    p.add_argument("--jobs", type=int, default=1, help="ops surveyed in parallel (default 1)")
+    p.add_argument("--under", help="only kernel files below this repo-relative folder (e.g. src/tilegym/ops)")
+    p.add_argument("--markdown", action="store_true", help="print the table as markdown")
+    p.add_argument("--logs", type=Path, help="keep the pytest logs in this folder (default: a temporary one)")
+    p.add_argument("--budget", type=float, help="seconds for the whole survey; ops reached later are listed as not done")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.survey import survey
+
+        return survey(repo=a.repo, run=a.run, timeout_s=a.timeout, sample=a.sample, jobs=a.jobs, under=a.under,
+                      markdown=a.markdown, logs=a.logs, budget_s=a.budget)
+
+    p.set_defaults(handler=run)
+
+
+def _add_compile_check(subparsers) -> None:
+    p = _sub(subparsers, "compile-check",
+             "compile the session's kernels (or --kernel) for a target arch without a GPU: errors, registers, "
+             "threads, TMA or plain loads, SASS widths",
+             "Examples:\n  cutile-perf compile-check --write-spec        # sandbox/compile-check.yaml to fill in\n"
+             "  cutile-perf compile-check                     # the session's fenced kernels\n"
+             "  cutile-perf compile-check --kernel src/pkg/ops/cutile/softmax.py --arch sm_100 --spec sig.yaml\n\n"
+             "Signatures come from the spec file (written from the tests' shapes) or the module's\n"
+             "aot_signatures(); they are not inferred from the tests. Exit 1 when a kernel did not compile.")
+    p.add_argument("--kernel", help="kernel file or name (default: the session's fenced kernel files)")
+    p.add_argument("--arch", help="target, e.g. sm_90 or sm_100 (default: the session's GPU, else sm_90)")
+    p.add_argument("--spec", type=Path, help="signature spec YAML (default: sandbox/compile-check.yaml)")
+    p.add_argument("--write-spec", action="store_true", help="write a spec skeleton from the kernels' parameters")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.compile_check import compile_check
+
+        return compile_check(repo=a.repo, kernel=a.kernel, arch=a.arch, spec=a.spec, write_spec=a.write_spec)
 
     p.set_defaults(handler=run)
 
@@ -385,6 +456,9 @@ def _add_prune(subparsers) -> None:
 
 SUBCOMMANDS: list[Callable] = [
     _add_init,
+    _add_scaffold_perf,
+    _add_survey,
+    _add_compile_check,
     _add_baseline,
     _add_try,
     _add_status,

@@ -81,6 +81,25 @@ def current_branch(repo: git.Repo) -> str | None:
     return None if name == "HEAD" else name
 
 
+def has_commits(repo: git.Repo) -> bool:
+    """False in a freshly ``git init``-ed repository: there is no HEAD to branch from or return to."""
+    try:
+        repo.git.rev_parse("--verify", "-q", "HEAD^{commit}")
+        return True
+    except git.GitCommandError:
+        return False
+
+
+def branch_name_error(repo: git.Repo, name: str) -> str | None:
+    """None when git accepts ``name`` as a new branch name, else git's reason (``check-ref-format``)."""
+    try:
+        # "@{-1}" passes and names the previous branch instead: only a name that maps to itself is new.
+        accepted = repo.git.check_ref_format("--branch", name)
+    except git.GitCommandError:
+        return "git does not accept it as a branch name (git check-ref-format --branch)"
+    return None if accepted == name else f"git reads it as {accepted!r}, not as a new branch name"
+
+
 def branch_exists(repo: git.Repo, name: str) -> bool:
     return bool(repo.git.branch("--list", name).strip())
 

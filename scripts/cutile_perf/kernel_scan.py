@@ -44,7 +44,7 @@ def find_kernel_files(repo: Path, kernel: str) -> list[Path]:
     src = repo / "src"
     if not src.is_dir():
         raise UsageError(f"{repo} has no src/ directory to search for kernel {kernel!r}", "pass the kernel file path")
-    files = [p for p in _walk(src, "*.py") if "cutile" in p.relative_to(src).parts[:-1]]
+    files = cutile_files(repo)
     exact = [p for p in files if p.stem == kernel]
     loose = [p for p in files if _norm(p.stem) == _norm(kernel)]
     found = exact or loose
@@ -54,6 +54,30 @@ def find_kernel_files(repo: Path, kernel: str) -> list[Path]:
         listed = ", ".join(str(p.relative_to(repo)) for p in found)
         raise UsageError(f"kernel name {kernel!r} is ambiguous: {listed}",
                          f"pass one of these paths with --kernel, e.g. --kernel {found[0].relative_to(repo)}")
+    return found
+
+
+def cutile_files(repo: Path) -> list[Path]:
+    """Every ``.py`` file under ``src/**/cutile/`` (at any depth below a ``cutile`` folder), sorted."""
+    src = repo / "src"
+    if not src.is_dir():
+        return []
+    return [p for p in _walk(src, "*.py") if "cutile" in p.relative_to(src).parts[:-1]]
+
+
+def op_files(repo: Path) -> list[Path]:
+    """The kernel files of a TileGym-shaped repo: files under ``src/**/cutile/`` that define a ``@ct.kernel``.
+
+    Helpers (``utils.py``, ``__init__.py``) define none and are left out; a file that does not
+    parse is kept, so the survey reports it instead of hiding it.
+    """
+    found = []
+    for path in cutile_files(repo):
+        try:
+            if scan_file(path, repo).kernels:
+                found.append(path)
+        except UsageError:
+            found.append(path)
     return found
 
 
@@ -91,6 +115,12 @@ def choose_test_file(repo: Path, kernel_file: Path) -> tuple[Path, list[Path]]:
         listed = ", ".join(str(p.relative_to(repo)) for p in found)
         raise UsageError(f"several test files for {kernel_file.name}: {listed}", "pass one with --test")
     return winners[0], [p for p in found if p != winners[0]]
+
+
+def sibling_perf_test(test_file: Path) -> Path | None:
+    """``test_<op>_perf.py`` next to ``test_<op>.py`` (what ``scaffold-perf`` writes), when it exists."""
+    candidate = test_file.with_name(f"{test_file.stem}_perf.py")
+    return candidate if candidate.is_file() else None
 
 
 @dataclass(frozen=True)

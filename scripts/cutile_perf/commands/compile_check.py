@@ -1,0 +1,127 @@
+"""``cutile-perf compile-check``: compile the fenced kernels for a target arch on a machine without a GPU."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from cutile_perf import atomic, compile_report, compilecheck, kernel_scan
+from cutile_perf import session as session_mod
+from cutile_perf.commands import Outcome, say
+from cutile_perf.errors import EXIT_OK, EXIT_REJECTED, NoSession, Refused, UsageError
+
+SPEC_FILE = "compile-check.yaml"
+
+
+def _session_arch(session: session_mod.Session) -> str | None:
+    """The compute capability the session measured on (the newest log entry that names one)."""
+    try:
+        from cutile_perf import log
+
+        entries = log.read_entries(session.log_path)
+    except Exception:  # no log yet, or one this version cannot read: fall back to the default arch
+        return None
+    for entry in reversed(entries):
+        cc = (entry.get("env") or {}).get("compute_capability")
+        if cc:
+            return cc
+    return None
+
+
+def compile_check(*, repo: Path, kernel: str | None, arch: str | None, spec: Path | None, write_spec: bool) -> Outcome:
+    root = Path(repo).resolve()
+    session = None
+    if kernel is None:
+        try:
+            session = session_mod.load(root)
+        except NoSession:
+            raise UsageError(f"no session in {root} and no --kernel", "pass --kernel <file or name>, or run init") from None
+        root = session.repo
+        files = [root / f for f in session.kernel_files if f.endswith(".py")]
+    else:
+        files = kernel_scan.find_kernel_files(root, kernel)
+    arch_source = "--arch"
+    if arch is None:
+        cc = _session_arch(session) if session else None
+        arch, arch_source = compilecheck.default_arch(cc), (f"the session's GPU ({cc})" if cc else "default")
+    arch = compilecheck.check_arch(arch)
+    default_spec = (session.sandbox if session else root / session_mod.SANDBOX) / SPEC_FILE
+    spec_path = (spec if spec is None or spec.is_absolute() else root / spec) or default_spec
+
+    if write_spec:
+        if spec_path.exists():
+            raise Refused(f"{spec_path} already exists", "edit it, or pass --spec <new file>")
+        text = "\n".join(compilecheck.skeleton(f.read_text(encoding="utf-8"), f.relative_to(root).as_posix()
+                                               if f.is_relative_to(root) else str(f)) for f in files)
+        atomic.write_text(spec_path, text)
+        return Outcome(f"wrote {spec_path}: fill every FILL from the tests' shapes, then run "
+                       f"cutile-perf compile-check --spec {spec_path}", {"spec": str(spec_path)})
+
+    compilecheck.require_toolchain()
+    specs = compilecheck.load_spec(spec_path) if spec_path.exists() else {}
+    if spec is not None and not spec_path.exists():
+        raise UsageError(f"--spec {spec} does not exist", "write one with --write-spec")
+    cuobjdump = compile_report.find_cuobjdump()
+    results: list[compilecheck.Result] = []
+    for path in files:
+        module = compilecheck.import_kernel_module(root, path)
+        kernels = compilecheck.kernels_in(module)
+        hook = getattr(module, "aot_signatures", None)
+        from_hook = {}
+        if callable(hook):
+            for obj, sigs in hook():
+                from_hook.setdefault(obj._pyfunc.__name__, []).extend(sigs)
+        if not kernels:
+            results.append(compilecheck.Result(path.name, "-", "-", error="no @ct.kernel defined in this file"))
+        for name, obj in kernels.items():
+            say(f"compiling {name} for {arch}")
+            if name in specs:
+                entry = specs[name]
+                try:
+                    sigs = [(compilecheck.describe(p), compilecheck.build_signature(obj, name, p)) for p in entry.signatures]
+                except UsageError as exc:
+                    results.append(compilecheck.Result(name, "-", str(spec_path), error=f"spec: {exc}"))
+                    continue
+                results += compilecheck.check_kernel(obj, name, sigs, source=spec_path.name, arch=arch,
+                                                     hints=entry.hints, cuobjdump=cuobjdump)
+            elif name in from_hook:
+                sigs = [(f"aot_signatures()[{i}]", s) for i, s in enumerate(from_hook[name])]
+                results += compilecheck.check_kernel(obj, name, sigs, source="aot_signatures()", arch=arch, hints={},
+                                                     cuobjdump=cuobjdump)
+            else:
+                results.append(compilecheck.Result(
+                    name, "-", "none", checked=False,
+                    error=f"no signature: add {name} to {spec_path.name} (--write-spec writes a skeleton)"))
+    table = render(results)
+    failed = [r for r in results if r.checked and not r.ok]
+    compiled = sum(1 for r in results if r.ok)
+    unchecked = sum(1 for r in results if not r.checked)
+    text = "\n".join([f"compile-check for {arch} ({arch_source}); cuobjdump: {cuobjdump or 'not found'}", table, "",
+                      f"{compiled} compiled, {len(failed)} failed, {unchecked} without a signature"])
+    data = {"arch": arch, "arch_source": arch_source, "cuobjdump": str(cuobjdump) if cuobjdump else None,
+            "results": [r.to_dict() for r in results]}
+    # Exit 1 on a compile error, or when nothing at all was compiled (a check that checked nothing).
+    return Outcome(text, data, EXIT_REJECTED if failed or not compiled else EXIT_OK)
+
+
+def _sass_cell(cubin: dict) -> str:
+    sass = cubin.get("sass") or {}
+    if not sass or "note" in sass:
+        return "-"
+    parts = [f"{op} " + "/".join(f"{n}x{w}b" for w, n in sorted(sass.get(op, {}).items(), key=lambda kv: -int(kv[0])))
+             for op in ("LDG", "STG") if sass.get(op)]
+    parts += [f"{op} {sass[op]}" for op in ("UTMALDG", "UTMASTG", "HGMMA") if sass.get(op)]
+    return "; ".join(parts) or "no global loads/stores"
+
+
+def render(results: list[compilecheck.Result]) -> str:
+    head = ["kernel", "signature", "source", "result", "regs", "stack", "threads", "loads (remarks)", "SASS", "s"]
+    rows = []
+    for r in results:
+        cub = r.cubin or {}
+        status = "compiled" if r.ok else f"ERROR {r.error}" if r.checked else f"not checked: {r.error}"
+        rows.append([r.kernel, r.signature[:60], r.source, status[:120],
+                     str(cub.get("registers", "-")), str(cub.get("stack", "-")), str(cub.get("threads") or "-"),
+                     compile_report.loads_kind(r.remarks) if r.ok else "-", _sass_cell(cub) if r.ok else "-",
+                     f"{r.seconds:.1f}"])
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*head), *(fmt.format(*row) for row in rows)]).rstrip()

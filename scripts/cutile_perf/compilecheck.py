@@ -1,0 +1,384 @@
+"""Compile a kernel file's ``@ct.kernel`` functions for a target arch without a GPU, and say what came out.
+
+``KernelSignature.from_kernel_args`` needs the CUDA driver, so the signatures are built by hand,
+from one of two sources, and every result names its source:
+
+* ``aot_signatures()`` in the kernel module (the bundled kernels have one), or
+* a **signature spec** (YAML) the user or agent writes from the tests' shapes, one entry per kernel::
+
+      _silu_and_mul_kernel_row_wise:         # the @ct.kernel function's name
+        hints: {occupancy: 2}                # optional: kernel.replace_hints(...)
+        signatures:                          # one or more; parameters by name
+          - input: float16[2]                # block style: YAML's {...} flow style cannot hold "[2]"
+            output: float16[2]
+            TILE_SIZE: 4096
+            TOTAL_HIDDEN_SIZE: 4096
+
+  ``float16[2]`` is a 2-D contiguous array (16-byte aligned base and rows, what the JIT infers
+  for a fresh torch tensor whose rows are a multiple of 16 bytes), ``float32`` a runtime scalar,
+  and a number or bool the value of a ``ct.Constant`` parameter. ``skeleton`` writes a starting
+  spec from the kernel's parameters (ndim guessed from its ``ct.load``/``ct.gather`` indices).
+
+Compilation exports TileIR bytecode with the public ``export_kernel``, then runs tileiras through
+cuTile's own ``compile_cubin`` (private, cuda-tile 1.7) to also get the optimization remarks (TMA
+chosen or not, tensor cores). ``cuobjdump`` (on PATH, from the ``nvidia-cuda-cuobjdump`` package,
+or the copy triton's wheel ships) adds registers, spills, threads per block and SASS load/store
+widths; ``compile_report`` parses both (pure functions, tested on captured text).
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import re
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cutile_perf.compile_report import inspect_cubin, summarize_remarks
+from cutile_perf.errors import EnvMissing, UsageError
+
+DEFAULT_ARCH = "sm_90"
+_ARRAY = re.compile(r"^(?P<dtype>[a-z]+[0-9]*)\[(?P<ndim>[0-9])\]$")
+_ARCH = re.compile(r"^sm_[0-9]{2,3}[a-z]?$")
+
+
+# --- the spec --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Param:
+    kind: str  # "array", "scalar" or "constant"
+    dtype: str | None = None
+    ndim: int | None = None
+    value: Any = None
+
+
+def parse_param(name: str, raw: Any) -> Param:
+    """One parameter of a spec: ``float16[2]`` array, ``float32`` scalar, or a constant number/bool."""
+    if isinstance(raw, bool) or isinstance(raw, (int, float)):
+        return Param("constant", value=raw)
+    if isinstance(raw, str):
+        text = raw.strip()
+        if text.startswith("FILL"):
+            raise UsageError(f"parameter {name}: still {text!r} in the spec", "fill it from the test's shapes and dtypes")
+        match = _ARRAY.match(text)
+        if match:
+            return Param("array", match["dtype"], int(match["ndim"]))
+        if re.fullmatch(r"[a-z]+[0-9]*", text):
+            return Param("scalar", text)
+    raise UsageError(f"parameter {name}: {raw!r} is not float16[2] (array), float32 (scalar) or a constant",
+                     "see references/ir-dump.md, 'Compiling without a GPU'")
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    hints: dict
+    signatures: list[dict[str, Param]]
+
+
+def load_spec(path: Path) -> dict[str, KernelSpec]:
+    """The spec file as {kernel name: KernelSpec}; a malformed file is a UsageError naming the entry."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise UsageError(f"cannot read the signature spec {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a mapping of kernel name -> {{signatures: [...]}}")
+    specs = {}
+    for kernel, entry in data.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("signatures"), list) or not entry["signatures"]:
+            raise UsageError(f"{path}: {kernel}: needs a non-empty 'signatures' list")
+        unknown = set(entry) - {"hints", "signatures"}
+        if unknown:
+            raise UsageError(f"{path}: {kernel}: unknown keys {sorted(unknown)}", "allowed: hints, signatures")
+        hints = entry.get("hints") or {}
+        if not isinstance(hints, dict):
+            raise UsageError(f"{path}: {kernel}: hints must be a mapping, e.g. {{occupancy: 2}}")
+        sigs = []
+        for i, sig in enumerate(entry["signatures"]):
+            if not isinstance(sig, dict):
+                raise UsageError(f"{path}: {kernel}: signature {i} must map parameter names to types")
+            sigs.append({name: parse_param(f"{kernel}.{name}", raw) for name, raw in sig.items()})
+        specs[str(kernel)] = KernelSpec(hints, sigs)
+    return specs
+
+
+# --- a starting spec from the source ---------------------------------------------------------------
+
+
+def _constant_names(tree: ast.Module) -> set[str]:
+    """Module-level aliases of ``ct.Constant[...]`` (TileGym writes ``ConstInt = ct.Constant[int]``)."""
+    names = set()
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and "Constant" in ast.unparse(stmt.value):
+            names |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def _index_ndims(func: ast.FunctionDef) -> dict[str, int]:
+    """ndim of each parameter as its first ``ct.load(p, index=(..))``/``ct.gather(p, (..))`` shows it."""
+    found: dict[str, int] = {}
+    for node in ast.walk(func):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in {"load", "store", "gather", "scatter"} and node.args):
+            continue
+        target = node.args[0]
+        index = next((kw.value for kw in node.keywords if kw.arg == "index"), node.args[1] if len(node.args) > 1 else None)
+        if isinstance(target, ast.Name) and target.id not in found:
+            found[target.id] = len(index.elts) if isinstance(index, ast.Tuple) else 1
+    return found
+
+
+def skeleton(source: str, path: str) -> str:
+    """A spec to fill in, for every ``@ct.kernel`` in ``source``: constants and dtypes are left as FILL."""
+    tree = ast.parse(source, filename=path)
+    constants = _constant_names(tree)
+    launches: dict[str, list[tuple[int, str]]] = {}
+    for node in ast.walk(tree):  # ct.launch(stream, grid, kernel, (args...)): the args name the values to fill
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "launch"
+                and len(node.args) >= 4 and isinstance(node.args[2], ast.Name)):
+            launches.setdefault(node.args[2].id, []).append((node.lineno, ast.unparse(node.args[3])))
+    lines = [f"# compile-check signatures for {path}. Fill every FILL from the shapes and dtypes the tests use;",
+             "# arrays: <dtype>[<ndim>] (contiguous, 16-byte aligned), scalars: float32 / int32, ct.Constant: a value."]
+    for func in [n for n in tree.body if isinstance(n, ast.FunctionDef)]:
+        if not any("kernel" in ast.unparse(d) for d in func.decorator_list):
+            continue
+        ndims = _index_ndims(func)
+        for site in launches.get(func.name, []):
+            lines.append(f"# {func.name} is launched at line {site[0]}: ct.launch(..., {func.name}, {site[1]})")
+        lines += [f"{func.name}:", "  signatures:"]
+        for i, arg in enumerate(func.args.args):
+            ann = ast.unparse(arg.annotation) if arg.annotation is not None else ""
+            if "Constant" in ann or ann in constants:
+                value, note = "FILL", f"{ann}: the value the launcher passes for the test's shape"
+            elif ann in {"float", "int", "bool"}:
+                value, note = {"float": "float32", "int": "int32", "bool": "bool"}[ann], "runtime scalar"
+            else:
+                ndim = ndims.get(arg.arg)
+                value = f"FILL[{ndim}]" if ndim else "FILL"
+                note = "array: dtype from the test" + (f", ndim from its load/gather index" if ndim else "")
+            lead = "    - " if i == 0 else "      "
+            lines.append(f"{lead}{arg.arg}: {value}  # {note}")
+    return "\n".join(lines) + "\n"
+
+
+# --- building signatures ---------------------------------------------------------------------------
+
+
+def _dtype(name: str):
+    import cuda.tile as ct
+
+    dtype = getattr(ct, name, None)
+    if dtype is None or not hasattr(dtype, "bitwidth"):
+        raise UsageError(f"{name!r} is not a cuda.tile dtype", "e.g. float16, bfloat16, float32, int32")
+    return dtype
+
+
+def contiguous_array(dtype_name: str, ndim: int):
+    """ArrayConstraint of a fresh contiguous torch tensor whose rows are a multiple of 16 bytes."""
+    import cuda.tile as ct
+    from cuda.tile.compilation import ArrayConstraint
+
+    dtype = _dtype(dtype_name)
+    per_16_bytes = max(1, 16 // max(1, dtype.bitwidth // 8))
+    return ArrayConstraint(dtype, ndim, index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=[],
+                           may_alias_internally=False, stride_constant=[None] * (ndim - 1) + [1],
+                           stride_divisible_by=[per_16_bytes] * (ndim - 1) + [1], base_addr_divisible_by=16)
+
+
+def kernel_params(kernel) -> list[tuple[str, bool]]:
+    """(name, is ct.Constant) for each parameter of a cuTile kernel object, in order."""
+    fn = kernel._annotated_function  # cuda-tile 1.7: the parsed signature and per-parameter annotations
+    return [(name, bool(ann.constant)) for name, ann in zip(fn.pysig.parameters, fn.parameter_annotations)]
+
+
+def build_signature(kernel, kernel_name: str, params: dict[str, Param]):
+    """A KernelSignature for ``kernel`` from spec ``params``; missing/extra/mistyped ones are UsageErrors."""
+    from cuda.tile.compilation import CallingConvention, ConstantConstraint, KernelSignature, ScalarConstraint
+
+    expected = kernel_params(kernel)
+    names = [n for n, _ in expected]
+    missing = [n for n in names if n not in params]
+    extra = [n for n in params if n not in names]
+    if missing or extra:
+        raise UsageError(f"{kernel_name}: spec parameters do not match the kernel ({', '.join(names)})"
+                         + (f"; missing {missing}" if missing else "") + (f"; unknown {extra}" if extra else ""))
+    built = []
+    for name, constant in expected:
+        p = params[name]
+        if constant != (p.kind == "constant"):
+            want = "a constant value" if constant else "an array or scalar type"
+            raise UsageError(f"{kernel_name}.{name}: expected {want}, got {p.kind}")
+        if p.kind == "array":
+            built.append(contiguous_array(p.dtype, p.ndim))
+        elif p.kind == "scalar":
+            built.append(ScalarConstraint(_dtype(p.dtype)))
+        else:
+            built.append(ConstantConstraint(p.value))
+    return KernelSignature(built, CallingConvention.cutile_python_v1())
+
+
+def describe(params: dict[str, Param]) -> str:
+    parts = []
+    for name, p in params.items():
+        text = f"{p.dtype}[{p.ndim}]" if p.kind == "array" else p.dtype if p.kind == "scalar" else repr(p.value)
+        parts.append(f"{name}={text}")
+    return ", ".join(parts)
+
+
+# --- importing the kernel file ---------------------------------------------------------------------
+
+
+def import_kernel_module(repo: Path, path: Path):
+    """The kernel file as a module, imported from ``path`` itself (never from another installed copy).
+
+    A file under ``<repo>/src/`` inside packages is imported by its dotted name with ``<repo>/src``
+    first on ``sys.path``, so its relative imports work; anything else by file location.
+    """
+    path = path.resolve()
+    src = (repo / "src").resolve()
+    parts: list[str] = []
+    if path.is_relative_to(src):
+        folder = path.parent
+        while folder != src and (folder / "__init__.py").is_file():
+            parts.insert(0, folder.name)
+            folder = folder.parent
+        if folder != src:
+            parts = []
+    try:
+        if parts:
+            sys.path.insert(0, str(src))
+            for name in list(sys.modules):  # a previously imported copy would shadow the file
+                if name == parts[0] or name.startswith(parts[0] + "."):
+                    del sys.modules[name]
+            module = importlib.import_module(".".join([*parts, path.stem]))
+        else:
+            name = "_cutile_perf_compile_check_" + re.sub(r"\W", "_", path.stem)
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+    except Exception as exc:  # the user's module: any import error is a result to report, not our bug
+        raise UsageError(f"cannot import {path}: {type(exc).__name__}: {str(exc)[:300]}",
+                         "compile-check imports the kernel module (it needs cuda-tile, and torch if the module uses it)")
+    if Path(module.__file__).resolve() != path:
+        raise UsageError(f"importing {path} loaded {module.__file__} instead",
+                         "another copy of the package is first on the path; compile-check refuses to check the wrong file")
+    return module
+
+
+def kernels_in(module) -> dict[str, Any]:
+    """{function name: kernel object} for the cuTile kernels defined in ``module``."""
+    import cuda.tile as ct
+
+    found = {}
+    for value in vars(module).values():
+        if isinstance(value, ct.kernel) and value._pyfunc.__module__ == module.__name__:
+            found[value._pyfunc.__name__] = value
+    return found
+
+
+# --- compiling -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    kernel: str
+    signature: str  # the parameters, as written
+    source: str  # "aot_signatures()" or the spec file
+    ok: bool = False
+    error: str = ""
+    checked: bool = True  # False: no signature to compile with (not a compile failure)
+    seconds: float = 0.0
+    remarks: dict = field(default_factory=dict)
+    cubin: dict = field(default_factory=dict)  # registers, stack, shared, threads, sass
+
+    def to_dict(self) -> dict:
+        return dict(vars(self))
+
+
+def compile_signature(kernel, signature, arch: str, workdir: Path) -> tuple[bytes, str | None]:
+    """(cubin, remarks YAML text or None when none could be asked for); cuTile's compile errors propagate."""
+    from cuda.tile.compilation import export_kernel
+
+    bytecode = workdir / "kernel.tileirbc"
+    export_kernel(kernel, [signature], str(bytecode), gpu_code=arch, output_format="tileir_bytecode")
+    remarks_file = workdir / "remarks.yaml"
+    try:
+        from cuda.tile._compile import compile_cubin  # private: the only call that passes --remarks
+    except ImportError:
+        cubin_path = workdir / "kernel.cubin"
+        export_kernel(kernel, [signature], str(cubin_path), gpu_code=arch, output_format="cubin")
+        return cubin_path.read_bytes(), None
+    cubin_path = compile_cubin(str(bytecode), kernel._compiler_options, arch, timeout_sec=300,
+                               remarks_output_file=remarks_file)
+    # tileiras writes the file even when it has nothing to say (no tiled load or store, no MMA).
+    remarks = remarks_file.read_text(encoding="utf-8", errors="replace") if remarks_file.exists() else None
+    return Path(cubin_path).read_bytes(), remarks
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}"[:400]
+
+
+def check_kernel(kernel, name: str, signatures: list[tuple[str, Any]], *, source: str, arch: str, hints: dict,
+                 cuobjdump: Path | None) -> list[Result]:
+    """Compile every signature of one kernel; each gives a Result (a failure is a result, not an exception)."""
+    results = []
+    if hints:
+        try:
+            kernel = kernel.replace_hints(**hints)
+        except Exception as exc:
+            return [Result(name, "-", source, error=f"hints {hints}: {_one_line(exc)}")]
+    for label, signature in signatures:
+        result = Result(name, label, source)
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="cutile-perf-cc-") as tmp:
+            try:
+                cubin, remarks = compile_signature(kernel, signature, arch, Path(tmp))
+            except Exception as exc:
+                result.error = _one_line(exc)
+            else:
+                result.ok = True
+                result.remarks = summarize_remarks(remarks) if remarks is not None else {"note": "no remarks asked"}
+                if cuobjdump is not None:
+                    path = Path(tmp) / "kernel.cubin"
+                    path.write_bytes(cubin)
+                    result.cubin = inspect_cubin(path, cuobjdump)
+                else:
+                    result.cubin = {"note": "cuobjdump not found: no registers, threads or SASS"}
+        result.seconds = round(time.perf_counter() - start, 2)
+        results.append(result)
+    return results
+
+
+def default_arch(compute_capability: str | None) -> str:
+    """``sm_90`` from "9.0"; DEFAULT_ARCH when unknown."""
+    if compute_capability and re.fullmatch(r"\d+\.\d+", compute_capability):
+        major, minor = compute_capability.split(".")
+        return f"sm_{major}{minor}"
+    return DEFAULT_ARCH
+
+
+def check_arch(arch: str) -> str:
+    if not _ARCH.match(arch):
+        raise UsageError(f"--arch {arch!r}: expected a name like sm_90 or sm_100")
+    return arch
+
+
+def require_toolchain() -> None:
+    try:
+        import cuda.tile  # noqa: F401
+        from cuda.tile.compilation import export_kernel  # noqa: F401
+    except Exception as exc:
+        raise EnvMissing(f"cuda-tile is not importable ({type(exc).__name__})",
+                         "pip install 'cuda-tile[tileiras]>=1.7' (the gpu extra); no GPU is needed") from None

@@ -1,0 +1,97 @@
+"""What a session's correctness or perf command selects, found with ``pytest --collect-only``.
+
+``init`` and ``survey`` ask this before anything is measured: a perf command whose ``-k`` matches
+nothing (TileGym's ``test_softmax.py`` has no ``test_perf``) would otherwise pass init and fail
+only at the baseline. Collection imports the test module but runs no test, so it needs no GPU
+unless the test module itself does at import time.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cutile_perf import records, runner
+from cutile_perf import session as session_mod
+
+# Verbosity flags are dropped: "-v" would turn the one-node-id-per-line listing into a tree.
+_VERBOSITY = {"-v", "-vv", "-vvv", "--verbose", "-q", "-qq", "--quiet"}
+# `--collect-only -q` lists node ids ("tests/x.py::test_a[1]") one per line, then a summary.
+_NODE_ID = re.compile(r"^\S+\.py::\S")
+COLLECT_TIMEOUT_S = 300.0
+
+
+def perf_command(perf_rel: str | None) -> str:
+    """The session's perf command; a perf test in its own file (``scaffold-perf``'s ``test_<op>_perf.py``)
+    is named literally, since ``{test}`` is the correctness test file."""
+    if not perf_rel:
+        return session_mod.PERF_TEMPLATE
+    return session_mod.PERF_TEMPLATE.replace("{test}", shlex.quote(perf_rel))
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The tests one command selects; ``error`` is set when pytest could not collect at all."""
+
+    which: str  # "correctness" or "perf"
+    argv: tuple[str, ...]
+    node_ids: tuple[str, ...]
+    returncode: int | None
+    error: str = ""
+
+    @property
+    def count(self) -> int:
+        return len(self.node_ids)
+
+    @property
+    def empty(self) -> bool:
+        """Collected fine and selected nothing (pytest's "no tests collected/ran", exit 5, or 0 ids)."""
+        return not self.error and not self.node_ids
+
+    def to_dict(self) -> dict:
+        return {"which": self.which, "count": self.count, "error": self.error, "first": list(self.node_ids[:3])}
+
+
+def collect_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` turned into a collection-only run that prints one node id per line.
+
+    The record plugin is loaded so a ``--print-record`` in the perf command is a known option even
+    where the target's conftest does not define it; the cache plugin is off so nothing is written.
+    """
+    kept = [a for a in argv if a not in _VERBOSITY]
+    return [*kept, "--collect-only", "-q", "-p", "no:cacheprovider", *records.PYTEST_PLUGIN_ARGS]
+
+
+def parse_collect_output(text: str) -> list[str]:
+    """The node ids listed by ``pytest --collect-only -q`` (pure; tested with captured output)."""
+    return [line.strip() for line in text.splitlines() if _NODE_ID.match(line.strip())]
+
+
+def error_summary(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("$ ")]
+    errors = [ln for ln in lines if ln.startswith("E ") or "Error" in ln or ln.startswith("ERROR")]
+    return " | ".join((errors or lines)[-3:])[:400] or "pytest produced no output"
+
+
+def collect(which: str, argv: Sequence[str], *, cwd: Path, timeout_s: float = COLLECT_TIMEOUT_S) -> Selection:
+    """Run the collection of ``argv`` in ``cwd``; never raises for a failing pytest.
+
+    Output goes to a temporary file (the runner's rule: never an unread pipe) and bytecode writing
+    is off, so a refused ``init`` leaves the repository exactly as it was.
+    """
+    full = collect_argv(argv)
+    with tempfile.TemporaryDirectory(prefix="cutile-perf-collect-") as tmp:
+        out = Path(tmp) / f"{which}.log"
+        result = runner.run(full, cwd=cwd, timeout_s=timeout_s, output_path=out,
+                            env_overrides={"PYTHONDONTWRITEBYTECODE": "1"})
+        text = result.tail(1_000_000)
+    ids = parse_collect_output(text)
+    error = ""
+    if result.timed_out:
+        error = f"collection did not finish within {timeout_s:g} s"
+    elif result.returncode not in (runner.PYTEST_OK, runner.PYTEST_NO_TESTS):
+        error = f"pytest exit {result.returncode}: {error_summary(text)}"
+    return Selection(which, tuple(full), tuple(ids), result.returncode, error)

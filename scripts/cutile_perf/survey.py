@@ -1,0 +1,275 @@
+"""Which cuTile ops of a TileGym-shaped repository the loop can drive, op by op.
+
+For every kernel file under ``src/**/cutile/`` (``kernel_scan.op_files``) this pairs the test file
+the way ``init`` does (``kernel_scan.choose_test_file``, plus a ``test_<op>_perf.py`` written by
+``scaffold-perf``), collects the correctness and perf selections of ``init``'s commands, and,
+when asked, runs each selection once: pass/fail, wall time and the number of perf records.
+
+Runs go through ``runner`` (own process group, output to a file, killed at the timeout) with
+bytecode writing off; nothing in the repository is changed. Library only: nothing here prints.
+"""
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cutile_perf import kernel_scan, records, runner, selection
+from cutile_perf import session as session_mod
+from cutile_perf.decide import Thresholds
+from cutile_perf.errors import UsageError
+
+WHICH = ("correctness", "perf")
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One pytest run of a selection (or of its first ``sample`` tests)."""
+
+    ok: bool
+    crash: str | None  # runner.CRASH_CLASSES, or "no-record" for a perf run that recorded nothing
+    wall_s: float
+    tests: int  # node ids passed to pytest (0: the whole selection)
+    records: int = 0  # perf only: 'cutile' benchmark records read back
+    outcomes: dict[str, int] = field(default_factory=dict)  # pytest's summary: {"passed": 1, "skipped": 2}
+    detail: str = ""
+    cut: bool = False  # killed because the survey's --budget ran out, not at the op's own --timeout
+
+    def cell(self) -> str:
+        if self.cut:
+            return f"cut by --budget after {self.wall_s:.0f} s"
+        status = "pass" if self.ok else f"FAIL ({self.crash})"
+        counts = ", ".join(f"{n} {k}" for k, n in self.outcomes.items())
+        extra = f", {self.records} rec" if self.records or not self.ok else ""
+        return f"{status} {self.wall_s:.0f} s" + (f" ({counts})" if counts else "") + extra
+
+
+_OUTCOME = re.compile(r"(\d+) (passed|failed|skipped|xfailed|xpassed|errors?|deselected)\b")
+
+
+def parse_outcomes(text: str) -> dict[str, int]:
+    """Counts from pytest's last summary line ("1 passed, 2 skipped in 3.1s"); {} when there is none."""
+    for line in reversed(text.splitlines()):
+        found = _OUTCOME.findall(line)
+        if found:
+            return {("error" if kind == "errors" else kind): int(n) for n, kind in found}
+    return {}
+
+
+@dataclass
+class OpRow:
+    kernel: str  # repo-relative kernel file
+    test: str | None = None
+    perf_test: str | None = None  # set when the perf test lives in its own file
+    problem: str = ""  # why the op cannot be driven (no test file, ambiguous, ...)
+    not_done: str = ""  # what the survey left out for lack of time (--budget)
+    selections: dict[str, selection.Selection] = field(default_factory=dict)
+    runs: dict[str, RunSummary] = field(default_factory=dict)
+
+    @property
+    def op(self) -> str:
+        return Path(self.kernel).stem
+
+    def selected(self, which: str) -> str:
+        sel = self.selections.get(which)
+        if sel is None:
+            return "-"
+        return "error" if sel.error else str(sel.count)
+
+    @property
+    def drivable(self) -> bool:
+        """Paired, both selections non-empty, and (when run) both runs passed."""
+        if self.problem or self.not_done or any(w not in self.selections or self.selections[w].error or self.selections[w].empty
+                               for w in WHICH):
+            return False
+        return all(r.ok for r in self.runs.values())
+
+    def to_dict(self) -> dict:
+        return {"op": self.op, "kernel": self.kernel, "test": self.test, "perf_test": self.perf_test,
+                "problem": self.problem, "not_done": self.not_done, "drivable": self.drivable,
+                "selections": {w: s.to_dict() for w, s in self.selections.items()},
+                "runs": {w: vars(r) for w, r in self.runs.items()}}
+
+
+def _session_for(root: Path, kernel_rel: str, test_rel: str, perf_rel: str | None) -> session_mod.Session:
+    """The commands ``init`` would write for this op, as a Session (never saved)."""
+    perf_cmd = selection.perf_command(perf_rel)
+    return session_mod.Session(
+        repo=root, kernel=Path(kernel_rel).stem, kernel_files=(kernel_rel,), fence=(kernel_rel,), test=test_rel,
+        correctness_cmd=session_mod.CORRECTNESS_TEMPLATE, perf_cmd=perf_cmd, thresholds=Thresholds(),
+        timeout_s=600.0,
+        base_commit="", branch="", created="")
+
+
+def sampled_argv(argv: list[str], test_rel: str, node_ids: tuple[str, ...], sample: int) -> tuple[list[str], int]:
+    """``argv`` with its test-file argument replaced by the first ``sample`` selected node ids.
+
+    The ids are re-rooted on ``test_rel`` (pytest prints them relative to its rootdir, which need
+    not be the working directory). ``sample`` 0, or a test file not found in argv, keeps ``argv``.
+    """
+    if sample <= 0 or test_rel not in argv or not node_ids:
+        return list(argv), 0
+    chosen = [f"{test_rel}::{nid.split('::', 1)[1]}" if "::" in nid else nid for nid in node_ids[:sample]]
+    i = argv.index(test_rel)
+    return [*argv[:i], *chosen, *argv[i + 1:]], len(chosen)
+
+
+def _run_one(session: session_mod.Session, which: str, sel: selection.Selection, test_rel: str, *, timeout_s: float,
+             sample: int, log_dir: Path, capped: bool = False) -> RunSummary:
+    """One run; ``capped``: ``timeout_s`` is what was left of the budget, so a timeout is a cut, not a verdict."""
+    argv = session.argv(which)
+    argv, tests = sampled_argv(argv, test_rel, sel.node_ids, sample)
+    stem = session.kernel_files[0].replace("/", "__").removesuffix(".py")
+    out = log_dir / f"{stem}-{which}.log"
+    env = {"PYTHONDONTWRITEBYTECODE": "1"}
+    records_file = log_dir / f"{stem}-perf.records.jsonl"
+    if which == "perf":
+        records_file.unlink(missing_ok=True)
+        argv = [*argv, *records.PYTEST_PLUGIN_ARGS]
+        env["CUTILE_PERF_RECORDS"] = str(records_file)
+    result = runner.run(argv, cwd=session.repo, timeout_s=timeout_s, output_path=out, env_overrides=env)
+    crash = runner.classify(result)
+    crash = str(crash) if crash is not None else None
+    outcomes = parse_outcomes(result.tail())
+    count = 0
+    detail = ""
+    if crash is None and not outcomes.get("passed"):
+        # Positive evidence only: a run whose tests all skipped (backend missing, arch excluded) proves nothing.
+        crash, detail = "no-tests", "no test passed (all skipped or deselected)"
+    if which == "perf" and crash is None:
+        try:
+            count = sum(1 for r in records.read_records_file(records_file) if r.framework == "cutile")
+        except records.RecordError as exc:
+            crash, detail = "no-record", str(exc)
+        if crash is None and count == 0:
+            crash = "no-record"
+    if crash and not detail:
+        detail = selection.error_summary(result.tail()) if not result.timed_out else f"killed after {timeout_s:g} s"
+    return RunSummary(crash is None, crash, round(result.duration_s, 1), tests, count, outcomes, detail,
+                      cut=capped and result.timed_out)
+
+
+class Budget:
+    """The survey's total wall-clock budget, shared by every op (None: unlimited)."""
+
+    def __init__(self, seconds: float | None):
+        self.end = None if seconds is None else time.monotonic() + seconds
+
+    def cap(self, timeout_s: float) -> float:
+        """``timeout_s``, or what is left of the budget when that is less (0: nothing left)."""
+        return timeout_s if self.end is None else max(0.0, min(timeout_s, self.end - time.monotonic()))
+
+
+def survey_op(root: Path, kernel: Path, *, run: bool, timeout_s: float, sample: int, log_dir: Path,
+              budget: Budget | None = None) -> OpRow:
+    budget = budget or Budget(None)
+    row = OpRow(kernel=kernel.relative_to(root).as_posix())
+    try:
+        test_file, _ = kernel_scan.choose_test_file(root, kernel)
+    except UsageError as exc:
+        row.problem = exc.message
+        return row
+    row.test = test_file.relative_to(root).as_posix()
+    perf_file = kernel_scan.sibling_perf_test(test_file)
+    row.perf_test = perf_file.relative_to(root).as_posix() if perf_file else None
+    session = _session_for(root, row.kernel, row.test, row.perf_test)
+    for which in WHICH:
+        if not budget.cap(timeout_s):
+            row.not_done = "budget spent before collection"
+            return row
+        cap = budget.cap(timeout_s)
+        row.selections[which] = selection.collect(which, session.argv(which), cwd=root, timeout_s=cap)
+        if cap < timeout_s and row.selections[which].error.startswith("collection did not finish"):
+            row.not_done = "budget spent during collection"
+            return row
+    if run:
+        for which in WHICH:
+            sel = row.selections[which]
+            if sel.error or sel.empty:
+                continue
+            if not budget.cap(timeout_s):
+                row.not_done = f"budget spent before the {which} run"
+                break
+            test_rel = row.perf_test if which == "perf" and row.perf_test else row.test
+            cap = budget.cap(timeout_s)
+            row.runs[which] = _run_one(session, which, sel, test_rel, timeout_s=cap, sample=sample,
+                                       log_dir=log_dir, capped=cap < timeout_s)
+            if row.runs[which].cut:
+                row.not_done = f"budget spent during the {which} run"
+                break
+    return row
+
+
+def survey(root: Path, *, run: bool = False, timeout_s: float = 300.0, sample: int = 0, jobs: int = 1,
+           under: str | None = None, log_dir: Path | None = None, budget_s: float | None = None,
+           progress: Callable[[OpRow], None] | None = None) -> list[OpRow]:
+    """One row per op file, in path order. ``under`` keeps kernel files below that repo-relative folder.
+
+    ``budget_s`` bounds the whole survey: each child's timeout is capped by what is left, and ops
+    reached after it is spent are listed with ``not_done`` instead of being dropped from the table.
+    """
+    budget = Budget(budget_s)
+    kernels = kernel_scan.op_files(root)
+    if under:
+        prefix = under.strip("/") + "/"
+        kernels = [k for k in kernels if k.relative_to(root).as_posix().startswith(prefix)]
+    if not kernels:
+        raise UsageError(f"no cuTile kernel files (defining @ct.kernel) under {root}/src/**/cutile/"
+                         + (f" below {under}" if under else ""), "is this a TileGym-shaped repository?")
+
+    def one(kernel: Path, logs: Path) -> OpRow:
+        row = survey_op(root, kernel, run=run, timeout_s=timeout_s, sample=sample, log_dir=logs, budget=budget)
+        if progress:
+            progress(row)
+        return row
+
+    with tempfile.TemporaryDirectory(prefix="cutile-perf-survey-") as tmp:
+        logs = Path(log_dir) if log_dir else Path(tmp)
+        logs.mkdir(parents=True, exist_ok=True)
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            return list(pool.map(lambda k: one(k, logs), kernels))
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+
+def columns(with_runs: bool) -> list[str]:
+    cols = ["op", "kernel", "test", "correctness tests", "perf tests"]
+    return cols + (["correctness run", "perf run"] if with_runs else []) + ["drivable"]
+
+
+def row_cells(row: OpRow, with_runs: bool) -> list[str]:
+    test = row.test or "-"
+    if row.perf_test:
+        test += f" (+ {Path(row.perf_test).name})"
+    cells = [row.op, row.kernel, test, row.selected("correctness"), row.selected("perf")]
+    if with_runs:
+        cells += [row.runs[w].cell() if w in row.runs else "-" for w in WHICH]
+    reason = row.problem or row.not_done or next((f"{w}: {row.selections[w].error[:60]}" for w in WHICH
+                                  if w in row.selections and row.selections[w].error), "")
+    if not reason and "perf" in row.selections and row.selections["perf"].empty:
+        reason = "no perf test (scaffold-perf)"
+    cells.append("yes" if row.drivable else f"no: {reason}" if reason else "no")
+    return cells
+
+
+def render_table(rows: list[OpRow], *, with_runs: bool, markdown: bool) -> str:
+    cols = columns(with_runs)
+    body = [row_cells(r, with_runs) for r in rows]
+    if markdown:
+        esc = [[c.replace("|", "\\|") for c in cells] for cells in body]
+        lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+        return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in esc])
+    widths = [max(len(c), *(len(cells[i]) for cells in body)) for i, c in enumerate(cols)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*cols), *(fmt.format(*cells) for cells in body)]).rstrip()
+
+
+def summary(rows: list[OpRow]) -> dict[str, int]:
+    return {"ops": len(rows), "paired": sum(1 for r in rows if r.test),
+            "with_perf_test": sum(1 for r in rows if "perf" in r.selections and r.selections["perf"].count),
+            "drivable": sum(1 for r in rows if r.drivable)}

@@ -1,0 +1,151 @@
+"""A SIMULATED second op for the simulated TileGym-shaped repo: a softmax with NO perf test.
+
+``add_simulated_softmax(repo)`` adds to ``tilegym_like_repo`` (tests/fixtures_repo.py):
+
+* ``src/fakegym/ops/cutile/softmax.py``: a stand-in cuTile kernel file (``@ct.kernel`` over a fake
+  ``ct``) whose launcher computes with torch on the CPU;
+* ``tests/ops/test_softmax.py``: a SIMULATED test file of the same shape as NVIDIA TileGym's
+  ``tests/ops/test_softmax.py`` (a ``common.PyTestCase`` class, ``_backends``, shape and mode
+  parametrizations, ``assertCorrectness(op, reference, {"x": x}, extra_test_kwargs=...)``), small
+  and written for these tests; it has a ``test_op`` and no ``test_perf``, like TileGym's;
+* ``tests/common.py`` (a tiny ``PyTestCase``), ``tests/ops/conftest.py`` (the ``arch`` fixture) and
+  a ``fakegym`` package exposing ``set_backend``/``is_backend_available``/``ops.softmax``.
+
+Importing the simulated test needs torch (the dtypes in its parametrization), as TileGym's does.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from fixtures_repo import git
+
+SOFTMAX_KERNEL_REL = "src/fakegym/ops/cutile/softmax.py"
+SOFTMAX_TEST_REL = "tests/ops/test_softmax.py"
+SOFTMAX_SHAPES = 3  # cases in the simulated shape parametrization
+
+SIMULATED_TEST_SOFTMAX = '''\
+# SIMULATED test file (cutile-perf's CPU tests): the shape of TileGym's tests/ops/test_softmax.py.
+import pytest
+import torch
+
+import fakegym
+from fakegym.backend import is_backend_available
+
+from .. import common
+
+
+class Test_Softmax(common.PyTestCase):
+    @staticmethod
+    def reference(x):
+        return torch.nn.functional.softmax(x, dim=-1)
+
+    _backends = ["cutile"]
+    if is_backend_available("tilecpp"):
+        _backends = _backends + ["tilecpp"]
+
+    @pytest.mark.parametrize(
+        "m,n,dtype",
+        [
+            (4, 16, torch.float32),
+            (8, 2 * 16, torch.float32),
+            (4, 9, torch.float64),
+        ],
+    )
+    @pytest.mark.parametrize("backend", _backends)
+    @pytest.mark.parametrize(
+        "use_tma,use_chunked",
+        [(False, False), (True, False)],
+        ids=["baseline", "use_tma"],
+    )
+    def test_op(self, m, n, dtype, arch, backend, use_tma, use_chunked):
+        if fakegym.is_backend_available(backend):
+            fakegym.set_backend(backend)
+            self.setUp()
+        else:
+            pytest.skip(f"Backend {backend} is not available")
+        device = torch.device("cpu")
+        x = torch.rand(m, n, device=device, dtype=dtype)
+        dout = torch.rand_like(x)
+        rtol, atol = 1e-5, 1e-7
+        self.assertCorrectness(
+            fakegym.ops.softmax,
+            self.reference,
+            {"x": x},
+            extra_test_kwargs={"use_tma": use_tma, "use_chunked": use_chunked},
+            gradient=dout,
+            rtol=rtol,
+            atol=atol,
+        )
+'''
+
+SIMULATED_SOFTMAX_KERNEL = '''\
+"""SIMULATED cuTile softmax for cutile-perf's CPU tests (not a real kernel)."""
+
+
+class ct:  # stand-in for cuda.tile
+    @staticmethod
+    def kernel(fn=None, **hints):
+        return fn if fn is not None else (lambda f: f)
+
+    @staticmethod
+    def launch(*args):
+        return None
+
+
+def register_impl(op, backend):
+    return lambda fn: fn
+
+
+@ct.kernel
+def softmax_kernel(x, out, TILE: int):
+    row = ct.bid(0)
+    tile = ct.load(x, index=(row, 0), shape=(1, TILE))
+    e = ct.exp(tile - ct.max(tile, axis=1))
+    ct.store(out, index=(row, 0), tile=e / ct.sum(e, axis=1))
+
+
+@register_impl("softmax", backend="cutile")
+def softmax(x, use_tma=False, use_chunked=False):
+    import torch  # here, not at import: the simulated rms_norm tests import fakegym without needing torch
+
+    ct.launch(None, (x.shape[0], 1, 1), softmax_kernel, (x, x, 16))
+    return torch.softmax(x, dim=-1)
+'''
+
+FILES = {
+    SOFTMAX_KERNEL_REL: SIMULATED_SOFTMAX_KERNEL,
+    SOFTMAX_TEST_REL: SIMULATED_TEST_SOFTMAX,
+    "src/fakegym/__init__.py": "from fakegym import backend, ops  # noqa: F401\n"
+                               "from fakegym.backend import is_backend_available, set_backend  # noqa: F401\n",
+    "src/fakegym/backend.py": '_CURRENT = ["cutile"]\n\n\ndef is_backend_available(name):\n'
+                              '    return name in ("cutile", "torch")\n\n\ndef set_backend(name):\n'
+                              '    _CURRENT[0] = name\n',
+    "src/fakegym/ops/__init__.py": "from fakegym.ops.cutile.softmax import softmax  # noqa: F401\n",
+    "tests/__init__.py": "",
+    "tests/common.py": '''\
+import torch
+
+
+class PyTestCase:
+    def setUp(self):
+        pass
+
+    def assertCorrectness(self, test_fn, ref_fn, kwargs, extra_test_kwargs=None, gradient=None, rtol=None,
+                          atol=None):
+        out = test_fn(**kwargs, **(extra_test_kwargs or {}))
+        torch.testing.assert_close(out, ref_fn(**kwargs), rtol=rtol, atol=atol)
+''',
+    "tests/ops/conftest.py": 'import pytest\n\n\n@pytest.fixture\ndef arch():\n    return "sm90"\n',
+}
+
+
+def add_simulated_softmax(repo: Path, *, commit: bool = True) -> Path:
+    """Write the simulated softmax op into ``repo`` (see the module docstring) and commit it."""
+    for rel, text in FILES.items():
+        path = repo / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    if commit:
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", "simulated softmax op without a perf test")
+    return repo

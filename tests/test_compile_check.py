@@ -1,0 +1,234 @@
+"""``compile-check``: compile kernels for sm_90 without a GPU and read what the compiler did.
+
+The parsers are tested on captured text; the ``toolchain`` tests compile bundled kernels with
+cuda-tile and tileiras (no GPU), through ``aot_signatures()`` and through a hand-written spec.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fixtures_repo import tilegym_like_repo  # noqa: F401
+
+from cutile_perf import compile_report, compilecheck
+from cutile_perf.cli import main
+from cutile_perf.errors import UsageError
+
+SUITE = Path(__file__).resolve().parents[1] / "examples" / "kernels"
+PLAIN_RMS = "src/tilesuite/ops/cutile/rms_norm.py"
+TMA_RMS = "optimizations/rms_norm/01-tma-load.py"
+
+RMS_SPEC = """\
+rms_norm_kernel:
+  hints: {occupancy: 2}
+  signatures:
+    - x: float16[2]
+      weight: float16[1]
+      out: float16[2]
+      eps: float32
+      TILE_N: 512
+"""
+
+
+def cli(capsys, *args: str) -> tuple[int, dict]:
+    code = main(["compile-check", "--json", *args])
+    out = capsys.readouterr().out.strip().splitlines()
+    return code, (json.loads(out[-1]) if out else {})
+
+
+@pytest.fixture
+def suite_path(monkeypatch):
+    """The bundled kernels import `tilesuite`: put examples/kernels/src on the path."""
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(SUITE / "src"))
+
+
+# --- pure parts --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("float16[2]", compilecheck.Param("array", "float16", 2)),
+    ("bfloat16[1]", compilecheck.Param("array", "bfloat16", 1)),
+    ("float32", compilecheck.Param("scalar", "float32")),
+    (1024, compilecheck.Param("constant", value=1024)),
+    (True, compilecheck.Param("constant", value=True)),
+])
+def test_parse_param(raw, expected):
+    assert compilecheck.parse_param("p", raw) == expected
+
+
+@pytest.mark.parametrize("raw", ["FILL[2]", "FILL", "float16[two]", "Float16[2]", None, [1, 2]])
+def test_parse_param_rejects(raw):
+    with pytest.raises(UsageError):
+        compilecheck.parse_param("p", raw)
+
+
+REMARKS = """\
+--- !Passed
+Pass:            Memory
+Name:            RemarkMemoryLoadInstructionSelected
+DebugLoc:        { File: 'k.py', Line: 51, Column: 12 }
+Function:        k
+Args:
+  - RemarkId:    1
+  - Remark:      Load instruction selected
+  - Instruction: TMA Load instruction
+  - Shape:       '[64, 64]'
+...
+--- !Passed
+Pass:            Memory
+Name:            RemarkMemoryLoadInstructionSelected
+DebugLoc:        { File: 'k.py', Line: 51, Column: 12 }
+Function:        k
+Args:
+  - RemarkId:    1
+  - Remark:      Load instruction selected
+  - Instruction: TMA Load instruction
+  - Shape:       '[64, 64]'
+...
+--- !Passed
+Pass:            Memory
+Name:            RemarkMemoryLoadInstructionSelected
+DebugLoc:        { File: 'k.py', Line: 60, Column: 12 }
+Function:        k
+Args:
+  - Remark:      Load instruction selected
+  - Instruction: Global-memory load instruction
+...
+--- !Failure
+Pass:            Memory
+Name:            RemarkMemoryTmaLoadFailed
+DebugLoc:        { File: 'k.py', Line: 60, Column: 12 }
+Function:        k
+Args:
+  - Remark:      Failed to select TMA load instruction
+  - Reason:      'loc("k.py":60:12): TMA only supports zero padding'
+  - Reason:      'loc("k.py":60:12): TMA only supports zero padding'
+...
+--- !Passed
+Pass:            Tensor-core
+Name:            RemarkTensorCoreMMA
+DebugLoc:        { File: 'k.py', Line: 53, Column: 14 }
+Args:
+  - Remark:      MMA operation successfully optimized to use Tensor Cores
+  - Instruction: Tensor-core SM90
+...
+"""
+
+
+def test_remarks_summary_counts_each_remark_once():
+    summary = compile_report.summarize_remarks(REMARKS)
+    assert summary["loads"] == {"TMA Load instruction": 1, "Global-memory load instruction": 1}  # repeat counted once
+    assert summary["tma_loads"] == 1 and summary["tensor_cores"] == ["Tensor-core SM90"]
+    assert summary["missed"] == ["line 60: Failed to select TMA load instruction (TMA only supports zero padding)"]
+    assert compile_report.loads_kind(summary) == ("mixed: 1 TMA of 2 tiled loads; line 60: Failed to select TMA load "
+                                                "instruction (TMA only supports zero padding)")
+    assert compile_report.loads_kind(compile_report.summarize_remarks("")).startswith("plain")
+
+
+SASS = """\
+        /*03b0*/                   LDG.E.U16 R42, desc[UR6][R6.64] ;                           /* 0x00000006062a7981 */
+        /*0410*/                   LDG.E.128 R4, desc[UR6][R6.64+0x100] ;                      /* 0x0001000606297981 */
+        /*0420*/              @!P0 LDG.E.128 R8, desc[UR6][R6.64+0x200] ;                      /* 0x0001000606297981 */
+        /*0520*/                   STG.E desc[UR6][R2.64], R5 ;                                /* 0x0000000602008986 */
+        /*0600*/                   UTMALDG.2D [UR8], [UR4] ;                                   /* 0x00000000040075b4 */
+        /*0610*/                   HGMMA.64x64x16.F32 R24, gdesc[UR8], R24 ;                   /* 0x00000000181879f0 */
+"""
+
+
+def test_parse_sass_counts_widths_and_tma():
+    assert compile_report.parse_sass(SASS) == {"LDG": {"16": 1, "128": 2}, "STG": {"32": 1}, "HGMMA": 1, "UTMALDG": 1}
+
+
+def test_parse_cuobjdump_text():
+    usage = " Function k_Kt1:\n  REG:59 STACK:0 SHARED:1040 LOCAL:0 CONSTANT[0]:596 TEXTURE:0\n"
+    assert compile_report.parse_res_usage(usage) == {"registers": 59, "stack": 0, "shared": 1040, "local": 0}
+    elf = "\t<0x24>\n\tAttribute:\tEIATTR_REQNTID\n\tFormat:\tEIFMT_SVAL\n\tValue:\t0x80 0x1 0x1 \n\t<0x25>\n"
+    assert compile_report.parse_reqntid(elf) == 128 and compile_report.parse_reqntid("") is None
+
+
+def test_arch_defaults_and_checks():
+    assert compilecheck.default_arch("9.0") == "sm_90" and compilecheck.default_arch("10.0") == "sm_100"
+    assert compilecheck.default_arch(None) == "sm_90"
+    with pytest.raises(UsageError):
+        compilecheck.check_arch("hopper")
+
+
+def test_skeleton_reads_parameters_constants_ndim_and_launch_args():
+    text = compilecheck.skeleton((SUITE / PLAIN_RMS).read_text(), PLAIN_RMS)
+    assert "rms_norm_kernel:" in text and "x: FILL[2]" in text and "weight: FILL[1]" in text
+    assert "eps: float32" in text and "TILE_N: FILL" in text
+    assert "ct.launch(..., rms_norm_kernel, (rows, weight.contiguous(), out, float(eps), TILE_N))" in text
+    with pytest.raises(UsageError, match="still 'FILL"):  # an unfilled skeleton is refused, never guessed
+        compilecheck.parse_param("x", "FILL[2]")
+
+
+def test_spec_file_errors_name_the_entry(tmp_path):
+    bad = tmp_path / "s.yaml"
+    bad.write_text("k:\n  signatures: []\n")
+    with pytest.raises(UsageError, match="k: needs a non-empty"):
+        compilecheck.load_spec(bad)
+    bad.write_text("k:\n  signatures:\n    - {x: float16}\n  hint: {}\n")
+    with pytest.raises(UsageError, match="unknown keys"):
+        compilecheck.load_spec(bad)
+
+
+def test_write_spec_for_the_session_then_refuses_to_overwrite(tilegym_like_repo, capsys):
+    repo = tilegym_like_repo
+    assert main(["init", "--repo", str(repo), "--kernel", "rms_norm"]) == 0
+    capsys.readouterr()
+    code, data = cli(capsys, "--repo", str(repo), "--write-spec")
+    assert code == 0 and data["spec"].endswith("sandbox/compile-check.yaml")
+    text = (repo / "sandbox/compile-check.yaml").read_text()
+    # `TILE: int` is a runtime scalar in cuTile (only ct.Constant[...] is a compile-time constant).
+    assert "rms_norm_kernel:" in text and "TILE: int32" in text and "x: FILL[2]" in text
+    code, data = cli(capsys, "--repo", str(repo), "--write-spec")
+    assert code == 3 and "already exists" in data["error"]
+
+
+def test_bad_arch_is_a_usage_error(capsys):
+    code, data = cli(capsys, "--repo", str(SUITE), "--kernel", PLAIN_RMS, "--arch", "sm90")
+    assert code == 2 and "--arch" in data["error"]
+
+
+# --- compiling (cuda-tile + tileiras, no GPU) -------------------------------------------------------
+
+
+@pytest.mark.toolchain
+def test_bundled_plain_kernel_compiles_for_sm90_with_plain_loads(suite_path, capsys):
+    code, data = cli(capsys, "--repo", str(SUITE), "--kernel", PLAIN_RMS, "--arch", "sm_90")
+    assert code == 0, data
+    (result,) = data["results"]
+    assert result["ok"] and result["source"] == "aot_signatures()" and data["arch"] == "sm_90"
+    assert compile_report.loads_kind(result["remarks"]).startswith("plain")  # pointer gathers: no TMA remark
+    if data["cuobjdump"]:
+        assert result["cubin"]["registers"] > 0 and result["cubin"]["threads"] > 0
+        assert result["cubin"]["sass"]["LDG"] and not result["cubin"]["sass"].get("UTMALDG")
+
+
+@pytest.mark.toolchain
+def test_tma_step_compiles_with_tma_loads_from_a_spec(suite_path, capsys, tmp_path):
+    spec = tmp_path / "sig.yaml"
+    spec.write_text(RMS_SPEC)
+    code, data = cli(capsys, "--repo", str(SUITE), "--kernel", TMA_RMS, "--spec", str(spec))
+    assert code == 0, data
+    (result,) = data["results"]
+    assert result["ok"] and result["source"] == "sig.yaml"  # the spec wins over aot_signatures()
+    assert result["signature"] == "x=float16[2], weight=float16[1], out=float16[2], eps=float32, TILE_N=512"
+    assert result["remarks"]["tma_loads"] > 0
+    if data["cuobjdump"]:
+        assert result["cubin"]["sass"].get("UTMALDG", 0) > 0
+
+
+@pytest.mark.toolchain
+def test_compile_error_and_spec_mismatch_are_results_with_exit_1(suite_path, capsys, tmp_path):
+    spec = tmp_path / "sig.yaml"
+    spec.write_text(RMS_SPEC.replace("TILE_N: 512", "TILE_N: 3"))  # ct.arange needs a power of two
+    code, data = cli(capsys, "--repo", str(SUITE), "--kernel", PLAIN_RMS, "--spec", str(spec))
+    (result,) = data["results"]
+    assert code == 1 and not result["ok"] and result["checked"] and result["error"]
+    spec.write_text(RMS_SPEC.replace("eps: float32", "epsilon: float32"))
+    code, data = cli(capsys, "--repo", str(SUITE), "--kernel", PLAIN_RMS, "--spec", str(spec))
+    (result,) = data["results"]
+    assert code == 1 and "missing ['eps']" in result["error"] and "unknown ['epsilon']" in result["error"]

@@ -1,0 +1,148 @@
+"""``scaffold-perf``: a perf test planned from the correctness test's AST, on the SIMULATED softmax op.
+
+The simulated ``tests/ops/test_softmax.py`` (tests/fixtures_ops.py) has the shape of TileGym's
+``tests/ops/test_softmax.py``, which has no perf test. The generated file must parse, collect with
+pytest, and record what ``cutile_perf.records`` reads (timed here by a stand-in for
+``bench_record``, since ``cutile_perf.bench`` needs a GPU).
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fixtures_ops import SIMULATED_TEST_SOFTMAX, SOFTMAX_KERNEL_REL, SOFTMAX_SHAPES, SOFTMAX_TEST_REL, add_simulated_softmax
+from fixtures_repo import git, tilegym_like_repo  # noqa: F401
+
+from cutile_perf import records, runner, scaffold
+from cutile_perf.cli import main
+
+PERF_REL = "tests/ops/test_softmax_perf.py"
+
+# Loaded with -p before the generated module imports `bench_record`, so the name it binds is this one.
+FAKE_BENCH = '''\
+import cutile_perf.bench
+from cutile_perf import stats
+
+
+def fake_bench_record(fn, **kwargs):
+    fn()  # the op really runs (on the CPU); only the GPU timing is replaced
+    return stats.summarize([0.5, 0.75, 0.6])
+
+
+cutile_perf.bench.bench_record = fake_bench_record
+'''
+
+
+def cli(capsys, repo: Path, *args: str) -> tuple[int, dict]:
+    code = main(["scaffold-perf", "--repo", str(repo), "--json", *args])
+    out = capsys.readouterr().out.strip().splitlines()
+    return code, (json.loads(out[-1]) if out else {})
+
+
+def pytest_in(repo: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=repo, capture_output=True, text=True,
+                          env=runner.with_package_on_path({**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}))
+
+
+@pytest.fixture
+def softmax_repo(tilegym_like_repo):
+    pytest.importorskip("torch")
+    return add_simulated_softmax(tilegym_like_repo)
+
+
+def test_plan_keeps_shapes_pins_modes_and_copies_only_the_inputs():
+    plan = scaffold.plan_perf_test(SIMULATED_TEST_SOFTMAX, SOFTMAX_TEST_REL)
+    assert plan.source_test == f"{SOFTMAX_TEST_REL}::Test_Softmax::test_op"
+    assert plan.op == "fakegym.ops.softmax" and plan.kwargs == "{'x': x}"
+    assert [(p.argnames, p.pinned) for p in plan.parametrize] == [("m,n,dtype", False), ("use_tma,use_chunked", True)]
+    assert plan.params == ["m", "n", "dtype", "use_tma", "use_chunked", "backend", "record_property"]
+    # `dout`, `rtol`, `atol` feed only the comparison: they are not copied; `device` and `x` are.
+    assert plan.setup == ["device = torch.device('cpu')", "x = torch.rand(m, n, device=device, dtype=dtype)"]
+    assert plan.backend_setup[-1] == "fakegym.set_backend(backend)"
+    text = scaffold.render(plan, command="cutile-perf scaffold-perf --kernel softmax")
+    tree = ast.parse(text)
+    func = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+    assert func.name == "test_perf"
+    pinned = next(d for d in func.decorator_list if "use_tma" in ast.unparse(d))
+    assert ast.literal_eval(pinned.args[1]) == [(False, False)] and "ids=['baseline']" in ast.unparse(pinned)
+
+
+@pytest.mark.parametrize("values, mode_like", [
+    ("[(False, False), (True, False)]", True),
+    ("['static', 'persistent']", True),
+    ("[(256, 256, torch.float32)]", False),
+    ("[(4096, 2 ** i) for i in range(3)]", False),
+    ("[1, 2]", False),
+    ("SHAPES", False),
+])
+def test_is_mode_like(values, mode_like):
+    assert scaffold.is_mode_like(ast.parse(values, mode="eval").body) is mode_like
+
+
+def test_scaffold_writes_a_new_file_that_collects_and_records_tilegym_format(softmax_repo, capsys, tmp_path):
+    repo = softmax_repo
+    original = (repo / SOFTMAX_TEST_REL).read_text()
+    code, data = cli(capsys, repo, "--kernel", "softmax")
+    assert code == 0, data
+    assert data["output"] == PERF_REL and (repo / SOFTMAX_TEST_REL).read_text() == original
+    ast.parse((repo / PERF_REL).read_text())
+
+    # It collects under the perf selection's -k, one case per shape of the correctness test.
+    collected = pytest_in(repo, PERF_REL, "-k", "test_perf and cutile and not cutile_rs", "--collect-only", "-q")
+    ids = [ln for ln in collected.stdout.splitlines() if "::" in ln]
+    assert collected.returncode == 0 and len(ids) == SOFTMAX_SHAPES, collected.stdout + collected.stderr
+
+    # Run with the GPU timer replaced: the records land in the file the harness reads, in its format.
+    (tmp_path / "fake_bench_plugin.py").write_text(FAKE_BENCH)
+    records_file = tmp_path / "records.jsonl"
+    ran = pytest_in(repo, PERF_REL, "-q", "-p", "fake_bench_plugin", *records.PYTEST_PLUGIN_ARGS,
+                    env={"CUTILE_PERF_RECORDS": str(records_file), "PYTHONPATH": f"{tmp_path}"})
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    got = records.read_records_file(records_file)
+    assert len(got) == SOFTMAX_SHAPES
+    assert {(r.framework, r.direction) for r in got} == {("cutile", "forward")}
+    assert all(r.median == 0.6 and {"mean", "std", "rel_std", "min", "max", "nrep"} <= set(r.stats) for r in got)
+
+
+def test_scaffolded_and_committed_perf_test_lets_init_start(softmax_repo, capsys):
+    repo = softmax_repo
+    assert cli(capsys, repo, "--kernel", SOFTMAX_KERNEL_REL)[0] == 0
+    git(repo, "add", PERF_REL)
+    git(repo, "commit", "-qm", "reviewed perf test")
+    code = main(["init", "--repo", str(repo), "--json", "--kernel", SOFTMAX_KERNEL_REL])
+    data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0, data
+    assert data["test"] == SOFTMAX_TEST_REL and data["selections"]["perf"]["count"] == SOFTMAX_SHAPES
+    assert PERF_REL in (repo / "sandbox/session.yaml").read_text()  # the perf command names the new file
+
+
+def test_stdout_writes_nothing_and_existing_output_is_never_overwritten(softmax_repo, capsys):
+    repo = softmax_repo
+    code = main(["scaffold-perf", "--repo", str(repo), "--kernel", "softmax", "--stdout"])
+    out = capsys.readouterr().out
+    assert code == 0 and "def test_perf(" in out and not (repo / PERF_REL).exists()
+    (repo / PERF_REL).write_text("# my own perf test\n")
+    code, data = cli(capsys, repo, "--kernel", "softmax")
+    assert code == 3 and "already exists" in data["error"]
+    assert (repo / PERF_REL).read_text() == "# my own perf test\n"
+
+
+def test_a_test_file_with_a_perf_test_is_refused(tilegym_like_repo, capsys):
+    code, data = cli(capsys, tilegym_like_repo, "--kernel", "rms_norm")
+    assert code == 3 and "already has a test_perf" in data["error"]
+    assert not (tilegym_like_repo / "tests/ops/test_rms_norm_perf.py").exists()
+
+
+def test_inputs_built_from_the_test_class_are_a_usage_error(softmax_repo, capsys):
+    repo = softmax_repo
+    path = repo / SOFTMAX_TEST_REL
+    path.write_text(path.read_text().replace("x = torch.rand(m, n, device=device, dtype=dtype)",
+                                             "x = self.make_input(m, n)"))
+    code, data = cli(capsys, repo, "--kernel", "softmax")
+    assert code == 2 and "self" in data["error"] and "by hand" in data["error"] + (data["hint"] or "")
+    assert not (repo / PERF_REL).exists()

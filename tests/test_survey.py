@@ -1,0 +1,113 @@
+"""``survey`` on the SIMULATED TileGym-shaped repo: rms_norm (with a perf test) and softmax (without)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fixtures_ops import SOFTMAX_KERNEL_REL, add_simulated_softmax
+from fixtures_repo import KERNEL_REL, edit_kernel, git, tilegym_like_repo  # noqa: F401
+
+from cutile_perf import survey
+from cutile_perf.cli import main
+
+
+def cli(capsys, repo: Path, *args: str) -> tuple[int, dict]:
+    code = main(["survey", "--repo", str(repo), "--json", *args])
+    out = capsys.readouterr().out.strip().splitlines()
+    return code, (json.loads(out[-1]) if out else {})
+
+
+@pytest.fixture
+def two_op_repo(tilegym_like_repo):
+    pytest.importorskip("torch")
+    return add_simulated_softmax(tilegym_like_repo)
+
+
+def by_op(data: dict) -> dict[str, dict]:
+    return {op["op"]: op for op in data["ops"]}
+
+
+def test_survey_pairs_ops_counts_selections_and_renders_markdown(two_op_repo):
+    rows = survey.survey(two_op_repo)
+    ops = {r.op: r.to_dict() for r in rows}
+    assert set(ops) == {"rms_norm", "softmax"}  # helpers without @ct.kernel (__init__.py) are not ops
+    assert ops["rms_norm"]["test"] == "tests/ops/test_rms_norm.py" and ops["rms_norm"]["drivable"]
+    assert ops["rms_norm"]["selections"]["perf"]["count"] == 2
+    assert ops["softmax"]["selections"]["perf"]["count"] == 0 and not ops["softmax"]["drivable"]
+    assert ops["softmax"]["selections"]["correctness"]["count"] == 6  # 3 shapes x 2 modes x cutile
+    assert survey.summary(rows) == {"ops": 2, "paired": 2, "with_perf_test": 1, "drivable": 1}
+    assert ops["rms_norm"]["runs"] == {}  # nothing runs without --run
+    table = survey.render_table(rows, with_runs=False, markdown=True).splitlines()
+    assert table[0] == "| " + " | ".join(survey.columns(False)) + " |"
+    assert "no perf test (scaffold-perf)" in next(line for line in table if line.startswith("| softmax "))
+    assert git(two_op_repo, "status", "--porcelain", "--untracked-files=all").strip() == ""
+
+
+def test_survey_run_reports_pass_fail_time_and_records(two_op_repo, capsys):
+    repo = two_op_repo
+    code, data = cli(capsys, repo, "--run", "--timeout", "60")
+    assert code == 0, data
+    ops = by_op(data)
+    perf = ops["rms_norm"]["runs"]["perf"]
+    assert perf["ok"] and perf["records"] == 2 and perf["wall_s"] >= 0
+    assert ops["rms_norm"]["runs"]["correctness"]["ok"]
+    assert ops["softmax"]["runs"].keys() == {"correctness"}  # no perf selection, so no perf run
+    assert ops["softmax"]["runs"]["correctness"]["ok"]
+    assert git(repo, "status", "--porcelain", "--untracked-files=all").strip() == ""  # no __pycache__, no logs
+
+
+def test_survey_run_sample_and_failure(tilegym_like_repo, capsys):
+    repo = tilegym_like_repo
+    edit_kernel(repo, behaviour="wrong")
+    code, data = cli(capsys, repo, "--run", "--sample", "1", "--under", "src/fakegym/ops/cutile/rms_norm.py/..")
+    assert code == 2  # --under is a folder prefix; a file path below it is not one
+    code, data = cli(capsys, repo, "--run", "--sample", "1", "--jobs", "2", "--under", "src/fakegym/ops")
+    ops = by_op(data)
+    run = ops["rms_norm"]["runs"]["correctness"]
+    assert not run["ok"] and run["crash"] == "wrong-result" and run["tests"] == 1
+    assert ops["rms_norm"]["runs"]["perf"]["tests"] == 1 and not ops["rms_norm"]["drivable"]
+
+
+def test_survey_sees_a_scaffolded_perf_file(two_op_repo, capsys):
+    repo = two_op_repo
+    assert main(["scaffold-perf", "--repo", str(repo), "--kernel", SOFTMAX_KERNEL_REL]) == 0
+    row = survey.survey_op(repo, repo / SOFTMAX_KERNEL_REL, run=False, timeout_s=120, sample=0, log_dir=repo)
+    assert row.perf_test == "tests/ops/test_softmax_perf.py" and row.selections["perf"].count == 3
+
+
+@pytest.mark.parametrize("args", [["--timeout=nan"], ["--timeout=0"], ["--jobs=0"], ["--sample=-1"]])
+def test_survey_bad_input(tilegym_like_repo, capsys, args):
+    assert cli(capsys, tilegym_like_repo, *args)[0] == 2
+
+
+def test_sampled_argv_replaces_the_test_file_with_rerooted_node_ids():
+    argv = ["py", "-m", "pytest", "tests/ops/test_x.py", "-k", "test_perf", "-q"]
+    ids = ("ops/test_x.py::test_perf[a]", "ops/test_x.py::test_perf[b]")  # rootdir was tests/
+    new, n = survey.sampled_argv(argv, "tests/ops/test_x.py", ids, 1)
+    assert n == 1 and new == ["py", "-m", "pytest", "tests/ops/test_x.py::test_perf[a]", "-k", "test_perf", "-q"]
+    assert survey.sampled_argv(argv, "tests/ops/test_x.py", ids, 0) == (argv, 0)
+
+
+def test_parse_outcomes_reads_the_last_summary_line():
+    text = "tests/x.py s.\n\n1 passed, 2 skipped, 3 deselected in 0.52s\n"
+    assert survey.parse_outcomes(text) == {"passed": 1, "skipped": 2, "deselected": 3}
+    assert survey.parse_outcomes("1 failed, 1 error in 2s") == {"failed": 1, "error": 1}
+    assert survey.parse_outcomes("collected nothing") == {}
+
+
+def test_survey_budget_lists_ops_it_had_no_time_for(tilegym_like_repo, capsys):
+    code, data = cli(capsys, tilegym_like_repo, "--run", "--budget", "0.001")
+    assert code == 0
+    (row,) = data["ops"]
+    assert row["not_done"].startswith("budget spent") and not row["drivable"] and row["runs"] == {}
+    assert "budget spent" in data["markdown"]
+
+
+def test_a_run_cut_by_the_budget_is_not_reported_as_a_failure(tilegym_like_repo, capsys):
+    edit_kernel(tilegym_like_repo, sleep=30.0)  # every test sleeps longer than the budget
+    code, data = cli(capsys, tilegym_like_repo, "--run", "--budget", "6", "--timeout", "60")
+    (row,) = data["ops"]
+    assert row["not_done"].startswith("budget spent") and not row["drivable"]
+    assert all(run["cut"] for run in row["runs"].values())
+    assert "FAIL" not in data["markdown"]
