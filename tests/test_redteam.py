@@ -42,6 +42,7 @@ import yaml
 from fixtures_repo import KERNEL_REL, TEST_REL, allow_no_gpu, build_tilegym_like_repo, edit_kernel, git
 
 from cutile_perf.cli import main
+from cutile_perf.decide import Thresholds
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 FENCE = (KERNEL_REL,)
@@ -107,8 +108,10 @@ def set_session(repo: Path, **changes) -> None:
 
 
 def append_to_kernel(repo: Path, code: str) -> None:
+    """Append attack code to the kernel. ``__REPO__`` becomes the repository's absolute path: a
+    hostile agent knows where the repository it edits lives, even when the tests run elsewhere."""
     with (repo / KERNEL_REL).open("a", encoding="utf-8") as fh:
-        fh.write("\n" + code.strip("\n") + "\n")
+        fh.write("\n" + code.strip("\n").replace("__REPO__", repr(str(repo))) + "\n")
 
 
 # --- the promise ----------------------------------------------------------------------------------
@@ -286,9 +289,12 @@ def test_ratchet_of_repeated_4_percent_slowdowns_never_drifts_past_the_gate(tmp_
         if code != 0:  # reverted: the next step starts again from what is kept
             latency = _kept_latency(repo)
     drift = _kept_latency(repo)["256x1024"] / BASE_LATENCY["256x1024"] - 1
-    # Issue 9's goal is to catch one such step in 9 of 10 sessions; two kept steps (+8.2 %) are
-    # already a failure of the rule "never drift past the gate", six (+26.5 %) are today's result.
-    assert drift < 1.04 ** 2 - 1 - 1e-9, f"HEAD drifted +{drift:.1%} on 256x1024 in 4 % steps"
+    # Issue 9: the kept HEAD never drifts beyond the gate on any shape, however many "within noise"
+    # keeps came before (six kept steps, +26.5 %, were the result before the fix). The gate is the
+    # single-run rule's: noise_k x the baseline's noise floor of that shape.
+    baseline = rows(repo)[0]
+    gate = max(Thresholds().regression_tolerance, Thresholds().noise_k * baseline["noise"]["256x1024"])
+    assert drift <= gate, f"HEAD drifted +{drift:.1%} on 256x1024 in 4 % steps (gate {gate:.1%})"
 
 
 def _kept_latency(repo: Path) -> dict[str, float]:
@@ -433,7 +439,7 @@ import subprocess as _sp
 
 def _sandboxes():
     seen = []
-    starts = [_pl.Path.cwd(), *_pl.Path.cwd().parents]
+    starts = [_pl.Path.cwd(), *_pl.Path.cwd().parents, _pl.Path(__REPO__)]
     if _os.environ.get("CUTILE_PERF_RECORDS"):
         starts += list(_pl.Path(_os.environ["CUTILE_PERF_RECORDS"]).parents)
     try:
@@ -478,7 +484,7 @@ if _T.is_file():
 
 def test_fake_records_appended_by_the_kernel_are_caught(repo):
     """At exit of the perf run the kernel appends a 10x faster copy of every record to the records
-    file (the path is in CUTILE_PERF_RECORDS, or found under sandbox/)."""
+    file (the path is in CUTILE_PERF_RECORDS or CUTILE_PERF_REPORT, or found under sandbox/)."""
     before = snapshot(repo)
     append_to_kernel(repo, FIND_SANDBOX + '''
 # ATTACK fake-records
@@ -487,7 +493,7 @@ import json as _json
 
 
 def _forge():
-    files = [_pl.Path(_os.environ["CUTILE_PERF_RECORDS"])] if _os.environ.get("CUTILE_PERF_RECORDS") else []
+    files = [_pl.Path(_os.environ[v]) for v in ("CUTILE_PERF_RECORDS", "CUTILE_PERF_REPORT") if _os.environ.get(v)]
     for box in _sandboxes():
         files += sorted(box.glob("**/*records*"))
     for path in files:
@@ -551,7 +557,7 @@ def test_kernel_that_widens_the_fence_in_session_yaml_is_caught(repo):
 for _box in _sandboxes():
     _s = _box / "session.yaml"
     _text = _s.read_text()
-    if "{TEST_REL}" not in _text:
+    if "fence:\\n- {TEST_REL}" not in _text:
         _s.write_text(_text.replace("fence:\\n", "fence:\\n- {TEST_REL}\\n", 1))
 ''')
     code, data, _ = call(repo, "try", "comment only (widen the fence)")

@@ -15,7 +15,8 @@ from cutile_perf.decide import IMPROVING_TIERS, Reference
 
 def shape_medians(entry: dict) -> dict[str, float]:
     """``{case: median ms}`` of one row."""
-    return {sid: float(s["median"]) for sid, s in (entry.get("shapes") or {}).items() if s.get("median") is not None}
+    return {sid: float(s["median"]) for sid, s in (entry.get("shapes") or {}).items()
+            if isinstance(s.get("median"), (int, float))}
 
 
 def moved_performance(entry: dict) -> bool:

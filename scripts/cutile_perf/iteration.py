@@ -6,6 +6,7 @@ its path logged *before* the work tree is reset, so a kill at any point leaves t
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -121,10 +122,15 @@ def render_results(session: Session) -> None:
 
 def shapes_field(medians: dict[str, float], test_ids: dict[str, str],
                  runs: dict[str, list[float]] | None = None) -> dict[str, dict]:
-    """The log's per-shape record: median ms, the pytest node id and, when repeated, each run's median."""
+    """The log's per-shape record: median ms, the pytest node id and, when repeated, each run's median.
+
+    A non-finite median (a ``bad-record`` crash) is kept as its text ("nan", "inf"): the log is
+    strict JSON, and the row must still show what the run claimed.
+    """
     out = {}
     for sid, median in medians.items():
-        out[sid] = {"median": median, "test_id": test_ids.get(sid)}
+        shown = median if isinstance(median, (int, float)) and math.isfinite(median) else str(median)
+        out[sid] = {"median": shown, "test_id": test_ids.get(sid)}
         if runs and sid in runs:
             out[sid]["runs"] = runs[sid]
     return out

@@ -220,7 +220,8 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
     argv = [*session.argv(name), *records.PYTEST_PLUGIN_ARGS]
     guarded = protected_paths(session, tracked)
     before_user = snapshot(session.repo, guarded)
-    checkout_files = [str(p.relative_to(checkout.root)) for p in checkout.root.rglob("*") if p.is_file()]
+    # The committed files only: caches and outputs the tests create (.pytest_cache, logs) are theirs.
+    checkout_files = list(checkout.written)
     before_checkout = digest_tree(checkout.root, checkout_files)
 
     result = runner.run(argv, cwd=checkout.root, timeout_s=deadline.left(), output_path=output,

@@ -42,6 +42,7 @@ class Checkout:
     protected_from: str
     fenced_from: str
     skipped: tuple[str, ...]  # committed paths deliberately not written (start-up files, bytecode, links out)
+    written: tuple[str, ...] = ()  # the committed files the checkout holds: what a child may not change
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -70,6 +71,7 @@ def build(g, *, protected_from: str, fenced_from: str, fence: Iterable[str], par
     entries = composed_entries(g, protected_from, fenced_from, fence)
     files = [e for e in entries if e.mode not in (_MODE_SUBMODULE,) and not skipped_by_rule(e.path)]
     skipped = [e.path for e in entries if e not in files]
+    written = []
     for entry in files:
         target = root / entry.path
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -83,9 +85,10 @@ def build(g, *, protected_from: str, fenced_from: str, fence: Iterable[str], par
             target.symlink_to(link)
             continue
         target.write_bytes(content)
+        written.append(entry.path)
         if entry.mode == _MODE_EXEC:
             target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return Checkout(root, protected_from, fenced_from, tuple(sorted(skipped)))
+    return Checkout(root, protected_from, fenced_from, tuple(sorted(skipped)), tuple(written))
 
 
 def package_root(checkout_root: Path, rel: str) -> Path:

@@ -164,7 +164,7 @@ class _Iteration:
             fields["decision"] = asdict(verdict.decision)
         if perf is not None and perf.shapes:
             fields["shapes"] = iteration.shapes_field(perf.shapes, perf.test_ids)
-            if set(self.ref.medians) <= set(perf.shapes):
+            if status != "crash" and set(self.ref.medians) <= set(perf.shapes):
                 fields["latency_ms"] = decide.combine_latency({c: perf.shapes[c] for c in self.ref.medians})
         return iteration.base_entry(self.session, iteration=self.state.iteration, optimization=self.state.optimization,
                                     status=status, correctness=correctness, commit=self.state.candidate,

@@ -59,8 +59,11 @@ def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int) -> O
             raise UsageError(str(exc)) from None
         claim, cases = claimed_ratio(history.rows, a, b)
         if claim is None:
-            raise Refused(f"the log records no kept row for {git_ops.short(g, a)} and {git_ops.short(g, b)}",
-                          "pass --from/--to commits that the session kept (see cutile-perf status)")
+            # A commit the log never kept (a rewritten or hand-made one) carries no claim to check.
+            return Outcome(f"NOT VERIFIED: the log records no kept row for {git_ops.short(g, a)} and "
+                           f"{git_ops.short(g, b)} (a commit rewritten after the loop kept it has another sha); "
+                           "`cutile-perf status` lists the kept commits", {"verified": False, "from": a, "to": b},
+                           EXIT_REJECTED)
         reference = history.reference()
         tag = f"verify-{git_ops.short(g, a)}-{git_ops.short(g, b)}"
         with iteration.StageRunner(session, g, measure.Deadline(session.timeout_s * (pairs + 1)), clock) as runner:

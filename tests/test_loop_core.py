@@ -1,0 +1,168 @@
+"""The loop core's pure pieces: pristine checkouts, the signed run report, the judge, the crash table."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from fixtures_repo import build_tilegym_like_repo, git
+
+from cutile_perf import crash, decide, git_ops, pristine, runreport
+from cutile_perf.decide import Reference, StageEvidence, Thresholds, judge
+
+T = Thresholds()
+REF = Reference(commit="base", medians={"a": 1.0, "b": 2.0}, noise={"a": 0.01, "b": 0.01},
+                passed_tests=frozenset({"t::one", "t::two"}))
+
+
+# --- pristine checkouts ---------------------------------------------------------------------------
+
+
+def test_checkout_takes_protected_files_from_base_fenced_from_candidate_and_skips_startup_files(tmp_path):
+    repo = build_tilegym_like_repo(tmp_path)
+    (repo / "sitecustomize.py").write_text("raise SystemExit('ran')\n")
+    (repo / "evil.pth").write_text("import os\n")
+    (repo / "src" / "stale.pyc").write_bytes(b"\x00\x01")
+    (repo / "escape").symlink_to("/etc/hostname")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "start-up files")
+    base = git(repo, "rev-parse", "HEAD").strip()
+    kernel = "src/fakegym/ops/cutile/rms_norm.py"
+    (repo / kernel).write_text((repo / kernel).read_text() + "\n# candidate\n")
+    (repo / "tests/ops/test_rms_norm.py").write_text("# the candidate may not change tests\n")
+    git(repo, "commit", "-qam", "candidate")
+    cand = git(repo, "rev-parse", "HEAD").strip()
+    (repo / kernel).write_text("# uncommitted work tree content is never measured\n")
+    (repo / "tests/conftest.py").write_text("# hidden, uncommitted\n")
+
+    g = git_ops.open_repo(repo)
+    checkout = pristine.build(g, protected_from=base, fenced_from=cand, fence=[kernel])
+    try:
+        root = checkout.root
+        assert (root / kernel).read_text().endswith("# candidate\n")
+        assert "def test_perf" in (root / "tests/ops/test_rms_norm.py").read_text()
+        assert "sys.path.insert" in (root / "tests/conftest.py").read_text()
+        for skipped in ("sitecustomize.py", "evil.pth", "src/stale.pyc", "escape"):
+            assert not (root / skipped).exists() and skipped in checkout.skipped
+        assert not pristine.is_inside(repo, root) and kernel in checkout.written
+        assert pristine.module_name(root, kernel) == "fakegym.ops.cutile.rms_norm"
+        assert pristine.package_roots(root, [kernel])[0] == root / "src"
+    finally:
+        checkout.remove()
+    assert not checkout.root.exists()
+
+
+def test_checkout_bytes_are_the_raw_blobs_whatever_the_attributes_say(tmp_path):
+    repo = build_tilegym_like_repo(tmp_path)
+    kernel = "src/fakegym/ops/cutile/rms_norm.py"
+    git(repo, "config", "filter.strip.smudge", "sed s/LATENCY/SMUDGED/")
+    (repo / ".git/info/attributes").write_text(f"{kernel} filter=strip\n")
+    g = git_ops.open_repo(repo)
+    head = git_ops.head(g)
+    checkout = pristine.build(g, protected_from=head, fenced_from=head, fence=[kernel])
+    try:
+        assert "LATENCY_MS" in (checkout.root / kernel).read_text()
+    finally:
+        checkout.remove()
+
+
+# --- the signed run report ------------------------------------------------------------------------
+
+
+def test_run_report_tells_its_own_lines_from_forged_ones_and_a_missing_end(tmp_path):
+    path, key = tmp_path / "report.jsonl", runreport.new_key()
+    writer = runreport.Writer(path, key)
+    writer.write({"type": "test", "nodeid": "t::one", "outcome": "passed"})
+    writer.write({"type": "record", "nodeid": "t::perf", "outcome": "passed", "benchmark": {"cutile": {}}})
+    report = runreport.read(path, key)
+    assert report.passed() == {"t::one"} and not report.ended and not report.forged
+    with path.open("a") as fh:  # a line appended by someone without the key
+        fh.write(json.dumps({"type": "end", "exitstatus": 0, "seq": 2, "mac": "0" * 64}) + "\n")
+    report = runreport.read(path, key)
+    assert not report.ended and report.forged == ["line 3: bad signature"]
+    writer.write({"type": "end", "exitstatus": 0, "collected": 1})
+    assert runreport.read(path, key).ended
+    assert runreport.read(path, b"another key").forged  # every line fails under another key
+
+
+@pytest.mark.parametrize("when, outcome, xfail, expected", [
+    ("call", "passed", False, "passed"), ("call", "failed", False, "failed"), ("setup", "skipped", False, "skipped"),
+    ("call", "skipped", True, "xfailed"), ("call", "passed", True, "xpassed"), ("setup", "failed", False, "error"),
+    ("teardown", "passed", False, None)])
+def test_outcome_of_each_phase(when, outcome, xfail, expected):
+    assert runreport.outcome_of(when, outcome, xfail) == expected
+
+
+# --- the judge --------------------------------------------------------------------------------------
+
+
+def test_correctness_needs_every_baseline_test_to_pass_again_and_the_end_marker():
+    ok = StageEvidence(passed=frozenset({"t::one", "t::two"}))
+    assert judge(REF, T, correctness=ok).action == "continue"
+    skipped = StageEvidence(passed=frozenset({"t::one"}), not_passed={"t::two": "skipped"})
+    verdict = judge(REF, T, correctness=skipped)
+    assert (verdict.action, verdict.crash_class) == ("crash", "incomplete-tests") and "skipped" in verdict.reason
+    assert judge(REF, T, correctness=StageEvidence(passed=ok.passed, ended=False)).crash_class == "incomplete-tests"
+    assert judge(REF, T, correctness=StageEvidence()).crash_class == "incomplete-tests"
+    wrong = judge(REF, T, correctness=StageEvidence(problem="wrong-result", detail="mismatch"))
+    assert (wrong.action, wrong.crash_class) == ("revert", "wrong-result")
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, 0.0, -1.0, 1e-300])
+def test_impossible_medians_are_bad_records(value):
+    ok = StageEvidence(passed=frozenset({"t::one", "t::two"}))
+    verdict = judge(REF, T, correctness=ok, perf=StageEvidence(medians={"a": value, "b": 2.0}))
+    assert (verdict.action, verdict.crash_class) == ("crash", "bad-record")
+
+
+def test_a_claim_beyond_the_plausibility_factor_is_re_measured_and_flagged():
+    ok = StageEvidence(passed=frozenset({"t::one", "t::two"}))
+    fast = StageEvidence(medians={"a": 0.2, "b": 0.4})
+    assert judge(REF, T, correctness=ok, perf=fast).action == "re-measure"
+    paired = {"a": ([1.0, 1.01, 0.99], [0.2, 0.2, 0.2]), "b": ([2.0, 2.01, 1.99], [0.4, 0.4, 0.41])}
+    verdict = judge(REF, T, correctness=ok, perf=fast, paired=paired)
+    assert verdict.action == "keep" and verdict.review and "review" in verdict.reason
+
+
+def test_a_small_real_slowdown_is_re_measured_against_the_baseline_and_caught():
+    ref = Reference(commit="base", medians={"a": 1.0, "b": 2.0}, noise={"a": 0.02, "b": 0.02},
+                    runs={"a": [1.0, 1.004, 0.996], "b": [2.0, 2.008, 1.992]})
+    single = StageEvidence(medians={"a": 1.02, "b": 2.0})  # inside the 3 % gate
+    assert judge(ref, T, perf=single).action == "re-measure"
+    paired = {"a": ([1.0, 1.003, 0.998], [1.04, 1.043, 1.038]), "b": ([2.0, 2.004, 1.998], [2.0, 2.003, 2.001])}
+    verdict = judge(ref, T, perf=single, paired=paired)
+    assert (verdict.action, verdict.decision.tier) == ("revert", "regression"), verdict.reason
+
+
+def test_fewer_pairs_than_the_minimum_ask_for_more():
+    paired = {"a": ([1.0], [1.0]), "b": ([2.0], [2.0])}
+    assert judge(REF, T, perf=StageEvidence(medians={"a": 1.0, "b": 2.0}), paired=paired).action == "re-measure"
+
+
+def test_thresholds_reject_non_finite_and_inconsistent_values():
+    for bad in ({"noise_k": math.nan}, {"plausible_factor": 1.0}, {"min_confirm_pairs": 4, "max_confirm_pairs": 3},
+                {"patience": 1.5}, {"keep": True}):
+        with pytest.raises(ValueError):
+            Thresholds.from_dict(bad)
+
+
+# --- the crash classes and their docs table -------------------------------------------------------
+
+
+def test_harness_doc_carries_the_generated_crash_class_table():
+    text = (Path(__file__).resolve().parents[1] / "references" / "harness.md").read_text(encoding="utf-8")
+    inside = text.split("<!-- crash-classes:begin -->\n", 1)[1].split("<!-- crash-classes:end -->", 1)[0]
+    assert inside == crash.markdown_table(), "regenerate with cutile_perf.crash.markdown_table()"
+
+
+def test_only_a_wrong_result_is_a_revert_row():
+    assert [c.value for c in crash.CrashClass if c.row_status == "revert"] == ["wrong-result"]
+    assert crash.parse("tampered") is crash.CrashClass.TAMPERED and str(crash.CrashClass.FAULT) == "fault"
+
+
+def test_decide_module_keeps_its_frozen_defaults():
+    # The defaults are part of every session's frozen rules; changing one is a deliberate act.
+    assert (T.noise_k, T.min_noise, T.recheck_fraction, T.slower_z, T.plausible_factor, T.min_confirm_pairs) == (
+        1.5, 0.005, 0.25, 3.5, 3.0, 3)
+    assert decide.NOISE_WIDTH_PER_SD == 3.5
