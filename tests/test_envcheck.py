@@ -8,7 +8,7 @@ from cutile_perf import envcheck
 
 def test_check_without_gpu_tools_reports_a_gpu_problem(monkeypatch):
     monkeypatch.setattr(envcheck.shutil, "which", lambda name: None)
-    monkeypatch.setattr(envcheck, "_torch_gpu", lambda: (None, None, None, "torch is not importable (ImportError)"))
+    monkeypatch.setattr(envcheck, "torch_gpu", lambda: (None, None, None, "torch is not importable (ImportError)"))
     env = envcheck.check()
     assert env.gpu is None and not env.can_measure
     whats = {p.what for p in env.problems}

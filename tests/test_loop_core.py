@@ -166,3 +166,29 @@ def test_decide_module_keeps_its_frozen_defaults():
     assert (T.noise_k, T.min_noise, T.recheck_fraction, T.slower_z, T.plausible_factor, T.min_confirm_pairs) == (
         1.5, 0.005, 0.25, 3.5, 3.0, 3)
     assert decide.NOISE_WIDTH_PER_SD == 3.5
+
+
+# --- every direction counts -----------------------------------------------------------------------
+
+
+def test_forward_and_backward_records_are_cases_of_their_own_and_a_backward_regression_reverts():
+    from cutile_perf import measure
+
+    value = {"cutile": {"forward": {"median": 1.0}, "backward": {"median": 3.0}},
+             "torch": {"forward": {"median": 9.0}}}
+    medians, test_ids, _names, problem = measure.cases_from_records(
+        [("tests/ops/test_x.py::test_perf[cutile-1024]", "passed", value)])
+    assert problem is None and medians == {"1024": 1.0, "1024@backward": 3.0}
+    assert measure.direction_of("1024@backward") == "backward" and measure.direction_of("1024") == "forward"
+    ref = Reference(commit="base", medians=medians, noise={c: 0.005 for c in medians})
+    slower_backward = StageEvidence(medians={"1024": 1.0, "1024@backward": 3.6})
+    verdict = judge(ref, T, perf=slower_backward)
+    assert verdict.action == "revert" and verdict.decision.worst_shape == "1024@backward", verdict.reason
+
+
+def test_a_case_recorded_twice_is_a_bad_record():
+    from cutile_perf import measure
+
+    value = {"cutile": {"forward": {"median": 1.0}}}
+    found = [("t.py::test_perf[cutile-8]", "passed", value), ("t.py::test_perf[cutile-8]", "passed", value)]
+    assert "two records" in measure.cases_from_records(found)[3]

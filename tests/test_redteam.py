@@ -695,6 +695,8 @@ def test_implausible_speedup_is_re_measured_and_marked_for_review(repo):
     code, data, _ = call(repo, "try", "5x faster")
     assert code == 0, data
     assert rows(repo)[-1].get("review") is True, rows(repo)[-1]
+    assert "keep (review)" in (repo / "sandbox/perf_results.md").read_text()
+    assert call(repo, "report")[0] == 0 and "For review" in (repo / "sandbox/report.md").read_text()
 
 
 # ==================================================================================================

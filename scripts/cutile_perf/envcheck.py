@@ -8,10 +8,12 @@ and its one result serves both the GPU gate and the log entry.
 """
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import threading
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from cutile_perf import knobs
 
@@ -68,6 +70,18 @@ def _package_version(*names: str) -> str | None:
     return None
 
 
+def parse_tileiras_release(text: str) -> tuple[int, int] | None:
+    """``(13, 4)`` from ``tileiras --version`` output ("... release 13.4, V13.4.92"), or None."""
+    match = re.search(r"release (\d+)\.(\d+)", text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def tileiras_version_text(binary: str | Path, timeout_s: float = _SMI_TIMEOUT_S) -> str:
+    """The output of ``<binary> --version``; raises OSError / SubprocessError when it cannot run."""
+    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=timeout_s)
+    return out.stdout + out.stderr
+
+
 def _tileiras_version() -> str | None:
     pip_version = _package_version("nvidia-cuda-tileiras")
     if pip_version:
@@ -76,7 +90,7 @@ def _tileiras_version() -> str | None:
     if not binary:
         return None
     try:
-        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=_SMI_TIMEOUT_S).stdout
+        out = tileiras_version_text(binary)
     except (OSError, subprocess.SubprocessError):
         return None
     # The last "release X.Y" style token is the version; keep the whole line when the format is unknown.
@@ -110,7 +124,7 @@ def _nvidia_smi() -> tuple[str | None, str | None, str | None]:
     return (parts[0], parts[1], parts[2]) if len(parts) == 3 else (None, None, None)
 
 
-def _torch_gpu() -> tuple[str | None, str | None, str | None, str | None]:
+def torch_gpu() -> tuple[str | None, str | None, str | None, str | None]:
     """(torch version, gpu name, compute capability, problem) through torch."""
     try:
         import torch
@@ -139,8 +153,8 @@ def check(*, with_torch: bool = True) -> Environment:
     gpu, cc, driver = _nvidia_smi()
     torch_version = None
     if with_torch:
-        torch_version, torch_gpu, torch_cc, torch_problem = _torch_gpu()
-        gpu, cc = gpu or torch_gpu, cc or torch_cc
+        torch_version, torch_name, torch_cc, torch_problem = torch_gpu()
+        gpu, cc = gpu or torch_name, cc or torch_cc
         if torch_version is None:
             problems.append(Problem("torch", f"{torch_problem}: install a CUDA build of torch"))
     if gpu is None:

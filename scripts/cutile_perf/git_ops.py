@@ -317,22 +317,6 @@ def amend_message(repo: git.Repo, message: str) -> str:
     return new
 
 
-def check_branch_name(repo: git.Repo, name: str) -> bool:
-    try:
-        repo.git.check_ref_format("--branch", name)
-        return True
-    except git.GitCommandError:
-        return False
-
-
-def has_commits(repo: git.Repo) -> bool:
-    try:
-        repo.git.rev_parse("--verify", "-q", "HEAD")
-        return True
-    except git.GitCommandError:
-        return False
-
-
 def commits_between(repo: git.Repo, older: str, newer: str) -> list[str]:
     """Shas of the commits in ``older..newer``, oldest first."""
     out = repo.git.rev_list("--reverse", f"{older}..{newer}")

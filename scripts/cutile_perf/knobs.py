@@ -15,10 +15,9 @@ OWN_ENV_VARS: dict[str, str] = {
     "CUTILE_PERF_RECORDS": "file the pytest plugin appends benchmark records to (JSON lines); set by the harness",
     "CUTILE_PERF_REPORT": "file the pytest plugin writes its signed run report to (test outcomes, records, module files, end marker); set by the harness",
     "CUTILE_PERF_KEY_FD": "file descriptor the pytest plugin reads the run report's signing key from, once; set by the harness",
-    "CUTILE_PERF_DEFENCE": "1: the bundled suite's defence run (fresh random inputs, NaN-poisoned outputs, perf shapes checked); set by the harness for opted-in ops",
     "CUTILE_PERF_TUNE_CACHE_DIR": "directory of the persistent tuning cache (default: the user cache dir)",
     "CUTILE_PERF_BENCH_MODE": "timing mode of cutile_perf.bench in perf tests: cold (default), warm or graph",
-    "CUTILE_PERF_DEFENCE": "1: the bundled suite's tests run their red-team defence checks (test_defence; also --defence)",
+    "CUTILE_PERF_DEFENCE": "1: the bundled suite's tests run their red-team defence checks (test_defence; also --defence); set by the harness when session.yaml says defence: true",
     "DISABLE_AUTOTUNE": "1: cutile_perf.tune launches the fixed config without searching",
     "TILEGYM_DISABLE_AUTOTUNE": "TileGym's switch, honoured like DISABLE_AUTOTUNE",
 }

@@ -71,9 +71,13 @@ class Deadline:
 
 
 def case_id(test_id: str, direction: str) -> str:
-    """A (shape, direction) case: the shape id, with the direction appended unless it is forward."""
+    """A (shape, direction) case: the shape id, with ``@<direction>`` appended unless it is forward."""
     shape = records.shape_id(test_id, FRAMEWORK)
-    return shape if direction == FORWARD else f"{shape}:{direction}"
+    return shape if direction == FORWARD else f"{shape}@{direction}"
+
+
+def direction_of(case: str) -> str:
+    return case.rpartition("@")[2] if "@" in case else FORWARD
 
 
 def cases_from_records(found: Iterable[tuple[str, str, object]]) -> tuple[dict, dict, dict, str | None]:

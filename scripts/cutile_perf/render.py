@@ -92,7 +92,8 @@ def render_perf_results(entries: list[dict]) -> str:
             "latency_ms": entry_latency(e) if e.get("status") != "crash" else None,
             # Correctness not shown to pass is a fail: a crash before the tests ran proves nothing.
             "correctness": "PASS" if e.get("correctness") == "PASS" else "FAIL",
-            "status": e.get("status", "crash"),
+            # A claim beyond the plausibility factor was re-measured and is flagged for a human.
+            "status": e.get("status", "crash") + (" (review)" if e.get("review") else ""),
         }
         for e in entries
     ]
@@ -130,6 +131,7 @@ def summarize_session(entries: list[dict]) -> dict:
         "kept": [_row(e) for e in entries if e.get("status") == "keep" and e.get("iteration", 0) > 0],
         "rejected": [_row(e) for e in entries if e.get("status") in ("revert", "crash")],
         "iterations": max((e.get("iteration", 0) for e in entries), default=0),
+        "review": [_row(e) for e in entries if e.get("review")],
     }
 
 

@@ -81,7 +81,12 @@ def baseline(*, repo: Path, repeats: int) -> Outcome:
         )
         iteration.record(session, g, entry)
     worst = max(noise.values()) if noise else 0.0
-    text = (f"iteration 0: baseline {latency:.6f} ms (geomean of {len(shapes)} cases, {repeats} runs; "
-            f"largest per-case noise {worst * 100:.2f} %)")
+    directions: dict[str, int] = {}
+    for case in shapes:
+        direction = measure.direction_of(case)
+        directions[direction] = directions.get(direction, 0) + 1
+    measured = ", ".join(f"{n} {d}" for d, n in sorted(directions.items()))
+    text = (f"iteration 0: baseline {latency:.6f} ms (geomean of {len(shapes)} cases: {measured}; {repeats} runs; "
+            f"largest per-case noise {worst * 100:.2f} %); every case is judged on its own")
     return Outcome(text, {"iteration": 0, "decision": "keep", "latency_ms": latency, "shapes": shapes,
-                          "noise": noise, "commit": head})
+                          "noise": noise, "commit": head, "directions": directions})

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import re
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from cutile_perf import knobs
+from cutile_perf import envcheck, knobs
 
 # First tileiras release that can target each compute capability major (CUDA Tile IR release notes:
 # 13.1 Blackwell only, 13.2 adds Ampere/Ada, 13.3 adds Hopper; see references/triton-tileir.md).
@@ -81,19 +80,10 @@ def active_target() -> dict[str, Any]:
 
 
 def gpu() -> dict[str, Any]:
-    """Name and compute capability of GPU 0 as torch sees it; nulls without a GPU or torch."""
-    info: dict[str, Any] = {"name": None, "capability": None, "error": None}
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            info["error"] = "no CUDA GPU visible to torch"
-            return info
-        info["name"] = torch.cuda.get_device_name(0)
-        info["capability"] = list(torch.cuda.get_device_capability(0))
-    except (Exception, SystemExit) as exc:
-        info["error"] = _reason(exc)
-    return info
+    """Name and compute capability of GPU 0 as torch sees it (``envcheck.torch_gpu``); nulls without one."""
+    _version, name, cc, problem = envcheck.torch_gpu()
+    capability = [int(x) for x in cc.split(".")] if cc else None
+    return {"name": name, "capability": capability, "error": problem}
 
 
 def tileiras_candidates(triton_dir: str | None) -> list[tuple[str, Path]]:
@@ -116,9 +106,8 @@ def tileiras_candidates(triton_dir: str | None) -> list[tuple[str, Path]]:
     return candidates
 
 
-def parse_tileiras_release(text: str) -> tuple[int, int] | None:
-    match = re.search(r"release (\d+)\.(\d+)", text)
-    return (int(match.group(1)), int(match.group(2))) if match else None
+# One parser of ``tileiras --version`` for the whole package.
+parse_tileiras_release = envcheck.parse_tileiras_release
 
 
 def tileiras(triton_dir: str | None) -> dict[str, Any]:
@@ -132,8 +121,7 @@ def tileiras(triton_dir: str | None) -> dict[str, Any]:
                                 # The pip copy serves cuTile; the Triton TileIR build does not search there.
                                 "searched_by_triton_tileir": source != "nvidia-cuda-tileiras pip package"}
         try:
-            out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=30)
-            release = parse_tileiras_release(out.stdout + out.stderr)
+            release = parse_tileiras_release(envcheck.tileiras_version_text(path, timeout_s=30))
             info["version"] = f"{release[0]}.{release[1]}" if release else None
         except (OSError, subprocess.SubprocessError) as exc:
             info["error"] = _reason(exc)
