@@ -17,7 +17,9 @@ from cutile_perf.errors import UsageError
 
 SUITE = Path(__file__).resolve().parents[1] / "examples" / "kernels"
 PLAIN_RMS = "src/tilesuite/ops/cutile/rms_norm.py"
-TMA_RMS = "optimizations/rms_norm/01-tma-load.py"
+# The one-row TMA RMSNorm of the first demo chain, kept as an evals fixture (its rms_norm_kernel
+# loads (1, TILE_N) tiles with ct.load, which tileiras 13.4 lowers to TMA on sm_90).
+TMA_RMS = str(Path(__file__).resolve().parents[1] / "evals" / "fixtures" / "rms_norm_one_row_tma.py")
 
 RMS_SPEC = """\
 rms_norm_kernel:

@@ -88,9 +88,11 @@ DECIDE_TABLE = [
     ("20 % faster but one shape 3 % slower", scaled({"262144-1024": 0.8, "262144-2048": 0.8, "65536-8192": 1.03}),
      QUIET, "revert", "regression", False),
     ("one shape 1 % slower: borderline", scaled({"65536-8192": 1.01}), QUIET, "confirm", "borderline", False),
-    ("one shape 3 % slower in 4 % noise is noise", scaled({"65536-8192": 1.03}), {s: 0.04 for s in BASE},
-     "keep", "no-change", False),
-    ("all 0.6 % slower: within noise", scaled(1.006), QUIET, "keep", "no-change", False),
+    # Inside the gate but more than recheck_fraction of it: not waved through, re-measured (the ratchet).
+    ("one shape 3 % slower in 4 % noise is re-measured", scaled({"65536-8192": 1.03}), {s: 0.04 for s in BASE},
+     "confirm", "borderline", False),
+    ("all 0.6 % slower: re-measured", scaled(1.006), QUIET, "confirm", "borderline", False),
+    ("all 0.1 % slower: within noise", scaled(1.001), QUIET, "keep", "no-change", False),
     ("missing shape", {"262144-1024": 0.2, "262144-2048": 0.5}, QUIET, "revert", "missing-shape", False),
 ]
 
@@ -154,7 +156,7 @@ def test_confirm_needs_enough_samples():
         confirm({}, T)
 
 
-# --- A/A: the same code measured again is never kept as faster nor reverted as slower ---------------
+# --- A/A: the same code measured again is rarely kept as faster or reverted as slower --------------
 
 
 def _aa_trial(rng: random.Random, n_shapes: int, runs: int) -> Decision:
@@ -167,19 +169,20 @@ def _aa_trial(rng: random.Random, n_shapes: int, runs: int) -> Decision:
     baseline = {s: median(v) for s, v in runs_.items()}
     d = decide(baseline, {s: measure(s) for s in shapes}, noise_floor(runs_), T)
     if d.verdict == "confirm":
-        d = confirm({s: ([measure(s) for _ in range(5)], [measure(s) for _ in range(5)]) for s in shapes}, T)
+        d = confirm({s: ([measure(s) for _ in range(5)], [measure(s) for _ in range(5)]) for s in shapes}, T, runs_)
     return d
 
 
 @pytest.mark.parametrize("n_shapes, runs", [(3, 3), (5, 3), (10, 3), (1, 5)])
-def test_aa_same_commit_is_never_kept_as_faster_nor_reverted(n_shapes, runs):
-    # Known limit, not covered here: a kernel with 1-2 perf shapes, +-3 % noise and only 3 baseline
-    # runs gave ~3 false verdicts in 1000 simulated trials; 5 baseline runs gave none.
+def test_aa_same_commit_is_rarely_kept_as_faster_or_reverted(n_shapes, runs):
+    # Issue 9's bound: at most 1 % false keeps or reverts over A/A tries. Before the paired slowdown
+    # test (which catches real slowdowns smaller than the gate) this was 0 of 1000; with it, the
+    # harsh heterogeneous noise here (each shape +-1-3 % per run, uniform) costs a few per 1000.
     rng = random.Random(20260818 + n_shapes)
     outcomes = [_aa_trial(rng, n_shapes, runs) for _ in range(1000)]
     wrong = [d.reason for d in outcomes if d.verdict == "revert" or d.rebaseline]
-    assert wrong == []
-    assert all(d.verdict == "keep" and d.tier == "no-change" for d in outcomes)
+    assert len(wrong) <= 10, wrong
+    assert all(d.verdict in ("keep", "revert") for d in outcomes)
 
 
 # --- stop rules ---------------------------------------------------------------------------------

@@ -224,7 +224,8 @@ def test_non_git_target_installs_and_says_nothing_was_excluded(fake_bundle, targ
 
 # References that record how our H200 figures were produced: their commands run in a cutile-perf
 # checkout (each says so), so paths into benchmarks/ or tests/ there are provenance, not links.
-CHECKOUT_NOTES = {"references/h200-measurements.md", "references/triton-tileir.md"}
+CHECKOUT_NOTES = {"references/h200-measurements.md", "references/triton-tileir.md", "references/harness.md",
+                  "references/autotuning.md", "references/optimization-playbook.md"}
 
 
 def _parse_problems(command: str) -> str | None:

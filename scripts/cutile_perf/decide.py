@@ -194,7 +194,7 @@ def decide(
         return Decision("revert", "regression", f"{slower}: slower", **made)
     if changes[worst] > gates[worst]:
         return Decision("confirm", "borderline", f"{slower}: borderline slower, re-measure interleaved", **made)
-    if changes[worst] > t.recheck_fraction * gates[worst]:
+    if changes[worst] > max(t.regression_tolerance, t.recheck_fraction * gates[worst]):
         return Decision("confirm", "borderline", f"{slower}: within noise but not clearly, re-measure interleaved",
                         **made)
     geo = f"geomean {format_change(agg)} (gate {agg_gate * 100:.1f} %); worst shape {worst} {format_change(changes[worst])}"
@@ -228,23 +228,35 @@ def paired_log_ratios(paired: dict[str, tuple[list[float], list[float]]], prior_
     """Per case: the mean of the per-pair log ratios log(candidate/baseline) and its standard error.
 
     Pairs are interleaved, so drift between rounds cancels inside each pair. The run-to-run spread
-    is one pooled estimate over every case, from the baseline side of the pairs and the baseline's
-    own repeated runs (``prior_runs``): more degrees of freedom than any single case has, so three
-    samples that agree by luck cannot shrink it. Never below ``minimum`` read as a band width.
+    is the larger of two estimates: one pooled over every case (from the baseline side of the pairs
+    and the baseline's own repeated runs, ``prior_runs``: more degrees of freedom than any case has
+    alone) and the case's own. So neither three samples that agree by luck nor a quiet neighbour
+    can shrink a noisy case's spread. Never below ``minimum`` read as a band width.
     """
-    squares, dof = 0.0, 0
-    for samples in [base for base, _cand in paired.values()] + list((prior_runs or {}).values()):
-        if len(samples) > 1:
-            logs = [math.log(v) for v in samples]
-            centre = statistics.fmean(logs)
-            squares += sum((x - centre) ** 2 for x in logs)
-            dof += len(logs) - 1
-    sigma = max(math.sqrt(squares / dof) if dof else 0.0, minimum / NOISE_WIDTH_PER_SD)
+    def spread(groups) -> tuple[float, int]:
+        squares, dof = 0.0, 0
+        for samples in groups:
+            if len(samples) > 1:
+                logs = [math.log(v) for v in samples]
+                centre = statistics.fmean(logs)
+                squares += sum((x - centre) ** 2 for x in logs)
+                dof += len(logs) - 1
+        return squares, dof
+
+    prior_runs = prior_runs or {}
+    squares, dof = spread([base for base, _cand in paired.values()] + list(prior_runs.values()))
+    pooled = math.sqrt(squares / dof) if dof else 0.0
+    sigmas = {}
+    for case, (base, _cand) in paired.items():
+        own_squares, own_dof = spread([base, prior_runs.get(case, [])])
+        own = math.sqrt(own_squares / own_dof) if own_dof else 0.0
+        # The larger of the pooled spread and this case's own: a quiet neighbour cannot shrink it.
+        sigmas[case] = max(pooled, own, minimum / NOISE_WIDTH_PER_SD)
     out = {}
     for case, (base, cand) in paired.items():
         n = min(len(base), len(cand))
         diffs = [math.log(cand[i] / base[i]) for i in range(n)]
-        out[case] = (statistics.fmean(diffs), sigma * math.sqrt(2.0 / n))
+        out[case] = (statistics.fmean(diffs), sigmas[case] * math.sqrt(2.0 / n))
     return out
 
 
@@ -287,7 +299,8 @@ def confirm(paired: dict[str, tuple[list[float], list[float]]], t: Thresholds,
     tests = paired_log_ratios(paired, prior_runs, t.min_noise)
     z = {s: mean / se for s, (mean, se) in tests.items()}
     surest = max(shapes, key=lambda s: z[s])
-    if z[surest] > t.slower_z and changes[surest] > t.regression_tolerance:
+    # Both the z-test and the bootstrap interval (which excludes no change) must say slower.
+    if z[surest] > t.slower_z and intervals[surest][1] > 1.0 and changes[surest] > t.regression_tolerance:
         return Decision("revert", "regression", f"shape {surest} {format_change(changes[surest])} slower in every "
                         f"sense the pairs allow: z = {z[surest]:.1f} > {t.slower_z:g} (interleaved)",
                         **{**made, "worst_shape": surest})
