@@ -482,6 +482,18 @@ def judge(ref: Reference, t: Thresholds, *, correctness: StageEvidence | None = 
     confirmed = confirm(paired, t, ref.runs)
     if confirmed.tier == "no-change" and rounds < t.max_confirm_pairs:
         return Verdict("re-measure", "ambiguous after the interleaved pairs so far", decision=confirmed)
+    if confirmed.tier == "no-change":
+        # "Within noise" never keeps code whose paired median sits beyond the case's gate: the kept
+        # HEAD may not drift past the gate, however the statistics above came out.
+        for case in cases:
+            gate = max(t.regression_tolerance, t.noise_k * max(t.min_noise, ref.noise.get(case, SINGLE_RUN_NOISE)))
+            change = confirmed.changes.get(case, 0.0)
+            if change > gate:
+                reason = (f"shape {case} {format_change(change)} vs the baseline commit, beyond its gate "
+                          f"{gate * 100:.1f} % (interleaved median ratio)")
+                decision = Decision("revert", "regression", reason, changes=confirmed.changes, gates=confirmed.gates,
+                                    geomean_change=confirmed.geomean_change, worst_shape=case, source="confirm")
+                return Verdict("revert", reason, decision=decision)
     still = [c for c in cases if stats.median(paired[c][0]) / stats.median(paired[c][1]) > t.plausible_factor]
     review = bool(implausible) and confirmed.verdict == "keep"
     reason = confirmed.reason + (f"; re-measured: {', '.join(still) or 'no case'} still beyond "
