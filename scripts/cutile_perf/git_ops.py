@@ -256,10 +256,7 @@ def commit_message(repo: git.Repo, sha: str) -> str:
 
 def exclude_locally(repo: git.Repo, pattern: str, comment: str = "cutile-perf session files") -> bool:
     """Add ``pattern`` to ``.git/info/exclude`` (never committed); False when it was already there."""
-    exclude = Path(repo.git.rev_parse("--git-common-dir"))
-    if not exclude.is_absolute():
-        exclude = root(repo) / exclude
-    exclude = exclude / "info" / "exclude"
+    exclude = git_common_dir(repo) / "info" / "exclude"
     existing = exclude.read_text(encoding="utf-8").splitlines() if exclude.exists() else []
     if pattern in existing:
         return False

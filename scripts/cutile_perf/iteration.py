@@ -227,9 +227,13 @@ class StageRunner:
         self.session, self.g, self.deadline, self.clock, self.on_start = session, g, deadline, clock, on_start
         self.tracked = git_ops.tracked_files(g)
         self.checkouts: dict = {}
+        self.fenced: dict[str, list[str]] = {}
 
     def fenced_files(self, commit: str) -> list[str]:
-        return [e.path for e in git_ops.tree_entries(self.g, commit) if self.session.in_fence(e.path)]
+        # Asked for by every stage of a commit: list its tree once.
+        if commit not in self.fenced:
+            self.fenced[commit] = [e.path for e in git_ops.tree_entries(self.g, commit) if self.session.in_fence(e.path)]
+        return self.fenced[commit]
 
     def checkout(self, commit: str):
         from cutile_perf import pristine  # noqa: PLC0415
