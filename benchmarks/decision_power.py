@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drift", type=float, default=0.0, help="per-run factor shared by all cases")
     parser.add_argument("--slowdown", type=float, default=0.04)
     parser.add_argument("--repeats", type=int, default=3, help="baseline perf runs")
-    parser.add_argument("--sessions", type=int, default=10)
+    parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--tries", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)

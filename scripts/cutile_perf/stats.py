@@ -148,3 +148,4 @@ def _z_value(confidence: float) -> float:
         return table[round(confidence, 2)]
     except KeyError:
         raise ValueError(f"confidence {confidence} not supported; use one of {sorted(table)}") from None
+
