@@ -23,6 +23,15 @@ was wall time on the same box under heavier load. On the H200 the logged in-comm
 was 0.04-0.07 s (gpu-results 4/ and 5/); whole-process numbers were not measured there.
 
     python benchmarks/harness_overhead.py [--iterations 6]
+
+On a GPU machine, ``--tilegym <TileGym folder> --op <name>`` breaks a real ``try`` down instead: in a
+fresh git copy of the folder it runs ``init``, ``baseline`` and ``--tries`` comment-only (A/A)
+tries, then prints where each try's time went (the per-stage timings of the log rows: correctness,
+perf, interleaved re-check runs; the harness's own share) and what one pytest child is made of
+(interpreter start-up, ``import torch``, ``import cuda.tile``, the op's module, test collection,
+and each stage with cuTile's compile cache cold and warm: the difference is JIT compile time):
+
+    python benchmarks/harness_overhead.py --tilegym <TileGym> --op layer_norm_legacy --tries 4
 """
 from __future__ import annotations
 
@@ -124,11 +133,116 @@ def measure(iterations: int, runs: int) -> list[tuple[str, float, float | None]]
     ]
 
 
+# --- a real try on TileGym, broken down (GPU machine) -------------------------------------------------
+
+
+def _wall(argv: list[str], cwd: Path, env: dict, ok: tuple[int, ...] = (0,)) -> float:
+    start = time.monotonic()
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - start
+    if proc.returncode not in ok:
+        raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {(proc.stdout + proc.stderr)[-800:]}")
+    return wall
+
+
+def stage_kind(name: str) -> str:
+    """``"3-confirm2-base-perf"`` -> ``"re-check perf"``; ``"3-correctness"`` -> ``"correctness"``."""
+    if "-confirm" in name:
+        return "re-check perf (interleaved)"
+    return name.rsplit("-", 1)[-1]
+
+
+def try_breakdown(rows: list[dict]) -> list[tuple[str, float, str]]:
+    """(component, mean s per try, note) from the ``try`` rows' timings."""
+    kinds = sorted({stage_kind(name) for row in rows for name, _ in row["timings"].get("stages", [])})
+    per_kind: dict[str, list[float]] = {kind: [] for kind in kinds}
+    counts: dict[str, list[int]] = {kind: [] for kind in kinds}
+    for row in rows:  # a try without a kind of stage counts as 0 s and 0 runs of it
+        stages = [(stage_kind(name), seconds) for name, seconds in row["timings"].get("stages", [])]
+        for kind in kinds:
+            per_kind[kind].append(sum(seconds for k, seconds in stages if k == kind))
+            counts[kind].append(sum(1 for k, _ in stages if k == kind))
+    # Means, not medians: iterations per hour is a rate, and the re-check runs only in some tries.
+    out = [(f"stage: {kind}", stats.mean(v), f"{stats.mean(counts[kind]):.1f} run(s) per try")
+           for kind, v in sorted(per_kind.items())]
+    out.append(("harness's own share (logged harness_s)", stats.mean([r["timings"]["harness_s"] for r in rows]), ""))
+    total = stats.mean([r["timings"]["total_s"] for r in rows])
+    out.append(("whole try (logged total_s)", total, f"{3600 / total:.0f} iterations per hour"))
+    return out
+
+
+def tilegym(src: Path, op: str, tries: int, repeats: int, probes: int) -> tuple[list, list, list[dict]]:
+    """Run the loop on a fresh git copy of ``src``; (try breakdown rows, child anatomy rows, try rows)."""
+    import shutil  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "tilegym"
+        shutil.copytree(src, work, ignore=shutil.ignore_patterns(".git", "__pycache__"))
+        git = ["git", "-c", "user.email=bench@example.com", "-c", "user.name=bench"]
+        for argv in (["git", "init", "-q", "-b", "main"], ["git", "add", "-A"], [*git, "commit", "-qm", "TileGym copy"]):
+            subprocess.run(argv, cwd=work, check=True)
+        kernel, test = f"src/tilegym/ops/cutile/{op}.py", f"tests/ops/test_{op}.py"
+        env = {**_ENV, "PYTHONPATH": os.pathsep.join([str(work / "src"), _ENV["PYTHONPATH"]])}
+        cli = [sys.executable, "-m", "cutile_perf"]
+        _wall([*cli, "init", "--kernel", kernel, "--test", test], work, env)
+        _wall([*cli, "baseline", "--repeats", str(repeats)], work, env)
+        for i in range(tries):
+            with open(work / kernel, "a", encoding="utf-8") as f:
+                f.write(f"# A/A try {i + 1}: a comment only\n")
+            _wall([*cli, "try", f"A/A {i + 1}: comment only"], work, env, ok=(0, 1))
+        rows = [json.loads(line) for line in (work / "sandbox/experiments.jsonl").read_text().splitlines() if line]
+        tries_rows = [r for r in rows if r["iteration"] > 0]
+
+        from cutile_perf import records, session  # noqa: PLC0415
+
+        sess = session.load(work)
+        anatomy = []
+
+        def probe(label: str, argv: list[str], extra_env: dict | None = None, ok=(0,)) -> None:
+            walls = [_wall(argv, work, {**env, **(extra_env or {})}, ok) for _ in range(probes)]
+            anatomy.append((label, stats.median(walls), f"median of {probes}"))
+
+        py = sys.executable
+        probe("python -c pass", [py, "-c", "pass"])
+        probe("import torch", [py, "-c", "import torch"])
+        probe("import torch, cuda.tile", [py, "-c", "import torch, cuda.tile"])
+        module = kernel[len("src/"):-len(".py")].replace("/", ".")
+        probe(f"import {module}", [py, "-c", f"import {module}"])
+        plugin = list(records.PYTEST_PLUGIN_ARGS)
+        for which in ("correctness", "perf"):
+            argv = [*sess.argv(which), *plugin]
+            probe(f"{which}: pytest --collect-only", [*argv, "--collect-only", "-q"], ok=(0, 5))
+            cache = Path(tmp) / f"jit-{which}"
+            cold = _wall(argv, work, {**env, "CUDA_TILE_CACHE_DIR": str(cache)}, ok=(0, 1))
+            warm = [_wall(argv, work, {**env, "CUDA_TILE_CACHE_DIR": str(cache)}, ok=(0, 1)) for _ in range(probes)]
+            anatomy.append((f"{which}: whole child, JIT cache cold", cold, "1 run"))
+            anatomy.append((f"{which}: whole child, JIT cache warm", stats.median(warm), f"median of {probes}"))
+        return try_breakdown(tries_rows), anatomy, tries_rows
+
+
+def _print_table(title: str, rows: list[tuple[str, float, str]]) -> None:
+    width = max(len(name) for name, *_ in rows)
+    print(f"\n{title}\n{'component':<{width}}  {'s':>8}  note")
+    for name, seconds, note in rows:
+        print(f"{name:<{width}}  {seconds:8.3f}  {note}")
+
+
 def main_cli() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=6, help="try processes to time (default 6)")
     parser.add_argument("--runs", type=int, default=7, help="runs of each start-up/import probe (default 7)")
+    parser.add_argument("--tilegym", type=Path, help="a TileGym folder (src/, tests/): break a real try down (GPU)")
+    parser.add_argument("--op", default="layer_norm_legacy", help="with --tilegym: the op (default layer_norm_legacy)")
+    parser.add_argument("--tries", type=int, default=3, help="with --tilegym: A/A tries (default 3)")
+    parser.add_argument("--repeats", type=int, default=3, help="with --tilegym: baseline perf runs (default 3)")
+    parser.add_argument("--probes", type=int, default=3, help="with --tilegym: runs of each child probe (default 3)")
     args = parser.parse_args()
+    if args.tilegym:
+        breakdown, anatomy, rows = tilegym(args.tilegym.resolve(), args.op, args.tries, args.repeats, probes=args.probes)
+        _print_table(f"TileGym {args.op}: one try, medians over {len(rows)} A/A tries "
+                     f"({', '.join(r['status'] for r in rows)})", breakdown)
+        _print_table(f"TileGym {args.op}: one pytest child, taken apart", anatomy)
+        return 0
     rows = measure(args.iterations, args.runs)
     width = max(len(name) for name, *_ in rows)
     print(f"{'component':<{width}}  {'wall s':>7}  {'CPU s':>7}")

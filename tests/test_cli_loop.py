@@ -127,7 +127,12 @@ def test_keep_then_revert_then_stop(session_repo, capsys):
     assert [r["status"] for r in rows] == ["keep", "keep", "revert", "revert"]
     assert rows[3]["correctness"] == "FAIL"
     for row in rows:
-        assert set(row["timings"]) == {"total_s", "children_s", "harness_s"} and "cuda_tile" in row["env"]
+        assert set(row["timings"]) == {"total_s", "children_s", "harness_s", "stages"} and "cuda_tile" in row["env"]
+        # Each pytest child is named and timed; together they are the children's share.
+        stages = row["timings"]["stages"]
+        assert stages and all(isinstance(name, str) and seconds >= 0 for name, seconds in stages)
+        assert sum(s for _, s in stages) == pytest.approx(row["timings"]["children_s"], abs=0.01)
+    assert [name for name, _ in rows[1]["timings"]["stages"]][:2] == ["1-correctness", "1-perf"]
     table = (repo / "sandbox/perf_results.md").read_text()
     assert "persistent grid" in table and "ftz on rsqrt" in table
 

@@ -29,14 +29,18 @@ class Clock:
 
     start: float = field(default_factory=time.monotonic)
     children_s: float = 0.0
+    # (stage, seconds) of each pytest child in order: where an iteration's time went
+    # (benchmarks/harness_overhead.py --tilegym reads it).
+    stages: list = field(default_factory=list)
 
-    def add_child(self, seconds: float) -> None:
+    def add_child(self, seconds: float, stage: str = "child") -> None:
         self.children_s += seconds
+        self.stages.append([stage, round(seconds, 3)])
 
-    def timings(self) -> dict[str, float]:
+    def timings(self) -> dict:
         total = time.monotonic() - self.start
         return {"total_s": round(total, 4), "children_s": round(self.children_s, 4),
-                "harness_s": round(max(total - self.children_s, 0.0), 4)}
+                "harness_s": round(max(total - self.children_s, 0.0), 4), "stages": list(self.stages)}
 
 
 def require_gpu(session: Session, probe: envcheck.Probe) -> None:
@@ -247,7 +251,7 @@ class StageRunner:
         result = self.measure.run_stage(self.session, name, tag, self.deadline, checkout=self.checkout(commit),
                                         fenced_files=self.fenced_files(commit), tracked=self.tracked,
                                         on_start=self.on_start)
-        self.clock.add_child(result.duration_s)
+        self.clock.add_child(result.duration_s, f"{tag}-{name}")
         return result
 
     def defined_names(self, commit: str) -> set[str]:
