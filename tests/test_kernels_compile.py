@@ -137,10 +137,11 @@ def test_sweep_rounds_partition_the_configs_of_every_memory_case():
     sweep = load_sweep()
     for case in [c for c in sweep.kb.FULL_CASES if c.kind == "memory"]:
         everything = sweep.configs_for(case)
-        by_round = [cfg for r in (1, 2, 3) for cfg in sweep.configs_for(case, {r})]
+        by_round = [cfg for r in (1, 2, 3, 4) for cfg in sweep.configs_for(case, {r})]
         assert everything == by_round and everything
-        if case.module != "layer_norm":  # one-pass statistics exist only in the layer norm kernel
-            assert not any(getattr(cfg, "one_pass", False) for cfg in everything)
+        if case.module != "layer_norm":  # one-pass statistics and round 4's knobs exist only in the layer norm kernel
+            assert not any(getattr(cfg, k, False) for cfg in everything for k in ("one_pass", "cheap_stats", "affine_fma"))
+            assert not sweep.configs_for(case, {4})
     # the first round starts from the shipped kernels' configs: plain SwiGLU and the former best row layout
     assert sweep.SWIGLU_ROUNDS[1][0] == sweep.SwigluConfig(1, 1024, 0, False)
     first = sweep.row_configs(2048, {1})[0]
@@ -163,7 +164,9 @@ def test_sweep_kernels_compile_for_sm90():
                       contiguous(ct.bfloat16, 1))
     cases = [
         (sweep.rms_norm_kernel, [h2, h1, h2, scalar(ct.float32), 8, 1024, False, True, False]),
-        (sweep.layer_norm_kernel, [h2, h1, h1, h2, scalar(ct.float32), 8, 1024, True, True, False, True]),
+        (sweep.layer_norm_kernel, [h2, h1, h1, h2, scalar(ct.float32), 8, 1024, True, True, False, True, False, False]),
+        (sweep.layer_norm_kernel, [h2, h1, h1, h2, scalar(ct.float32), 8, 1024, False, True, False, True, True, True]),
+        (sweep.layer_norm_kernel, [h2, h1, h1, h2, scalar(ct.float32), 16, 1024, True, True, False, True, True, True]),
         (sweep.softmax_kernel, [h2, h2, 1, 4096, False, False, False]),
         (sweep.swiglu_kernel, [b2, b2, b2, 1, 1024, True, 0]),
         (sweep.swiglu_flat_kernel, [b1, b1, b1, 1024]),
