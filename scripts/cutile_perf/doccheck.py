@@ -179,3 +179,162 @@ def local_paths(text: str) -> set[str]:
 
 def python_blocks(text: str) -> list[Block]:
     return [b for b in fenced_blocks(text) if b.lang in {"python", "py"}]
+
+
+# --- quantitative claims and their sources ---------------------------------------------------------
+
+# A figure: a number (sign and range allowed: "+5.1 %", "0.8-1.3 %") with a performance unit. "x" must
+# touch the number and not be followed by a digit, so "2.1x faster" is a ratio and "262144x1024" a shape.
+_NUMBER = r"[+\-−]?\d+(?:,\d{3})*(?:\.\d+)?"
+_CLAIM = re.compile(
+    rf"(?<![\w.^/])({_NUMBER}(?:(?:-|–|\sto\s){_NUMBER})?"
+    r"(?:x(?![\w^])|\s?(?:%|ms\b|us\b|µs\b|ns\b|s\b|min\b|[KMGTP]B/s\b|[TP]FLOP/s|TFLOPS\b)))"
+)
+_BOUND = re.compile(r"(?:<=?|(?<!-)>=?|≤|≥)\s*~?\s*$")  # "->" is an arrow, not a bound
+_MARKER = re.compile(r"<!--\s*not-measured:\s*\S.*?-->")
+_COMMENT = re.compile(r"<!--.*?-->")
+_URL = re.compile(r"https?://\S+")
+_SOURCE_LINE = re.compile(r"\bsources?:", re.I)
+_LABEL = re.compile(r"\bmedians?\b|\bsingle runs?\b", re.I)
+_UNVERIFIED = re.compile(r"\bunverified\b", re.I)
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+\.)\s")
+# `cutile-perf` counts only with a subcommand that measures (`cutile-perf example show` is no run).
+RUN_PREFIXES = ("python benchmarks/", "bash benchmarks/", "python -m pytest", "python evals/", "python -m tests.",
+                *(f"cutile-perf {sub}" for sub in ("demo", "baseline", "try", "verify", "probe", "ab", "prune", "survey")))
+# Shell words that may precede the command itself: `VAR=x`, `timeout 150`, `(cd dir &&`.
+_COMMAND_LEAD = re.compile(r"^(?:\(?cd\s+\S+\s*&&\s*|[A-Z_][A-Z0-9_]*=\S*\s+|timeout\s+\d+\s+)*")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A figure in prose or a table, and what its unit (paragraph, list item or table) holds.
+
+    ``sourced``: a run command, a link, a bare URL or a "Source:" sits in the unit. ``run``: one of
+    those sources is a run command. ``labelled``: the unit says "median" or "single run(s)".
+    ``unverified``: the unit says "unverified" (a figure whose origin could not be found).
+    """
+
+    line: int
+    text: str
+    sourced: bool
+    run: bool
+    labelled: bool
+    unverified: bool = False
+
+
+def is_run_command(code: str) -> bool:
+    """Whether a code span or shell line is a measuring run: starts (after ``VAR=x``, ``timeout N``,
+    ``cd dir &&``) with one of ``RUN_PREFIXES``."""
+    return _COMMAND_LEAD.sub("", code.strip()).startswith(RUN_PREFIXES)
+
+
+def _blocks(text: str) -> list[dict]:
+    """Markdown blocks in order: kind (para, item, table, fence, heading), first line, lines, marker."""
+    blocks, cur, marked = [], None, False
+    lines, i = text.splitlines(), 0
+    while i < len(lines):
+        line, n = lines[i], i + 1
+        m = _FENCE.match(line.lstrip())
+        if m:  # a fence, indented or not, is a block of its own
+            fence, body = m.group(1)[:3], []
+            i += 1
+            while i < len(lines) and not lines[i].lstrip().startswith(fence):
+                body.append(lines[i])
+                i += 1
+            blocks.append({"kind": "fence", "line": n, "lines": body, "marked": False})
+            cur, i = None, i + 1
+            continue
+        i += 1
+        stripped = line.strip()
+        if _MARKER.fullmatch(stripped):
+            marked = True
+            if cur is not None:
+                cur["marked"] = True
+            continue
+        if not stripped:
+            cur = None
+            continue
+        if _COMMENT.fullmatch(stripped):
+            continue
+        kind = ("heading" if stripped.startswith("#") else "table" if stripped.startswith("|")
+                else "item" if _LIST_ITEM.match(line) else "para")
+        joins = cur is not None and (kind == cur["kind"] == "table" or (kind == "para" and cur["kind"] in ("para", "item")))
+        if not joins:
+            cur = {"kind": kind, "line": n, "lines": [], "marked": marked}
+            blocks.append(cur)
+            marked = False
+        cur["lines"].append((n, line))
+        if _MARKER.search(line):
+            cur["marked"] = True
+    return blocks
+
+
+def _units(blocks: list[dict]) -> list[list[dict]]:
+    """Group blocks: a table takes the paragraph right before it (also across a command block
+    between them) and the one right after it, and a fenced block touching a unit belongs to it."""
+    units: list[list[dict]] = []
+    for k, b in enumerate(blocks):
+        if b["kind"] == "fence":
+            continue
+        prev = blocks[k - 1] if k else None
+        # "caption, command block, table": the caption still belongs to the table.
+        if b["kind"] == "table" and prev is not None and prev["kind"] == "fence" and k > 1:
+            prev = blocks[k - 2]
+        glue = units and prev is not None and prev is units[-1][-1] and (
+            b["kind"] == "table" and prev["kind"] == "para" or prev["kind"] == "table" and b["kind"] == "para")
+        if glue:
+            units[-1].append(b)
+        else:
+            units.append([b])
+    for unit in units:
+        k0, k1 = blocks.index(unit[0]), blocks.index(unit[-1])
+        unit += [blocks[k] for k in range(k0, k1) if blocks[k]["kind"] == "fence"]
+        if k0 > 0 and blocks[k0 - 1]["kind"] == "fence":
+            unit.insert(0, blocks[k0 - 1])
+        if k1 + 1 < len(blocks) and blocks[k1 + 1]["kind"] == "fence":
+            unit.append(blocks[k1 + 1])
+    return units
+
+
+def quantitative_claims(text: str) -> list[Claim]:
+    """Every quantitative claim in markdown prose and tables, with what sits next to it.
+
+    A claim is a number with a performance unit: ``ms``, ``us``/``µs``, ``ns``, ``s``, ``min``,
+    ``GB/s``/``TB/s``, ``TFLOP/s``, ``%``, or a ratio ``2.1x`` (the ``x`` touching the number and
+    not followed by a digit, so ``262144x1024`` is a shape). Not claims: anything in a fenced block,
+    an inline code span, an HTML comment, a link target or a URL; numbers without a unit (versions,
+    ``sm_90``); a figure right after ``<``, ``<=``, ``>``, ``>=`` (a bound, such as a goal); and every
+    figure of a unit marked ``<!-- not-measured: <why> -->`` (on the line above the unit's first
+    block, or inside it): thresholds, defaults, examples, arithmetic that defines rather than measures.
+
+    Its unit is the paragraph, list item (with its continuation lines) or heading it is in; a table
+    is one unit with the paragraph right before it (also when a fenced block sits between the two)
+    and the one right after it (captions), and a fenced block directly before or after a unit (blank
+    lines between at most) belongs to it. The
+    claim is ``sourced`` when its unit holds a run command (inline code or a fenced shell line that
+    ``is_run_command``), a markdown link that is not a pure ``#anchor`` (whether a local target is
+    shipped is the link check's job), a bare ``http(s)://`` URL, or the word "Source:". When one
+    of the sources is a run, ``labelled`` says whether the unit's prose says "median" or "single
+    run(s)". A unit whose prose says "unverified" is reported as such (``unverified``), for a figure
+    kept on purpose although its origin could not be found.
+    """
+    claims = []
+    for unit in _units(_blocks(text)):
+        if any(b["marked"] for b in unit):
+            continue
+        prose = [(n, line) for b in unit if b["kind"] != "fence" for n, line in b["lines"]]
+        code = [c for _, line in prose for c in _INLINE_CODE.findall(line)]
+        code += [line for b in unit if b["kind"] == "fence" for line in b["lines"]]
+        joined = "\n".join(line for _, line in prose)
+        links = [t for t in _LINK.findall(joined) if not t.startswith("#")]
+        run = any(is_run_command(c) for c in code)
+        sourced = run or bool(links) or bool(_URL.search(joined)) or bool(_SOURCE_LINE.search(_INLINE_CODE.sub("", joined)))
+        labelled = bool(_LABEL.search(_INLINE_CODE.sub("", joined)))
+        unverified = bool(_UNVERIFIED.search(_COMMENT.sub("", _INLINE_CODE.sub("", joined))))
+        for n, line in prose:
+            plain = _INLINE_CODE.sub(lambda m: " " * len(m.group(0)), _COMMENT.sub("", line))
+            plain = _URL.sub("", re.sub(r"\]\([^)\s]*\)", "]", plain))
+            for m in _CLAIM.finditer(plain):
+                if not _BOUND.search(plain[:m.start()]):
+                    claims.append(Claim(n, m.group(1), sourced, run, labelled, unverified))
+    return claims
