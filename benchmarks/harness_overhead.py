@@ -171,9 +171,22 @@ def try_breakdown(rows: list[dict]) -> list[tuple[str, float, str]]:
     return out
 
 
-def tilegym(src: Path, op: str, tries: int, repeats: int, probes: int) -> tuple[list, list, list[dict]]:
-    """Run the loop on a fresh git copy of ``src``; (try breakdown rows, child anatomy rows, try rows)."""
+def _say(text: str) -> None:
+    print(text, flush=True)  # progress as it happens: a run cut short by a time limit still tells something
+
+
+def _print_table(title: str, rows: list[tuple[str, float, str]]) -> None:
+    width = max(len(name) for name, *_ in rows)
+    _say(f"\n{title}\n{'component':<{width}}  {'s':>8}  note")
+    for name, seconds, note in rows:
+        _say(f"{name:<{width}}  {seconds:8.3f}  {note}")
+
+
+def tilegym(src: Path, op: str, tries: int, repeats: int, probes: int, out: Path | None) -> None:
+    """Run the loop on a fresh git copy of ``src`` and print where a try's time goes, step by step."""
     import shutil  # noqa: PLC0415
+
+    from cutile_perf import records, session  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "tilegym"
@@ -184,23 +197,29 @@ def tilegym(src: Path, op: str, tries: int, repeats: int, probes: int) -> tuple[
         kernel, test = f"src/tilegym/ops/cutile/{op}.py", f"tests/ops/test_{op}.py"
         env = {**_ENV, "PYTHONPATH": os.pathsep.join([str(work / "src"), _ENV["PYTHONPATH"]])}
         cli = [sys.executable, "-m", "cutile_perf"]
-        _wall([*cli, "init", "--kernel", kernel, "--test", test], work, env)
-        _wall([*cli, "baseline", "--repeats", str(repeats)], work, env)
+        _say(f"{op}: init {_wall([*cli, 'init', '--kernel', kernel, '--test', test], work, env):.1f} s")
+        _say(f"{op}: baseline --repeats {repeats} {_wall([*cli, 'baseline', '--repeats', str(repeats)], work, env):.1f} s")
+        log_path = work / "sandbox/experiments.jsonl"
         for i in range(tries):
             with open(work / kernel, "a", encoding="utf-8") as f:
                 f.write(f"# A/A try {i + 1}: a comment only\n")
-            _wall([*cli, "try", f"A/A {i + 1}: comment only"], work, env, ok=(0, 1))
-        rows = [json.loads(line) for line in (work / "sandbox/experiments.jsonl").read_text().splitlines() if line]
+            wall = _wall([*cli, "try", f"A/A {i + 1}: comment only"], work, env, ok=(0, 1))
+            row = json.loads(log_path.read_text().splitlines()[-1])
+            _say(f"{op}: try {i + 1} {wall:.1f} s, {row['status']}; stages {row['timings'].get('stages')}")
+            if out:
+                out.mkdir(parents=True, exist_ok=True)
+                shutil.copy(log_path, out / f"{op}-experiments.jsonl")
+        rows = [json.loads(line) for line in log_path.read_text().splitlines() if line]
         tries_rows = [r for r in rows if r["iteration"] > 0]
-
-        from cutile_perf import records, session  # noqa: PLC0415
+        _print_table(f"TileGym {op}: one try, means over {len(tries_rows)} A/A tries "
+                     f"({', '.join(r['status'] for r in tries_rows)})", try_breakdown(tries_rows))
 
         sess = session.load(work)
-        anatomy = []
+        _say(f"\nTileGym {op}: one pytest child, taken apart (wall s; median of {probes} unless said)")
 
-        def probe(label: str, argv: list[str], extra_env: dict | None = None, ok=(0,)) -> None:
-            walls = [_wall(argv, work, {**env, **(extra_env or {})}, ok) for _ in range(probes)]
-            anatomy.append((label, stats.median(walls), f"median of {probes}"))
+        def probe(label: str, argv: list[str], extra_env: dict | None = None, ok=(0,), runs: int = probes) -> None:
+            walls = [_wall(argv, work, {**env, **(extra_env or {})}, ok) for _ in range(runs)]
+            _say(f"{label:<48}  {stats.median(walls):8.3f}")
 
         py = sys.executable
         probe("python -c pass", [py, "-c", "pass"])
@@ -212,19 +231,9 @@ def tilegym(src: Path, op: str, tries: int, repeats: int, probes: int) -> tuple[
         for which in ("correctness", "perf"):
             argv = [*sess.argv(which), *plugin]
             probe(f"{which}: pytest --collect-only", [*argv, "--collect-only", "-q"], ok=(0, 5))
-            cache = Path(tmp) / f"jit-{which}"
-            cold = _wall(argv, work, {**env, "CUDA_TILE_CACHE_DIR": str(cache)}, ok=(0, 1))
-            warm = [_wall(argv, work, {**env, "CUDA_TILE_CACHE_DIR": str(cache)}, ok=(0, 1)) for _ in range(probes)]
-            anatomy.append((f"{which}: whole child, JIT cache cold", cold, "1 run"))
-            anatomy.append((f"{which}: whole child, JIT cache warm", stats.median(warm), f"median of {probes}"))
-        return try_breakdown(tries_rows), anatomy, tries_rows
-
-
-def _print_table(title: str, rows: list[tuple[str, float, str]]) -> None:
-    width = max(len(name) for name, *_ in rows)
-    print(f"\n{title}\n{'component':<{width}}  {'s':>8}  note")
-    for name, seconds, note in rows:
-        print(f"{name:<{width}}  {seconds:8.3f}  {note}")
+            cache = {"CUDA_TILE_CACHE_DIR": str(Path(tmp) / f"jit-{which}")}
+            probe(f"{which}: whole child, JIT cache cold (1 run)", argv, cache, ok=(0, 1), runs=1)
+            probe(f"{which}: whole child, JIT cache warm", argv, cache, ok=(0, 1))
 
 
 def main_cli() -> int:
@@ -236,12 +245,10 @@ def main_cli() -> int:
     parser.add_argument("--tries", type=int, default=3, help="with --tilegym: A/A tries (default 3)")
     parser.add_argument("--repeats", type=int, default=3, help="with --tilegym: baseline perf runs (default 3)")
     parser.add_argument("--probes", type=int, default=3, help="with --tilegym: runs of each child probe (default 3)")
+    parser.add_argument("--out", type=Path, help="with --tilegym: copy the session log here after each try")
     args = parser.parse_args()
     if args.tilegym:
-        breakdown, anatomy, rows = tilegym(args.tilegym.resolve(), args.op, args.tries, args.repeats, probes=args.probes)
-        _print_table(f"TileGym {args.op}: one try, medians over {len(rows)} A/A tries "
-                     f"({', '.join(r['status'] for r in rows)})", breakdown)
-        _print_table(f"TileGym {args.op}: one pytest child, taken apart", anatomy)
+        tilegym(args.tilegym.resolve(), args.op, args.tries, args.repeats, args.probes, args.out)
         return 0
     rows = measure(args.iterations, args.runs)
     width = max(len(name) for name, *_ in rows)
