@@ -164,7 +164,7 @@ def test_only_a_wrong_result_is_a_revert_row():
 def test_decide_module_keeps_its_frozen_defaults():
     # The defaults are part of every session's frozen rules; changing one is a deliberate act.
     assert (T.noise_k, T.min_noise, T.recheck_fraction, T.slower_z, T.plausible_factor, T.min_confirm_pairs) == (
-        1.5, 0.005, 0.25, 3.5, 3.0, 3)
+        1.5, 0.005, 0.25, 2.75, 3.0, 3)
     assert decide.NOISE_WIDTH_PER_SD == 3.5
 
 
