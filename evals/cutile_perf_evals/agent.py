@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cutile_perf import runner
+
 PLACEHOLDERS = ("prompt_file", "prompt", "repo", "trial_dir", "time_limit")
 TERM_GRACE_S = 5.0
 
@@ -53,19 +55,6 @@ def render(template: str, values: dict[str, str]) -> str:
     return template.format(**{k: shlex.quote(str(v)) for k, v in values.items()})
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    for sig, wait_s in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def launch(template: str, *, repo: Path, prompt_file: Path, trial_dir: Path, time_limit_s: float,
            bin_dir: Path) -> AgentRun:
     prompt = Path(prompt_file).read_text(encoding="utf-8")
@@ -83,9 +72,9 @@ def launch(template: str, *, repo: Path, prompt_file: Path, trial_dir: Path, tim
             proc.wait(timeout=time_limit_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(proc)
+            runner.kill_group(proc, TERM_GRACE_S)
         except BaseException:
-            _kill_group(proc)
+            runner.kill_group(proc, TERM_GRACE_S)
             raise
         else:
             try:  # anything the agent left running in the background stops with it

@@ -70,9 +70,13 @@ class RunResult:
         return text[-chars:]
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the child's whole process group, then SIGKILL what is left after a grace period."""
-    for sig, wait_s in ((signal.SIGTERM, _TERM_GRACE_S), (signal.SIGKILL, 10.0)):
+def kill_group(proc: subprocess.Popen, grace_s: float = _TERM_GRACE_S) -> None:
+    """SIGTERM the child's whole process group, then SIGKILL what is left after ``grace_s``.
+
+    The child must lead its own group (``start_new_session=True``); the evals' agent launcher uses
+    this too.
+    """
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
@@ -136,9 +140,9 @@ def _wait(proc: subprocess.Popen, argv: list[str], timeout_s: float, output_path
         proc.wait(timeout=max(timeout_s, 0.001))
     except subprocess.TimeoutExpired:
         timed_out = True
-        _kill_group(proc)
+        kill_group(proc)
     except BaseException:
-        _kill_group(proc)
+        kill_group(proc)
         raise
     else:
         # A test that spawned a daemon must not keep running into the next iteration.
