@@ -169,6 +169,21 @@ def allow_no_gpu(repo: Path) -> None:
     path.write_text(text.replace("require_gpu: true", "require_gpu: false"), encoding="utf-8")
 
 
+def edit_session(repo: Path, **changes) -> None:
+    """Edit sandbox/session.yaml: top-level keys are replaced, ``thresholds`` entries merged. Only
+    before the baseline (the session is frozen into it), except where a test attacks it."""
+    import yaml  # noqa: PLC0415 - only the tests that edit sessions need it
+
+    path = repo / "sandbox" / "session.yaml"
+    data = yaml.safe_load(path.read_text())
+    for key, value in changes.items():
+        if key == "thresholds":
+            data["thresholds"].update(value)
+        else:
+            data[key] = value
+    path.write_text(yaml.safe_dump(data))
+
+
 def edit_kernel(repo: Path, **changes) -> None:
     """Rewrite knob lines of the simulated kernel, as an agent's uncommitted edit would."""
     path = repo / KERNEL_REL

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fixtures_repo import KERNEL_REL, TEST_REL, allow_no_gpu, edit_kernel, git, tilegym_like_repo  # noqa: F401
+from fixtures_repo import (  # noqa: F401
+    KERNEL_REL, TEST_REL, allow_no_gpu, edit_kernel, edit_session, git, tilegym_like_repo)
 
 from cutile_perf.cli import main
 from cutile_perf.decide import Thresholds
@@ -36,17 +37,6 @@ def head(repo: Path) -> str:
 
 def entries(repo: Path) -> list[dict]:
     return [json.loads(line) for line in (repo / "sandbox/experiments.jsonl").read_text().splitlines() if line]
-
-
-def edit_session(repo: Path, **changes) -> None:
-    path = repo / "sandbox/session.yaml"
-    data = yaml.safe_load(path.read_text())
-    for key, value in changes.items():
-        if key == "thresholds":
-            data["thresholds"].update(value)
-        else:
-            data[key] = value
-    path.write_text(yaml.safe_dump(data))
 
 
 def start_session(repo: Path, capsys, **session_edits) -> Path:

@@ -38,8 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
-from fixtures_repo import KERNEL_REL, TEST_REL, allow_no_gpu, build_tilegym_like_repo, edit_kernel, git
+from fixtures_repo import KERNEL_REL, TEST_REL, allow_no_gpu, build_tilegym_like_repo, edit_kernel, edit_session, git
 
 from cutile_perf.cli import main
 from cutile_perf.decide import Thresholds
@@ -93,18 +92,6 @@ def rows(repo: Path) -> list[dict]:
         with contextlib.suppress(ValueError):
             out.append(json.loads(line))
     return out
-
-
-def set_session(repo: Path, **changes) -> None:
-    """Edit sandbox/session.yaml (only before the baseline, except where a test attacks it)."""
-    path = repo / "sandbox/session.yaml"
-    data = yaml.safe_load(path.read_text())
-    for key, value in changes.items():
-        if key == "thresholds":
-            data["thresholds"].update(value)
-        else:
-            data[key] = value
-    path.write_text(yaml.safe_dump(data))
 
 
 def append_to_kernel(repo: Path, code: str) -> None:
@@ -573,7 +560,7 @@ for _box in _sandboxes():
 
 def test_session_yaml_edited_after_the_baseline_is_refused(repo):
     """The fence, commands and thresholds are frozen at the baseline: a later hand edit is refused."""
-    set_session(repo, fence=[KERNEL_REL, TEST_REL])
+    edit_session(repo, fence=[KERNEL_REL, TEST_REL])
     edit_kernel(repo, latency=FAST)
     (repo / TEST_REL).write_text((repo / TEST_REL).read_text() + "\n# loosen the tolerance\n")
     before = snapshot(repo)
@@ -865,7 +852,7 @@ def test_misspelt_threshold_key_is_a_usage_error_before_anything_runs(tmp_path):
     repo = build_tilegym_like_repo(tmp_path)
     assert call(repo, "init", "--kernel", "rms_norm")[0] == 0
     allow_no_gpu(repo)
-    set_session(repo, thresholds={"noise_kk": 2.0})
+    edit_session(repo, thresholds={"noise_kk": 2.0})
     code, data, _ = call(repo, "baseline", "--repeats", "1")
     assert code == 2 and "noise_kk" in data.get("error", ""), data
     assert not (repo / "sandbox/experiments.jsonl").exists() and not (repo / "sandbox/runs").exists()
