@@ -304,10 +304,12 @@ def confirm(paired: dict[str, tuple[list[float], list[float]]], t: Thresholds,
     improvement needs the interval of the per-pair geomean ratio to lie below ``1 - gate``.
 
     A second slowdown rule works on the per-pair log ratios (``paired_log_ratios``): a case whose
-    mean exceeds ``slower_z`` standard errors (one spread pooled over all cases and the baseline's
-    own runs) is slower. It catches a real slowdown smaller than the gate, which the interval rule
+    mean exceeds ``slower_threshold`` standard errors (``slower_z`` raised for the number of
+    cases) is slower. It catches a real slowdown smaller than the gate, which the interval rule
     lets through; with every candidate judged against the baseline commit, such small slowdowns
-    cannot add up over several "within noise" keeps.
+    cannot add up over several "within noise" keeps. The same test backs every other verdict here:
+    a revert on a gate needs it to see some rise (``SOME_RISE_Z``), and a geomean verdict needs it
+    to agree at ``slower_threshold`` for one test.
     """
     if not paired:
         raise ValueError("confirm needs at least one shape")
