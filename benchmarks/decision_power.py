@@ -105,7 +105,7 @@ def ratchet_rows(args, t: decide.Thresholds, rng: random.Random) -> list[list]:
     for _ in range(args.sessions):
         sim = Simulator(args.noise, args.drift, rng)
         ref = baseline(sim, TRUE_MS, args.repeats, t)
-        gate = max(t.regression_tolerance, t.noise_k * max(t.min_noise, ref.noise[CASES[0]]))
+        gate = decide.single_run_gate(decide.case_noise(ref.noise, CASES[0], t), t)
         kept = base = dict(TRUE_MS)
         for _step in range(10):
             cand = {**kept, CASES[0]: kept[CASES[0]] * (1 + args.slowdown)}

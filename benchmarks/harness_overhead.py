@@ -146,7 +146,9 @@ def _wall(argv: list[str], cwd: Path, env: dict, ok: tuple[int, ...] = (0,)) -> 
 
 
 def stage_kind(name: str) -> str:
-    """``"3-confirm2-base-perf"`` -> ``"re-check perf"``; ``"3-correctness"`` -> ``"correctness"``."""
+    """``"3-confirm2-base-perf"`` -> ``"re-check perf (interleaved)"``; ``"3-correctness"`` -> ``"correctness"``.
+
+    Stage names are ``StageRunner.stage``'s ``f"{tag}-{name}"``; ``try`` tags re-check runs ``N-confirmK-base|cand``."""
     if "-confirm" in name:
         return "re-check perf (interleaved)"
     return name.rsplit("-", 1)[-1]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from cutile_perf import stats
 
@@ -167,6 +167,16 @@ def _aggregate_noise(noise: dict[str, float], shapes: list[str], minimum: float)
     return max(minimum, math.sqrt(sum(noise[s] ** 2 for s in shapes) / len(shapes)))
 
 
+def case_noise(noise: dict[str, float], case: str, t: Thresholds) -> float:
+    """A case's noise floor as the rules read it: never below ``min_noise``; unmeasured, ``SINGLE_RUN_NOISE``."""
+    return max(t.min_noise, noise.get(case, SINGLE_RUN_NOISE))
+
+
+def single_run_gate(floor: float, t: Thresholds) -> float:
+    """How much slower than the baseline a case may measure and still be noise: ``max(tolerance, noise_k x floor)``."""
+    return max(t.regression_tolerance, t.noise_k * floor)
+
+
 def decide(
     baseline: dict[str, float], candidate: dict[str, float], noise: dict[str, float], t: Thresholds
 ) -> Decision:
@@ -177,8 +187,8 @@ def decide(
                         f"({len(missing)} of {len(baseline)} missing)", worst_shape=missing[0])
     shapes = sorted(baseline)
     changes = {s: stats.relative_change(baseline[s], candidate[s]) for s in shapes}
-    floor = {s: max(t.min_noise, noise.get(s, SINGLE_RUN_NOISE)) for s in shapes}
-    gates = {s: max(t.regression_tolerance, t.noise_k * floor[s]) for s in shapes}
+    floor = {s: case_noise(noise, s, t) for s in shapes}
+    gates = {s: single_run_gate(floor[s], t) for s in shapes}
     # The borderline band is as wide for every shape as for the noisiest one: a quiet shape's few
     # runs may have agreed by luck, so only a move beyond what any shape's noise explains skips
     # the interleaved confirmation.
@@ -534,14 +544,12 @@ def judge(ref: Reference, t: Thresholds, *, correctness: StageEvidence | None = 
         # "Within noise" never keeps code whose paired median sits beyond the case's gate: the kept
         # HEAD may not drift past the gate, however the statistics above came out.
         for case in cases:
-            gate = max(t.regression_tolerance, t.noise_k * max(t.min_noise, ref.noise.get(case, SINGLE_RUN_NOISE)))
+            gate = single_run_gate(case_noise(ref.noise, case, t), t)
             change = confirmed.changes.get(case, 0.0)
             if change > gate and confirmed.paired_z.get(case, 0.0) > SOME_RISE_Z:
                 reason = (f"shape {case} {format_change(change)} vs the baseline commit, beyond its gate "
                           f"{gate * 100:.1f} % (interleaved median ratio)")
-                decision = Decision("revert", "regression", reason, changes=confirmed.changes, gates=confirmed.gates,
-                                    geomean_change=confirmed.geomean_change, worst_shape=case, source="confirm",
-                                    paired_z=confirmed.paired_z)
+                decision = replace(confirmed, verdict="revert", tier="regression", reason=reason, worst_shape=case)
                 return Verdict("revert", reason, decision=decision)
     still = [c for c in cases if stats.median(paired[c][0]) / stats.median(paired[c][1]) > t.plausible_factor]
     review = bool(implausible) and confirmed.verdict == "keep"

@@ -148,4 +148,3 @@ def _z_value(confidence: float) -> float:
         return table[round(confidence, 2)]
     except KeyError:
         raise ValueError(f"confidence {confidence} not supported; use one of {sorted(table)}") from None
-
