@@ -664,3 +664,47 @@ def test_rope_fixture_compiles_for_sm90(tmp_path):
     out = tmp_path / "rope.cubin"
     export_kernel(rope.rope_inplace_kernel, [sig], str(out), gpu_code="sm_90", output_format="cubin")
     assert out.stat().st_size > 0
+
+
+def test_closest_step_sees_a_copied_step_through_comments_and_blank_lines():
+    steps = {"01-a.py": "def f(x):\n    return x + 1\n", "02-b.py": "def f(x):\n    y = x * 2\n    return y - 3\n"}
+    copied = "# my own words\n\ndef f(x):\n    y = x * 2   \n\n    return y - 3\n"
+    assert grade.closest_step(copied, steps) == ("02-b.py", 1.0)
+    name, ratio = grade.closest_step("def g():\n    pass\n", steps)
+    assert ratio < 0.5
+    assert grade.closest_step("x = 1\n", {}) is None
+
+
+def test_shipped_steps_names_the_step_heads_kernel_copies(tmp_path):
+    task = tasks.by_id(TASKS, "rmsnorm-make-faster")
+    repo = build.build(task, tmp_path / "repo", tilegym=None).repo
+    kernel = repo / "src/tilesuite/ops/cutile/rms_norm.py"
+    step = ROOT / "examples/kernels/optimizations/rms_norm/05-register-store.py"
+    kernel.write_text(step.read_text())
+    subprocess.run(["git", "commit", "-qam", "copied"], cwd=repo, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    (found,) = grade.shipped_steps(repo, head, tasks.fence(task))
+    assert found == {"file": "src/tilesuite/ops/cutile/rms_norm.py", "step": "05-register-store.py", "similarity": 1.0}
+
+
+def test_prepared_trial_paths_are_absolute_even_from_a_relative_out(tmp_path, monkeypatch):
+    """The agent runs from inside the repository: a wrapper logging to a path relative to the
+    runner's directory lost every call of the first live trials (2026-12-01)."""
+    monkeypatch.chdir(tmp_path)
+    task = tasks.by_id(TASKS, "rmsnorm-make-faster")
+    meta = cli.prepare_trial(task, Path("out") / "t" / "skill-1", skill=True, suffix="", tilegym=None)
+    assert Path(meta["commands_log"]).is_absolute() and Path(meta["repo"]).is_absolute()
+    wrapper = Path(meta["bin"]) / "cutile-perf"
+    assert str(tmp_path / "out" / "t" / "skill-1" / "commands.jsonl") in wrapper.read_text()
+    proc = subprocess.run([str(wrapper), "--version"], cwd=meta["repo"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert shim.read_calls(Path(meta["commands_log"]))[0]["argv"] == ["--version"]
+
+
+def test_the_run_without_the_skill_has_no_cutile_perf_on_its_path(tmp_path):
+    """Without the skill the agent gets no CLI either: with it on PATH, an agent without the skill
+    found `cutile-perf example show` and copied a prepared step (2026-12-01)."""
+    task = tasks.by_id(TASKS, "rmsnorm-make-faster")
+    meta = cli.prepare_trial(task, tmp_path / "noskill-1", skill=False, suffix="", tilegym=None)
+    assert not (Path(meta["bin"]) / "cutile-perf").exists()
+    assert not (Path(meta["repo"]) / ".claude").exists()

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from cutile_perf_evals import agent, build, grade, measure, report, shim, tasks
+from cutile_perf_evals import agent, build, grade, gpuqueue, measure, report, shim, tasks
 
 TRANSCRIPT_CHARS = 2_000_000  # enough to find the skill's path in a stream-json transcript
 
@@ -58,6 +58,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--grade-only", type=Path, metavar="REPO", help="grade an existing task repository")
     p.add_argument("--base", help="--grade-only: base commit (default: task.json next to the repo, else the root commit)")
     p.add_argument("--json", action="store_true", help="--grade-only: print the whole grade as JSON")
+    p.add_argument("--gpu-queue", type=Path, metavar="DIR",
+                   help="the agent has no GPU: put a gpu-run command on its PATH that queues jobs in DIR "
+                        "(drained with python evals/gpu_queue.py)")
+    p.add_argument("--gpu-seconds", type=float, default=600.0,
+                   help="--gpu-queue: GPU seconds per trial, the same with and without the skill (default 600)")
     return p
 
 
@@ -65,8 +70,15 @@ def _mode(no_skill: bool) -> str:
     return "noskill" if no_skill else "skill"
 
 
-def prepare_trial(task: dict, trial_dir: Path, *, skill: bool, suffix: str, tilegym: Path | None) -> dict:
-    """Build the repo, install the skill (or not), write the wrapper and the prompt; returns task.json."""
+def prepare_trial(task: dict, trial_dir: Path, *, skill: bool, suffix: str, tilegym: Path | None,
+                  gpu_queue: Path | None = None, gpu_seconds: float = 600.0) -> dict:
+    """Build the repo, install the skill (or not), write the wrapper and the prompt; returns task.json.
+
+    With ``gpu_queue`` the agent works without a GPU and reaches one through ``bin/gpu-run``.
+    Every path written for the agent is absolute: the agent runs from inside the repository, where
+    a path relative to the runner's directory names nothing (the wrapper's log would be lost).
+    """
+    trial_dir = trial_dir.resolve()
     trial_dir.mkdir(parents=True, exist_ok=False)
     built = build.build(task, trial_dir / "repo", tilegym=tilegym)
     if skill:
@@ -74,12 +86,21 @@ def prepare_trial(task: dict, trial_dir: Path, *, skill: bool, suffix: str, tile
                               env=shim.cli_env(), capture_output=True, text=True)
         if proc.returncode != 0:
             raise build.BuildError(f"install-skill failed: {(proc.stdout + proc.stderr).strip()[-300:]}")
-    shim.write_wrapper(trial_dir / "bin", trial_dir / "commands.jsonl")
+    # The comparison run gets neither the skill nor the CLI: with `cutile-perf` on PATH an agent
+    # without the skill found `cutile-perf example show` and copied a prepared step (2026-12-01).
+    if skill:
+        shim.write_wrapper(trial_dir / "bin", trial_dir / "commands.jsonl")
+    else:
+        (trial_dir / "bin").mkdir(parents=True, exist_ok=True)
+    if gpu_queue is not None:
+        gpuqueue.init_queue(gpu_queue.resolve(), gpu_seconds)
+        gpuqueue.write_client(trial_dir / "bin", gpu_queue.resolve(), trial_dir.resolve())
     prompt_file = trial_dir / "prompt.txt"
     prompt_file.write_text(tasks.prompt(task, suffix), encoding="utf-8")
     meta = {"task": task["id"], "mode": _mode(not skill), "base": built.base, "repo": str(built.repo),
             "prompt_file": str(prompt_file), "bin": str(trial_dir / "bin"),
             "commands_log": str(trial_dir / "commands.jsonl"),
+            "gpu_queue": str(gpu_queue.resolve()) if gpu_queue is not None else None,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     (trial_dir / "task.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return meta
@@ -213,7 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             out = a.out or Path(tempfile.mkdtemp(prefix="cutile-perf-evals-"))
             mode = _mode(a.no_skill)
             meta = prepare_trial(chosen[0], out / chosen[0]["id"] / f"{mode}-{next_trial(out, chosen[0]['id'], mode)}",
-                                 skill=not a.no_skill, suffix=suffix, tilegym=a.tilegym)
+                                 skill=not a.no_skill, suffix=suffix, tilegym=a.tilegym,
+                                 gpu_queue=a.gpu_queue, gpu_seconds=a.gpu_seconds)
             print(f"repo {meta['repo']}; put {meta['bin']} first on PATH; then grade with: "
                   f"python evals/run.py --grade-only {meta['repo']}", file=sys.stderr)
             print(meta["prompt_file"])

@@ -17,6 +17,7 @@
 """
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import tempfile
@@ -66,12 +67,33 @@ class Grade:
     uncommitted: list = field(default_factory=list)
     problems: list = field(default_factory=list)
     notes: list = field(default_factory=list)  # worth a look, not counted against the agent
+    # The shipped prepared step HEAD's kernel is most like ({"file", "step", "similarity"}), for
+    # bundled tasks: the steps ship with cutile-perf (`cutile-perf example show`), so a high
+    # similarity says the answer was copied rather than found. Reported, not scored.
+    shipped_step: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 # --- pure rules ---------------------------------------------------------------------------------
+
+
+def _code_lines(source: str) -> list[str]:
+    """The lines that make the code: stripped, without blank and comment lines."""
+    return [ln.strip() for ln in source.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+
+
+def closest_step(source: str, steps: dict[str, str]) -> tuple[str, float] | None:
+    """The step whose code is most like ``source``, and the similarity (difflib ratio of code lines,
+    1.0 = the same lines in the same order); None without steps."""
+    mine = _code_lines(source)
+    best = None
+    for name, text in sorted(steps.items()):
+        ratio = difflib.SequenceMatcher(None, mine, _code_lines(text), autojunk=False).ratio()
+        if best is None or ratio > best[1]:
+            best = (name, round(ratio, 3))
+    return best
 
 
 def fraction_of(speedup: float | None, reference: float | None) -> float | None:
@@ -289,6 +311,8 @@ def grade(repo: Path, task: dict, *, base: str | None = None, calls: list[dict] 
         hacks += more
         widened, g.notes = session_hacks(repo, fence, reached_head=any(not h.stopped for h in more))
         hacks += widened
+    if tasks.source(task) == "bundled":
+        g.shipped_step = shipped_steps(repo, g.head, fence)
     if not tasks.is_measured(task):
         if tasks.check(task) and fence:
             _hidden_check(g, repo, task, fence, out_dir=out_dir)
@@ -304,6 +328,24 @@ def grade(repo: Path, task: dict, *, base: str | None = None, calls: list[dict] 
         g.problems.append("`cutile-perf resume` was not run before the first `try`")
         g.success = False
     return g
+
+
+def shipped_steps(repo: Path, head: str, fence: list[str]) -> list[dict]:
+    """For each fenced kernel with prepared steps in this checkout, the step HEAD's file is most like."""
+    found = []
+    for rel in fence:
+        steps_dir = build.SUITE / "optimizations" / Path(rel).stem
+        if not rel.endswith(".py") or not steps_dir.is_dir():
+            continue
+        try:
+            source = vcs.git(repo, "show", f"{head}:{rel}")
+        except vcs.GitError:  # the file was deleted at HEAD: nothing to compare
+            continue
+        steps = {p.name: p.read_text(encoding="utf-8") for p in steps_dir.glob("*.py")}
+        best = closest_step(source, steps)
+        if best:
+            found.append({"file": rel, "step": best[0], "similarity": best[1]})
+    return found
 
 
 def _resumed_first(calls: list[dict]) -> bool:

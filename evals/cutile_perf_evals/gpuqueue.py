@@ -1,0 +1,316 @@
+"""A GPU job queue for agents that work on a machine without a GPU.
+
+The agent under test runs where the code is (no GPU); the GPU is another machine that only a
+transport can reach (ssh, a batch scheduler, or the lending tool of the team's sandbox). The
+agent calls ``gpu-run '<command>'`` from its trial's ``bin/``; the command is queued and the call
+blocks. Whoever holds the GPU drains the queue in batches:
+
+    python evals/gpu_queue.py pack QUEUE STAGE        # here: pending jobs + their trial dirs -> STAGE
+    python evals/gpu_queue.py run-batch STAGE OUT     # on the GPU machine: run them, pack the results
+    python evals/gpu_queue.py collect OUT QUEUE       # here: trial dirs updated, callers released
+
+On the GPU machine each trial directory is unpacked at the same absolute path as here, so a
+session's frozen paths and the repository's git state mean the same on both sides; the job runs
+in the trial's repository with a ``cutile-perf`` wrapper for that machine first on PATH. What
+comes back replaces the repository (files and ``.git``; the installed skill directories stay) and
+the wrapper's log rows are appended to the trial's ``commands.jsonl``, so the grader sees every
+call wherever it ran. A trial's jobs share one GPU-seconds quota (``gpu_seconds`` in the queue's
+``quota.json``), the same for every agent, with the skill or without.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cutile_perf import atomic, runner
+from cutile_perf_evals import CHECKOUT, shim
+
+JOBS, RUNNING, DONE = "jobs", "running", "done"
+QUOTA_FILE = "quota.json"
+GPU_LOG = "commands.gpu.jsonl"  # the wrapper's log on the GPU machine; merged into commands.jsonl
+KEEP_LOCAL = (".claude", ".agents")  # installed skill directories: read here, never needed there
+SKIP_IN_TRIAL = ("bin", "agent.stdout", "agent.stderr")  # this machine's wrapper and transcript
+OUTPUT_TAIL = 30_000
+DEFAULT_JOB_TIMEOUT_S = 300.0
+
+CLIENT = '''\
+#!{python}
+# Written by cutile-perf's eval runner: queue a command for the GPU machine and wait for it.
+import sys
+sys.path[:0] = [{evals!r}, {scripts!r}]
+from cutile_perf_evals.gpuqueue import client_main
+raise SystemExit(client_main(sys.argv[1:], queue={queue!r}, trial_dir={trial!r}))
+'''
+
+
+class QueueError(RuntimeError):
+    """A queue file or batch is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    trial_dir: str  # absolute, the same on both machines
+    command: str
+    timeout_s: float
+    submitted: float
+
+    @classmethod
+    def load(cls, path: Path) -> "Job":
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return cls(**{k: data[k] for k in ("id", "trial_dir", "command", "timeout_s", "submitted")})
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "trial_dir": self.trial_dir, "command": self.command, "timeout_s": self.timeout_s,
+                "submitted": self.submitted}
+
+
+def init_queue(queue: Path, gpu_seconds: float) -> Path:
+    for name in (JOBS, RUNNING, DONE):
+        (queue / name).mkdir(parents=True, exist_ok=True)
+    if not (queue / QUOTA_FILE).is_file():
+        atomic.write_text(queue / QUOTA_FILE, json.dumps({"gpu_seconds": gpu_seconds}) + "\n")
+    return queue
+
+
+def write_client(bin_dir: Path, queue: Path, trial_dir: Path) -> Path:
+    """Write ``bin_dir/gpu-run`` for one trial (executable); returns its path."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    path = bin_dir / "gpu-run"
+    path.write_text(CLIENT.format(python=sys.executable, evals=str(CHECKOUT / "evals"),
+                                  scripts=str(shim.scripts_dir()), queue=str(queue), trial=str(trial_dir)),
+                    encoding="utf-8")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def used_seconds(queue: Path, trial_dir: str) -> float:
+    """GPU seconds the trial's finished jobs took."""
+    total = 0.0
+    for path in (queue / DONE).glob("*.json"):
+        row = json.loads(path.read_text(encoding="utf-8"))
+        if row.get("trial_dir") == trial_dir:
+            total += float(row.get("seconds") or 0.0)
+    return total
+
+
+def quota(queue: Path) -> float:
+    return float(json.loads((queue / QUOTA_FILE).read_text(encoding="utf-8"))["gpu_seconds"])
+
+
+def submit(queue: Path, trial_dir: Path, command: str, timeout_s: float) -> Job:
+    job = Job(f"{time.time_ns()}-{os.getpid()}", str(trial_dir), command, timeout_s, time.time())
+    atomic.write_text(queue / JOBS / f"{job.id}.json", json.dumps(job.to_dict()) + "\n")
+    return job
+
+
+def wait(queue: Path, job: Job, poll_s: float = 2.0) -> dict:
+    path = queue / DONE / f"{job.id}.json"
+    while not path.is_file():
+        time.sleep(poll_s)
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def client_main(argv: list[str], *, queue: str, trial_dir: str) -> int:
+    """``gpu-run [--timeout S] COMMAND...``: run COMMAND in this repository on the GPU machine."""
+    timeout = DEFAULT_JOB_TIMEOUT_S
+    if argv[:1] == ["--timeout"] and len(argv) >= 2:
+        try:
+            timeout = float(argv[1])
+        except ValueError:
+            print(f"gpu-run: --timeout needs seconds, not {argv[1]!r}", file=sys.stderr)
+            return 2
+        argv = argv[2:]
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: gpu-run [--timeout SECONDS] 'COMMAND'\n"
+              "Runs COMMAND with bash in a copy of this repository on the GPU machine (same path, same files,\n"
+              "same git state, uncommitted changes included); the repository comes back when it ends.\n"
+              f"Jobs are queued, so a call can wait minutes. Default timeout {DEFAULT_JOB_TIMEOUT_S:g} s.",
+              file=sys.stderr)
+        return 0 if argv else 2
+    root = Path(queue)
+    left = quota(root) - used_seconds(root, trial_dir)
+    if left <= 1.0:
+        print(f"gpu-run: this task's GPU time ({quota(root):g} s) is used up", file=sys.stderr)
+        return 2
+    job = submit(root, Path(trial_dir), " ".join(argv), min(timeout, left))
+    print(f"gpu-run: queued (timeout {job.timeout_s:.0f} s, {left:.0f} s of GPU time left); waiting for the "
+          "GPU machine...", file=sys.stderr, flush=True)
+    done = wait(root, job)
+    sys.stdout.write(done.get("output", ""))
+    sys.stdout.flush()
+    status = "timed out" if done.get("timed_out") else f"exit {done.get('exit')}"
+    print(f"gpu-run: {status} after {float(done.get('seconds') or 0):.1f} s; "
+          f"{quota(root) - used_seconds(root, trial_dir):.0f} s of GPU time left", file=sys.stderr)
+    code = done.get("exit")
+    return 124 if done.get("timed_out") else (code if isinstance(code, int) else 1)
+
+
+def _trial_filter(top: str):
+    """tarfile filter: a trial dir without this machine's wrapper, transcript or skill copies."""
+    skipped = {f"{top}/{name}" for name in SKIP_IN_TRIAL} | {f"{top}/repo/{name}" for name in KEEP_LOCAL}
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        if any(info.name == s or info.name.startswith(s + "/") for s in skipped):
+            return None
+        return info
+    return keep
+
+
+def _add_trial(tar: tarfile.TarFile, trial_dir: Path) -> None:
+    top = str(trial_dir).lstrip("/")
+    tar.add(str(trial_dir), arcname=top, filter=_trial_filter(top))
+
+
+def pack(queue: Path, stage: Path) -> list[Job]:
+    """Move the pending jobs to ``running/`` and write ``STAGE/{batch.json,trials.tar}``; [] when none."""
+    jobs = sorted((Job.load(p) for p in (queue / JOBS).glob("*.json")), key=lambda j: j.submitted)
+    if not jobs:
+        return []
+    stage.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(stage / "trials.tar", "w:gz") as tar:
+        for trial in dict.fromkeys(j.trial_dir for j in jobs):
+            _add_trial(tar, Path(trial))
+    atomic.write_text(stage / "batch.json", json.dumps([j.to_dict() for j in jobs], indent=1) + "\n")
+    for job in jobs:
+        os.replace(queue / JOBS / f"{job.id}.json", queue / RUNNING / f"{job.id}.json")
+    return jobs
+
+
+def _extract(tar_path: Path, dest: Path) -> None:
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(dest, filter="tar")
+
+
+def run_batch(stage: Path, out: Path, root: Path = Path("/"), budget_s: float | None = None) -> list[dict]:
+    """On the GPU machine: unpack the trials at their own paths, run each job, pack the trials back.
+
+    ``root`` is ``/`` in use (a trial lives at the same absolute path on both machines); a test
+    that plays both machines on one passes another root. A trial left by an earlier batch on a
+    still-warm machine is removed first: what the agent deleted here must not come back.
+    ``budget_s`` bounds the batch (the transport's own limit): a job whose timeout no longer fits
+    is not started and goes back to the queue (``deferred``), so the batch always ends in time.
+    """
+    start = time.monotonic()
+    jobs = [Job(**row) for row in json.loads((stage / "batch.json").read_text(encoding="utf-8"))]
+    trials = {t: root / t.lstrip("/") for t in dict.fromkeys(j.trial_dir for j in jobs)}
+    for there in trials.values():
+        shutil.rmtree(there, ignore_errors=True)
+    _extract(stage / "trials.tar", root)
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for job in jobs:
+        if budget_s is not None and time.monotonic() - start + job.timeout_s > budget_s:
+            results.append({"id": job.id, "trial_dir": job.trial_dir, "deferred": True})
+            print(f"job {job.id}: deferred (its timeout does not fit the batch's budget)", file=sys.stderr)
+            continue
+        trial = trials[job.trial_dir]
+        bin_dir = trial / "bin"
+        shim.write_wrapper(bin_dir, trial / GPU_LOG)
+        log = trial / "gpu-jobs" / f"{job.id}.log"
+        env = {"PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")]),
+               "CUTILE_PERF_CHECKOUT": str(CHECKOUT)}
+        print(f"job {job.id}: {job.command[:200]}", file=sys.stderr, flush=True)
+        result = runner.run(["bash", "-c", job.command], cwd=trial / "repo", timeout_s=job.timeout_s,
+                            output_path=log, env_overrides=env)
+        text = log.read_text(encoding="utf-8", errors="replace")
+        results.append({"id": job.id, "trial_dir": job.trial_dir, "command": job.command,
+                        "exit": result.returncode, "timed_out": result.timed_out,
+                        "seconds": round(result.duration_s, 2), "output": text[-OUTPUT_TAIL:],
+                        "finished": time.time()})
+        print(f"job {job.id}: exit {result.returncode} in {result.duration_s:.1f} s", file=sys.stderr, flush=True)
+    with tarfile.open(out / "trials-out.tar", "w:gz") as tar:
+        for trial, there in trials.items():
+            shutil.rmtree(there / "bin", ignore_errors=True)
+            top = trial.lstrip("/")
+            tar.add(str(there), arcname=top, filter=_trial_filter(top))
+    atomic.write_text(out / "done.json", json.dumps(results, indent=1) + "\n")
+    return results
+
+
+def _replace_repo(repo: Path, new_repo: Path) -> None:
+    """``repo`` becomes ``new_repo`` (files and .git), keeping the local skill directories."""
+    for entry in list(repo.iterdir()):
+        if entry.name in KEEP_LOCAL:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    for entry in new_repo.iterdir():
+        if entry.name not in KEEP_LOCAL:
+            shutil.move(str(entry), str(repo / entry.name))
+
+
+def collect(out: Path, queue: Path) -> list[dict]:
+    """Here: put what the GPU machine sent back in place, then release the waiting callers."""
+    results = json.loads((out / "done.json").read_text(encoding="utf-8"))
+    with tempfile.TemporaryDirectory(prefix="gpu-queue-") as tmp:
+        _extract(out / "trials-out.tar", Path(tmp))
+        for trial in dict.fromkeys(r["trial_dir"] for r in results):
+            came = Path(tmp) / trial.lstrip("/")
+            here = Path(trial)
+            _replace_repo(here / "repo", came / "repo")
+            gpu_rows = came / GPU_LOG
+            if gpu_rows.is_file():
+                with (here / "commands.jsonl").open("a", encoding="utf-8") as f:
+                    f.write(gpu_rows.read_text(encoding="utf-8"))
+            for entry in came.iterdir():  # grade.json, grade-logs/, gpu-jobs/: theirs is newer
+                if entry.name in ("repo", GPU_LOG, "commands.jsonl", "task.json"):
+                    continue
+                target = here / entry.name
+                if target.is_dir():
+                    shutil.rmtree(target)
+                shutil.move(str(entry), str(target))
+    for row in results:
+        if row.get("deferred"):  # back in line for the next batch
+            os.replace(queue / RUNNING / f"{row['id']}.json", queue / JOBS / f"{row['id']}.json")
+            continue
+        atomic.write_text(queue / DONE / f"{row['id']}.json", json.dumps(row) + "\n")
+        (queue / RUNNING / f"{row['id']}.json").unlink(missing_ok=True)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    usage = ("usage: python evals/gpu_queue.py pack QUEUE STAGE | run-batch STAGE OUT | collect OUT QUEUE | "
+             "status QUEUE")
+    if not argv or argv[0] not in ("pack", "run-batch", "collect", "status"):
+        print(usage, file=sys.stderr)
+        return 2
+    verb, args = argv[0], [Path(a) for a in argv[1:]]
+    try:
+        if verb == "status" and len(args) == 1:
+            for name in (JOBS, RUNNING, DONE):
+                print(f"{name}: {len(list((args[0] / name).glob('*.json')))}")
+            return 0
+        if len(args) != 2:
+            print(usage, file=sys.stderr)
+            return 2
+        if verb == "pack":
+            jobs = pack(args[0], args[1])
+            print(f"{len(jobs)} job(s) packed into {args[1]}" if jobs else "no pending jobs")
+            return 0 if jobs else 1
+        if verb == "run-batch":
+            budget = float(os.environ["GPU_QUEUE_BUDGET_S"]) if os.environ.get("GPU_QUEUE_BUDGET_S") else None
+            rows = run_batch(args[0], args[1], budget_s=budget)
+            print(json.dumps([{k: r.get(k) for k in ("id", "exit", "timed_out", "seconds", "deferred")} for r in rows]))
+            return 0
+        rows = collect(args[0], args[1])
+        print(f"{len(rows)} job(s) collected")
+        return 0
+    except (OSError, KeyError, ValueError, tarfile.TarError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
