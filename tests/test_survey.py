@@ -111,3 +111,11 @@ def test_a_run_cut_by_the_budget_is_not_reported_as_a_failure(tilegym_like_repo,
     assert row["not_done"].startswith("budget spent") and not row["drivable"]
     assert all(run["cut"] for run in row["runs"].values())
     assert "FAIL" not in data["markdown"]
+
+
+def test_survey_op_keeps_only_the_named_ops_and_refuses_an_unknown_one(two_op_repo, capsys):
+    code, data = cli(capsys, two_op_repo, "--op", "softmax")
+    assert code == 0 and [op["op"] for op in data["ops"]] == ["softmax"]
+    code = main(["survey", "--repo", str(two_op_repo), "--op", "softmaxx"])
+    err = capsys.readouterr().err
+    assert code == 2 and "softmaxx" in err and len(err.strip().splitlines()) <= 2

@@ -105,6 +105,8 @@ def _add_survey(subparsers) -> None:
     p.add_argument("--sample", type=int, default=0, help="with --run, run only the first N tests of each selection")
     p.add_argument("--jobs", type=int, default=1, help="ops surveyed in parallel (default 1)")
     p.add_argument("--under", help="only kernel files below this repo-relative folder (e.g. src/tilegym/ops)")
+    p.add_argument("--op", action="append", default=[], metavar="NAME",
+                   help="only this op (kernel file name without .py; repeatable), e.g. to re-run what a --budget cut")
     p.add_argument("--markdown", action="store_true", help="print the table as markdown")
     p.add_argument("--logs", type=Path, help="keep the pytest logs in this folder (default: a temporary one)")
     p.add_argument("--budget", type=float, help="seconds for the whole survey; ops reached later are listed as not done")
@@ -113,7 +115,7 @@ def _add_survey(subparsers) -> None:
         from cutile_perf.commands.survey import survey
 
         return survey(repo=a.repo, run=a.run, timeout_s=a.timeout, sample=a.sample, jobs=a.jobs, under=a.under,
-                      markdown=a.markdown, logs=a.logs, budget_s=a.budget)
+                      markdown=a.markdown, logs=a.logs, budget_s=a.budget, ops=tuple(a.op))
 
     p.set_defaults(handler=run)
 

@@ -206,8 +206,9 @@ def survey_op(root: Path, kernel: Path, *, run: bool, timeout_s: float, sample: 
 
 def survey(root: Path, *, run: bool = False, timeout_s: float = 300.0, sample: int = 0, jobs: int = 1,
            under: str | None = None, log_dir: Path | None = None, budget_s: float | None = None,
-           progress: Callable[[OpRow], None] | None = None) -> list[OpRow]:
-    """One row per op file, in path order. ``under`` keeps kernel files below that repo-relative folder.
+           progress: Callable[[OpRow], None] | None = None, ops: tuple[str, ...] = ()) -> list[OpRow]:
+    """One row per op file, in path order. ``under`` keeps kernel files below that repo-relative folder,
+    ``ops`` those whose file name (without ``.py``) is one of them.
 
     ``budget_s`` bounds the whole survey: each child's timeout is capped by what is left, and ops
     reached after it is spent are listed with ``not_done`` instead of being dropped from the table.
@@ -217,6 +218,12 @@ def survey(root: Path, *, run: bool = False, timeout_s: float = 300.0, sample: i
     if under:
         prefix = under.strip("/") + "/"
         kernels = [k for k in kernels if k.relative_to(root).as_posix().startswith(prefix)]
+    if ops:
+        unknown = sorted(set(ops) - {k.stem for k in kernels})
+        if unknown:
+            raise UsageError(f"no cuTile kernel file named {', '.join(unknown)}"
+                             + (f" below {under}" if under else ""), "the op is the kernel file name without .py")
+        kernels = [k for k in kernels if k.stem in ops]
     if not kernels:
         raise UsageError(f"no cuTile kernel files (defining @ct.kernel) under {root}/src/**/cutile/"
                          + (f" below {under}" if under else ""), "is this a TileGym-shaped repository?")

@@ -11,7 +11,7 @@ from cutile_perf.session import parse_timeout
 
 
 def survey(*, repo: Path, run: bool, timeout_s: float, sample: int, jobs: int, under: str | None, markdown: bool,
-           logs: Path | None, budget_s: float | None = None) -> Outcome:
+           logs: Path | None, budget_s: float | None = None, ops: tuple[str, ...] = ()) -> Outcome:
     timeout_s = parse_timeout(timeout_s)
     if budget_s is not None:
         budget_s = parse_timeout(budget_s, "--budget")
@@ -25,7 +25,7 @@ def survey(*, repo: Path, run: bool, timeout_s: float, sample: int, jobs: int, u
         say(f"[{done[0]}] {row.kernel}: " + " ".join(survey_mod.row_cells(row, run)[3:]))
 
     rows = survey_mod.survey(root, run=run, timeout_s=timeout_s, sample=sample, jobs=jobs, under=under,
-                             log_dir=logs, budget_s=budget_s, progress=progress)
+                             log_dir=logs, budget_s=budget_s, progress=progress, ops=ops)
     counts = survey_mod.summary(rows)
     table = survey_mod.render_table(rows, with_runs=run, markdown=markdown)
     text = "\n".join([table, "",
