@@ -168,6 +168,25 @@ def _add_try(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+def _add_batch(subparsers) -> None:
+    p = _sub(subparsers, "batch", "one try per prepared candidate of a plan file, in one GPU job, within a time budget",
+             "Example:\n  cutile-perf batch sandbox/plan.yaml --budget 170\n\n"
+             "The plan (YAML) lists tries, each one change with its candidate files kept in sandbox/:\n"
+             "  tries:\n"
+             "    - optimization: \"occupancy 4\"\n"
+             "      files: {src/pkg/ops/cutile/rms_norm.py: sandbox/cand/occ4.py}\n"
+             "An entry starts only if the longest try the log allows for still fits the budget.")
+    p.add_argument("plan", type=Path, help="the plan file (YAML)")
+    p.add_argument("--budget", type=float, help="seconds for the whole batch; entries that would not finish are not started")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.batch import batch
+
+        return batch(repo=a.repo, plan_path=a.plan, budget_s=a.budget)
+
+    p.set_defaults(handler=run)
+
+
 def _add_verify(subparsers) -> None:
     p = _sub(subparsers, "verify",
              "re-run correctness and re-measure two kept commits interleaved in pristine checkouts: "
@@ -463,6 +482,7 @@ SUBCOMMANDS: list[Callable] = [
     _add_compile_check,
     _add_baseline,
     _add_try,
+    _add_batch,
     _add_status,
     _add_verify,
     _add_report,

@@ -110,6 +110,28 @@ class History:
     def next_iteration(self) -> int:
         return max((e.get("iteration", -1) for e in self.entries), default=-1) + 1
 
+    def stage_seconds(self) -> dict[str, float]:
+        """The longest correctness and perf child seen in the log: ``{"correctness": s, "perf": s}``.
+
+        Read from the rows' ``timings.stages`` (``[f"{tag}-{stage}", seconds]``); a kind never seen is absent.
+        """
+        longest: dict[str, float] = {}
+        for entry in self.entries:
+            for name, seconds in (entry.get("timings") or {}).get("stages") or ():
+                kind = "correctness" if str(name).endswith("-correctness") else "perf" if str(name).endswith("-perf") else None
+                if kind and isinstance(seconds, (int, float)):
+                    longest[kind] = max(longest.get(kind, 0.0), float(seconds))
+        return longest
+
+    def try_seconds_bound(self, max_confirm_pairs: int) -> float | None:
+        """How long one ``try`` can take, from the log: correctness, perf and a full interleaved
+        re-check (``max_confirm_pairs`` pairs of perf runs), each at the longest child seen.
+        None until the log has timed both a correctness and a perf child (the baseline does)."""
+        longest = self.stage_seconds()
+        if "correctness" not in longest or "perf" not in longest:
+            return None
+        return longest["correctness"] + longest["perf"] * (1 + 2 * max_confirm_pairs)
+
     def row_of(self, iteration: int) -> dict | None:
         for entry in self.entries:
             if entry.get("iteration") == iteration:

@@ -1,0 +1,82 @@
+"""``cutile-perf batch PLAN``: the plan's candidates, one ``try`` each, in one GPU job.
+
+For each entry: copy its candidate files over the fenced targets, then run ``try`` exactly as the
+command does (commit, pristine checkouts, decision, keep or revert). The batch adds two things:
+it refuses to start over uncommitted fenced work (copying a candidate would overwrite it), and with
+``--budget`` it starts an entry only when the longest ``try`` the log allows for (correctness, perf
+and a full interleaved re-check at the slowest child seen) still fits, so the job's own time limit
+never cuts an iteration in half.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from cutile_perf import envcheck, git_ops, iteration, plan
+from cutile_perf import session as session_mod
+from cutile_perf.commands import Outcome, say
+from cutile_perf.commands.try_ import try_
+from cutile_perf.errors import EXIT_OK, DirtyTree, Refused, UsageError
+
+NO_CHANGE = "no change to the fenced files"
+
+
+def batch(*, repo: Path, plan_path: Path, budget_s: float | None) -> Outcome:
+    start = time.monotonic()
+    if budget_s is not None and not budget_s > 0:
+        raise UsageError(f"--budget must be a positive number of seconds, not {budget_s!r}")
+    session = session_mod.load(repo)
+    path = plan_path if plan_path.is_absolute() else Path.cwd() / plan_path
+    try:
+        entries = plan.parse(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot read the plan {plan_path}: {exc.strerror or exc}") from exc
+    plan.check(entries, root=session.repo, in_fence=session.in_fence)
+    iteration.require_gpu(session, envcheck.Probe())
+    g = git_ops.open_repo(session.repo)
+    dirty = iteration.fenced_changes(session, git_ops.changed_paths(g))
+    if dirty:
+        raise DirtyTree(f"uncommitted changes to fenced files: {', '.join(dirty)}; a candidate would overwrite them",
+                        "try them (cutile-perf try) or stash them first")
+    if iteration.open_history(session, g).reference() is None:
+        raise Refused("no baseline recorded yet", "run `cutile-perf baseline` first")
+
+    done: list[dict] = []
+    for n, entry in enumerate(entries, 1):
+        bound = iteration.open_history(session, g).try_seconds_bound(session.thresholds.max_confirm_pairs)
+        elapsed = time.monotonic() - start
+        if not plan.fits(elapsed, bound, budget_s):
+            left = [e.optimization for e in entries[n - 1:]]
+            say(f"budget: {elapsed:.0f} s used, a try can take {bound:.0f} s, {budget_s:.0f} s allowed; "
+                f"not started: {len(left)}")
+            return _outcome(done, left)
+        say(f"batch {n}/{len(entries)}: {entry.optimization}")
+        for target, candidate in entry.files:
+            shutil.copyfile(session.repo / candidate, session.repo / target)
+        began = time.monotonic()
+        try:
+            result = try_(repo=session.repo, optimization=entry.optimization)
+        except Refused as exc:
+            if NO_CHANGE in exc.message:  # the candidate is the current code: nothing to measure
+                done.append({"entry": n, "optimization": entry.optimization, "decision": "skipped",
+                             "reason": "the candidate is the same as the kept code", "seconds": 0.0})
+                continue
+            # Refused before touching anything: take our copies back out, leave the rest to the user.
+            git_ops.restore_paths(g, git_ops.head(g), [t for t, _ in entry.files])
+            raise
+        done.append({"entry": n, "optimization": entry.optimization, "decision": result.data.get("decision"),
+                     "iteration": result.data.get("iteration"), "reason": result.data.get("reason", ""),
+                     "commit": result.data.get("commit"), "stop": result.data.get("stop"),
+                     "seconds": round(time.monotonic() - began, 1)})
+    return _outcome(done, [])
+
+
+def _outcome(done: list[dict], not_started: list[str]) -> Outcome:
+    lines = [f"{d['entry']}. {d['optimization']}: {d['decision']}"
+             + (f" (iteration {d['iteration']}, {d['seconds']:.0f} s)" if d.get("iteration") is not None else "")
+             + (f" - {d['reason']}" if d.get("reason") else "") for d in done]
+    lines += [f"not started (budget): {name}" for name in not_started]
+    kept = sum(1 for d in done if d["decision"] == "keep")
+    lines.append(f"{len(done)} tried, {kept} kept, {len(not_started)} not started")
+    return Outcome("\n".join(lines), {"entries": done, "not_started": not_started, "kept": kept}, EXIT_OK)

@@ -1,0 +1,123 @@
+"""``cutile-perf batch`` on the SIMULATED TileGym-shaped repo: several prepared candidates, one
+``try`` each, in one job, never over the user's uncommitted work and never past its budget."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from fixtures_repo import KERNEL_REL, allow_no_gpu, git, kernel_source, tilegym_like_repo  # noqa: F401
+
+from cutile_perf import plan
+from cutile_perf.cli import main
+from cutile_perf.errors import UsageError
+from cutile_perf.history import History
+
+BASE = {"256x1024": 1.0, "4096x1024": 2.0}
+FAST = {"256x1024": 0.5, "4096x1024": 1.0}
+SLOW = {"256x1024": 1.5, "4096x1024": 3.0}
+
+
+def cli(capsys, repo: Path, *args: str) -> tuple[int, dict]:
+    code = main([args[0], "--repo", str(repo), "--json", *args[1:]])
+    out = capsys.readouterr().out.strip().splitlines()
+    return code, (json.loads(out[-1]) if out else {})
+
+
+@pytest.fixture
+def session_repo(tilegym_like_repo, capsys):
+    repo = tilegym_like_repo
+    assert cli(capsys, repo, "init", "--kernel", "rms_norm", "--timeout", "60")[0] == 0
+    allow_no_gpu(repo)
+    assert cli(capsys, repo, "baseline", "--repeats", "2")[0] == 0
+    return repo
+
+
+def write_plan(repo: Path, entries: list[tuple[str, dict | str]]) -> Path:
+    """Candidates in sandbox/cand/, and the plan naming them."""
+    (repo / "sandbox/cand").mkdir(parents=True, exist_ok=True)
+    tries = []
+    for n, (name, latency) in enumerate(entries, 1):
+        source = kernel_source(latency) if isinstance(latency, dict) else latency
+        (repo / f"sandbox/cand/c{n}.py").write_text(source)
+        tries.append({"optimization": name, "files": {KERNEL_REL: f"sandbox/cand/c{n}.py"}})
+    path = repo / "sandbox/plan.yaml"
+    path.write_text(yaml.safe_dump({"tries": tries}))
+    return path
+
+
+def test_batch_runs_each_candidate_as_its_own_try(session_repo, capsys):
+    repo = session_repo
+    path = write_plan(repo, [("faster", FAST), ("slower", SLOW), ("same as kept", FAST)])
+    code, data = cli(capsys, repo, "batch", str(path))
+    assert code == 0, data
+    assert [e["decision"] for e in data["entries"]] == ["keep", "revert", "skipped"]
+    rows = [json.loads(line) for line in (repo / "sandbox/experiments.jsonl").read_text().splitlines()]
+    assert [(r["iteration"], r["optimization"], r["status"]) for r in rows[1:]] == [
+        (1, "faster", "keep"), (2, "slower", "revert")]
+    assert git(repo, "rev-parse", "HEAD").strip() == data["entries"][0]["commit"], "HEAD is the kept candidate"
+    assert (repo / KERNEL_REL).read_text() == kernel_source(FAST)
+    assert git(repo, "status", "--porcelain").strip() == "", "nothing is left applied"
+    assert (repo / "sandbox/cand/c2.py").read_text() == kernel_source(SLOW), "candidates are never changed"
+
+
+def test_batch_refuses_to_overwrite_uncommitted_fenced_work(session_repo, capsys):
+    repo = session_repo
+    path = write_plan(repo, [("faster", FAST)])
+    mine = kernel_source(BASE) + "\n# my unsaved work\n"
+    (repo / KERNEL_REL).write_text(mine)
+    code = main(["batch", "--repo", str(repo), str(path)])
+    assert code == 3 and "stash" in capsys.readouterr().err
+    assert (repo / KERNEL_REL).read_text() == mine
+
+
+def test_batch_starts_nothing_that_cannot_finish_in_its_budget(session_repo, capsys):
+    repo = session_repo
+    path = write_plan(repo, [("faster", FAST), ("slower", SLOW)])
+    code, data = cli(capsys, repo, "batch", str(path), "--budget", "1")
+    assert code == 0 and data["entries"] == [] and data["not_started"] == ["faster", "slower"]
+    assert git(repo, "status", "--porcelain").strip() == ""
+    assert len((repo / "sandbox/experiments.jsonl").read_text().splitlines()) == 1
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("tries: [", "not valid YAML"),
+    ("tries: []", "non-empty list"),
+    ("tries: [{optimization: x}]", "needs 'files'"),
+    ("tries: [{optimization: '', files: {a.py: sandbox/a.py}}]", "no optimization"),
+    ("tries: [{optimization: x, files: {/abs.py: sandbox/a.py}}]", "repo-relative"),
+    ("tries: [{optimization: x, files: {a.py: sandbox/a.py}, extra: 1}]", "exactly"),
+])
+def test_plan_parse_names_what_is_wrong(text, fragment):
+    with pytest.raises(UsageError, match=fragment):
+        plan.parse(text)
+
+
+def test_plan_check_refuses_targets_outside_the_fence_and_candidates_outside_sandbox(tmp_path):
+    (tmp_path / "sandbox").mkdir()
+    (tmp_path / "sandbox/c.py").write_text("x = 1\n")
+    (tmp_path / "c.py").write_text("x = 1\n")
+    in_fence = {"k.py"}.__contains__
+    plan.check(plan.parse("tries: [{optimization: x, files: {k.py: sandbox/c.py}}]"), root=tmp_path, in_fence=in_fence)
+    for text, fragment in (("{other.py: sandbox/c.py}", "not in the session's fence"),
+                           ("{k.py: c.py}", "not under sandbox/"), ("{k.py: sandbox/missing.py}", "not a file")):
+        with pytest.raises(UsageError, match=fragment):
+            plan.check(plan.parse(f"tries: [{{optimization: x, files: {text}}}]"), root=tmp_path, in_fence=in_fence)
+
+
+def test_try_bound_is_correctness_plus_perf_and_a_full_recheck_at_the_slowest_child():
+    rows = ({"iteration": 0, "timings": {"stages": [["0-correctness", 9.0], ["0-r1-perf", 7.0], ["0-r2-perf", 8.0]]}},
+            {"iteration": 1, "timings": {"stages": [["1-correctness", 11.0], ["1-perf", 7.5],
+                                                    ["1-confirm1-base-perf", 8.5]]}})
+    assert History(rows).stage_seconds() == {"correctness": 11.0, "perf": 8.5}
+    assert History(rows).try_seconds_bound(max_confirm_pairs=3) == pytest.approx(11.0 + 8.5 * 7)
+    assert History(rows[:0]).try_seconds_bound(3) is None
+    assert plan.fits(100.0, 70.0, 170.0) and not plan.fits(101.0, 70.0, 170.0)
+    assert plan.fits(1e9, None, 10.0) and plan.fits(1e9, 70.0, None)
+
+
+def test_batch_bad_plan_file_is_a_one_line_usage_error(session_repo, capsys):
+    code = main(["batch", "--repo", str(session_repo), str(session_repo / "sandbox/nope.yaml")])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot read the plan" in err and len(err.strip().splitlines()) <= 2
