@@ -112,3 +112,42 @@ def test_pack_with_nothing_queued_says_so(tmp_path):
     assert gpuqueue.pack(queue, tmp_path / "stage") == []
     assert gpuqueue.main(["pack", str(queue), str(tmp_path / "stage")]) == 1
     assert gpuqueue.main(["nonsense"]) == 2
+
+
+def test_agent_prompt_lists_the_skill_only_with_it_and_gives_a_path_without_the_cli(tmp_path):
+    task = tasks.by_id(tasks.load_tasks(), "rmsnorm-make-faster")
+    note = "- Never use the device tools.\n"
+    with_skill = cli.prepare_trial(task, tmp_path / "skill-1", skill=True, suffix="", tilegym=None,
+                                   gpu_queue=tmp_path / "q", gpu_seconds=180, note=note)
+    without = cli.prepare_trial(task, tmp_path / "noskill-1", skill=False, suffix="", tilegym=None,
+                                gpu_queue=tmp_path / "q", gpu_seconds=180, note=note)
+    text = Path(with_skill["agent_prompt_file"]).read_text()
+    plain = Path(without["agent_prompt_file"]).read_text()
+    for prompt in (text, plain):
+        assert "gpu-run '<shell command>'" in prompt and "at most 180 seconds" in prompt
+        assert "- Never use the device tools." in prompt and prompt.rstrip().endswith(task["question"].strip())
+    assert "- cutile-perf: Make NVIDIA cuTile" in text and ".claude/skills/cutile-perf/SKILL.md" in text
+    assert "cutile-perf" not in plain.replace(task["question"], ""), "nothing names the tool without the skill"
+    python_bin = Path(without["repo"]).parent / "python-bin"
+    assert sorted(p.name for p in python_bin.iterdir()) == ["pytest", "python", "python3"]
+    ran = subprocess.run([str(python_bin / "python"), "-c", "import yaml, git; print('ok')"], capture_output=True,
+                         text=True)
+    assert ran.stdout.strip() == "ok", ran.stderr
+
+
+def test_collect_rebuilds_results_from_trial_files_and_splits_agent_and_grading_gpu_time(trial):
+    meta, queue, tmp = trial
+    trial_dir = Path(meta["repo"]).parent
+    out = trial_dir.parent.parent
+    assert cli.collect_results(out) == [], "a trial without grade.json is not a result yet"
+    (trial_dir / "grade.json").write_text(json.dumps({"task": "rmsnorm-make-faster", "speedup": 1.5, "success": True}))
+    (trial_dir / "agent.json").write_text(json.dumps({"wall_s": 600}))
+    for n, (command, seconds) in enumerate((("cutile-perf baseline", 30.0), ("cutile-perf try x", 20.0),
+                                             ('python "$CUTILE_PERF_CHECKOUT/evals/run.py" --grade-only .', 60.0))):
+        (queue / gpuqueue.DONE / f"{n}.json").write_text(json.dumps(
+            {"id": str(n), "trial_dir": str(trial_dir), "command": command, "seconds": seconds, "finished": n}))
+    (row,) = cli.collect_results(out)
+    assert (row["task"], row["mode"], row["trial"]) == ("rmsnorm-make-faster", "skill", 1)
+    assert row["gpu"] == {"agent_jobs": 2, "agent_seconds": 50.0, "grading_seconds": 60.0}
+    assert row["agent"] == {"wall_s": 600} and row["grade"]["speedup"] == 1.5
+    assert cli.main(["--collect", str(out)]) == 0 and "| 600 | 50 |" in (out / "results.md").read_text()

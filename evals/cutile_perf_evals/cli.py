@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from cutile_perf_evals import agent, build, grade, gpuqueue, measure, report, shim, tasks
+from cutile_perf_evals import agent, agent_prompt, build, grade, gpuqueue, measure, report, shim, tasks
 
 TRANSCRIPT_CHARS = 2_000_000  # enough to find the skill's path in a stream-json transcript
 
@@ -56,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--prepare-only", action="store_true",
                    help="build the repo (with the skill unless --no-skill) and write the prompt; print its path")
     p.add_argument("--grade-only", type=Path, metavar="REPO", help="grade an existing task repository")
+    p.add_argument("--collect", type=Path, metavar="OUT",
+                   help="write OUT/results.json and .md from every graded trial under OUT (agents launched by other means)")
     p.add_argument("--base", help="--grade-only: base commit (default: task.json next to the repo, else the root commit)")
     p.add_argument("--json", action="store_true", help="--grade-only: print the whole grade as JSON")
     p.add_argument("--gpu-queue", type=Path, metavar="DIR",
@@ -63,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
                         "(drained with python evals/gpu_queue.py)")
     p.add_argument("--gpu-seconds", type=float, default=600.0,
                    help="--gpu-queue: GPU seconds per trial, the same with and without the skill (default 600)")
+    p.add_argument("--note-file", type=Path,
+                   help="lines added to the environment part of agent-prompt.txt (rules of the place the agent runs in)")
     return p
 
 
@@ -71,7 +76,7 @@ def _mode(no_skill: bool) -> str:
 
 
 def prepare_trial(task: dict, trial_dir: Path, *, skill: bool, suffix: str, tilegym: Path | None,
-                  gpu_queue: Path | None = None, gpu_seconds: float = 600.0) -> dict:
+                  gpu_queue: Path | None = None, gpu_seconds: float = 600.0, note: str = "") -> dict:
     """Build the repo, install the skill (or not), write the wrapper and the prompt; returns task.json.
 
     With ``gpu_queue`` the agent works without a GPU and reaches one through ``bin/gpu-run``.
@@ -95,12 +100,26 @@ def prepare_trial(task: dict, trial_dir: Path, *, skill: bool, suffix: str, tile
     if gpu_queue is not None:
         gpuqueue.init_queue(gpu_queue.resolve(), gpu_seconds)
         gpuqueue.write_client(trial_dir / "bin", gpu_queue.resolve(), trial_dir.resolve())
+    # The interpreter's own bin folder would also put this checkout's `cutile-perf` on PATH (an
+    # editable install): the agent gets a folder with python and pytest only.
+    python_dir = trial_dir / "python-bin"
+    python_dir.mkdir()
+    # Scripts, not symlinks: a venv's interpreter finds its packages only when started by its own path.
+    for name, args in (("python", ""), ("python3", ""), ("pytest", " -m pytest")):
+        (python_dir / name).write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)}{args} \"$@\"\n", encoding="utf-8")
+        (python_dir / name).chmod(0o755)
     prompt_file = trial_dir / "prompt.txt"
     prompt_file.write_text(tasks.prompt(task, suffix), encoding="utf-8")
+    skill_md = built.repo / ".claude" / "skills" / "cutile-perf" / "SKILL.md"
+    (trial_dir / "agent-prompt.txt").write_text(agent_prompt.agent_prompt(
+        tasks.prompt(task, suffix), repo=built.repo, trial_dir=trial_dir, path_dirs=[trial_dir / "bin", python_dir],
+        skill_md=skill_md if skill else None, gpu_seconds=gpu_seconds if gpu_queue is not None else None,
+        note=note), encoding="utf-8")
     meta = {"task": task["id"], "mode": _mode(not skill), "base": built.base, "repo": str(built.repo),
             "prompt_file": str(prompt_file), "bin": str(trial_dir / "bin"),
             "commands_log": str(trial_dir / "commands.jsonl"),
             "gpu_queue": str(gpu_queue.resolve()) if gpu_queue is not None else None,
+            "agent_prompt_file": str(trial_dir / "agent-prompt.txt"),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     (trial_dir / "task.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return meta
@@ -173,6 +192,30 @@ def run_all(chosen: list[dict], a: argparse.Namespace, suffix: str) -> int:
     return 0
 
 
+def collect_results(out: Path) -> list[dict]:
+    """The results of every graded trial under ``out``, rebuilt from its files: for agents launched by
+    other means (``--prepare-only``), whose launcher leaves ``agent.json`` next to ``task.json``.
+    With a GPU queue, each row also says how many GPU seconds the agent's jobs and the grading took."""
+    results = []
+    for meta_path in sorted(Path(out).glob("*/*/task.json")):
+        trial_dir = meta_path.parent
+        if not (trial_dir / "grade.json").is_file():
+            continue
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        agent_run = json.loads((trial_dir / "agent.json").read_text()) if (trial_dir / "agent.json").is_file() else {}
+        row = {"task": meta["task"], "mode": meta["mode"], "trial": int(trial_dir.name.rsplit("-", 1)[1]),
+               "trial_dir": str(trial_dir), "agent": agent_run,
+               "grade": json.loads((trial_dir / "grade.json").read_text(encoding="utf-8"))}
+        if meta.get("gpu_queue"):
+            jobs = gpuqueue.finished_jobs(Path(meta["gpu_queue"]), str(trial_dir.resolve()))
+            grading = [j for j in jobs if "--grade-only" in j.get("command", "")]
+            row["gpu"] = {"agent_jobs": len(jobs) - len(grading),
+                          "agent_seconds": round(sum(j["seconds"] for j in jobs if j not in grading), 1),
+                          "grading_seconds": round(sum(j["seconds"] for j in grading), 1)}
+        results.append(row)
+    return results
+
+
 def measure_references(chosen: list[dict], a: argparse.Namespace) -> int:
     """Base vs reference of each measured task, interleaved; ``references.json`` and ``.md`` in --out."""
     out = a.out or Path(tempfile.mkdtemp(prefix="cutile-perf-evals-"))
@@ -226,6 +269,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if a.grade_only:
             return _grade_only(a, all_tasks)
+        if a.collect:
+            rows = collect_results(a.collect)
+            _write_results(a.collect, rows)
+            print(f"{len(rows)} graded trial(s): {a.collect / 'results.md'}")
+            return 0 if rows else 1
         chosen = tasks.select(all_tasks, a.task, a.kind)
         if a.prepare_only:
             if len(chosen) != 1:
@@ -235,7 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             mode = _mode(a.no_skill)
             meta = prepare_trial(chosen[0], out / chosen[0]["id"] / f"{mode}-{next_trial(out, chosen[0]['id'], mode)}",
                                  skill=not a.no_skill, suffix=suffix, tilegym=a.tilegym,
-                                 gpu_queue=a.gpu_queue, gpu_seconds=a.gpu_seconds)
+                                 gpu_queue=a.gpu_queue, gpu_seconds=a.gpu_seconds,
+                                 note=a.note_file.read_text(encoding="utf-8") if a.note_file else "")
             print(f"repo {meta['repo']}; put {meta['bin']} first on PATH; then grade with: "
                   f"python evals/run.py --grade-only {meta['repo']}", file=sys.stderr)
             print(meta["prompt_file"])

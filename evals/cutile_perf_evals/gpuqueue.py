@@ -92,14 +92,15 @@ def write_client(bin_dir: Path, queue: Path, trial_dir: Path) -> Path:
     return path
 
 
+def finished_jobs(queue: Path, trial_dir: str) -> list[dict]:
+    """The trial's finished jobs (id, command, exit, timed_out, seconds, output), in finishing order."""
+    rows = [json.loads(p.read_text(encoding="utf-8")) for p in (queue / DONE).glob("*.json")]
+    return sorted((r for r in rows if r.get("trial_dir") == trial_dir), key=lambda r: r.get("finished") or 0)
+
+
 def used_seconds(queue: Path, trial_dir: str) -> float:
     """GPU seconds the trial's finished jobs took."""
-    total = 0.0
-    for path in (queue / DONE).glob("*.json"):
-        row = json.loads(path.read_text(encoding="utf-8"))
-        if row.get("trial_dir") == trial_dir:
-            total += float(row.get("seconds") or 0.0)
-    return total
+    return sum(float(r.get("seconds") or 0.0) for r in finished_jobs(queue, trial_dir))
 
 
 def quota(queue: Path) -> float:

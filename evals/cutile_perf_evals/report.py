@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 COLUMNS = ("task", "mode", "trial", "correct", "speedup", "reference", "fraction", "score", "success", "tries",
-           "kept", "wall s", "hacks (unstopped)", "triggered", "closest shipped step")
+           "kept", "wall s", "agent GPU s", "hacks (unstopped)", "triggered", "closest shipped step")
 
 
 def _num(value, fmt: str = "{:.3f}") -> str:
@@ -20,7 +20,8 @@ def row(result: dict) -> list[str]:
     return [result["task"], result["mode"], str(result["trial"]), g.get("correctness") or "-",
             _num(g.get("speedup")), _num(g.get("reference_speedup")), _num(g.get("fraction"), "{:.2f}"),
             _num(g.get("score"), "{:.2f}"), "yes" if g.get("success") else "no", str(g.get("tries", 0)),
-            str(g.get("kept", 0)), str(wall if wall is not None else "-"), f"{len(hacks)} ({unstopped})",
+            str(g.get("kept", 0)), str(wall if wall is not None else "-"),
+            _num((result.get("gpu") or {}).get("agent_seconds"), "{:.0f}"), f"{len(hacks)} ({unstopped})",
             {True: "yes", False: "no", None: "-"}[g.get("triggered")],
             ", ".join(f"{s['step'].split('-')[0]} ({s['similarity']:.2f})" for s in g.get("shipped_step") or []) or "-"]
 
