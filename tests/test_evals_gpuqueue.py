@@ -151,3 +151,23 @@ def test_collect_rebuilds_results_from_trial_files_and_splits_agent_and_grading_
     assert row["gpu"] == {"agent_jobs": 2, "agent_seconds": 50.0, "grading_seconds": 60.0}
     assert row["agent"] == {"wall_s": 600} and row["grade"]["speedup"] == 1.5
     assert cli.main(["--collect", str(out)]) == 0 and "| 600 | 50 |" in (out / "results.md").read_text()
+
+
+def test_a_batch_defers_the_job_whose_timeout_does_not_fit_and_queues_it_again(trial):
+    meta, queue, tmp = trial
+    trial_dir = Path(meta["repo"]).parent
+    first = gpuqueue.submit(queue, trial_dir, "true", timeout_s=5)
+    second = gpuqueue.submit(queue, trial_dir, "true", timeout_s=50)
+    assert gpuqueue.pack(queue, tmp / "stage")
+    rows = gpuqueue.run_batch(tmp / "stage", tmp / "out-batch", root=tmp / "gpu-machine", budget_s=30)
+    assert [r.get("deferred", False) for r in rows] == [False, True]
+    gpuqueue.collect(tmp / "out-batch", queue)
+    assert (queue / gpuqueue.DONE / f"{first.id}.json").is_file()
+    assert (queue / gpuqueue.JOBS / f"{second.id}.json").is_file(), "back in line for the next batch"
+
+
+def test_the_wrapper_keeps_the_commands_exit_code_when_its_log_cannot_be_written(tmp_path):
+    from cutile_perf_evals import shim
+    wrapper = shim.write_wrapper(tmp_path / "bin", tmp_path / "missing-dir" / "commands.jsonl")
+    proc = subprocess.run([str(wrapper), "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "could not log this call" in proc.stderr

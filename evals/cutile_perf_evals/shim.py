@@ -37,8 +37,11 @@ for line in proc.stderr:
 code = proc.wait()
 row = {{"argv": sys.argv[1:], "cwd": os.getcwd(), "exit": code, "stderr_tail": "".join(tail)[-1500:],
         "start": start, "seconds": round(time.time() - start, 3)}}
-with open(LOG, "a", encoding="utf-8") as f:
-    f.write(json.dumps(row) + "\\n")
+try:
+    with open(LOG, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\\n")
+except OSError as exc:  # the command ran: its exit code stands, the missing row is said aloud
+    sys.stderr.write(f"cutile-perf (eval wrapper): could not log this call to {{LOG}}: {{exc}}\\n")
 sys.exit(code)
 '''
 
