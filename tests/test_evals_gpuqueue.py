@@ -111,7 +111,17 @@ def test_pack_with_nothing_queued_says_so(tmp_path):
     queue = gpuqueue.init_queue(tmp_path / "q", 10)
     assert gpuqueue.pack(queue, tmp_path / "stage") == []
     assert gpuqueue.main(["pack", str(queue), str(tmp_path / "stage")]) == 1
-    assert gpuqueue.main(["nonsense"]) == 2
+    with pytest.raises(SystemExit) as exc:
+        gpuqueue.main(["nonsense"])
+    assert exc.value.code == 2
+
+
+def test_grade_verb_queues_one_grading_job_per_trial_outside_the_agents_quota(trial):
+    meta, queue, tmp = trial
+    trial_dir = Path(meta["repo"]).parent
+    assert gpuqueue.main(["grade", str(queue), str(trial_dir), "--rounds", "2", "--no-reference"]) == 0
+    (job,) = [gpuqueue.Job.load(p) for p in (queue / gpuqueue.JOBS).glob("*.json")]
+    assert job.trial_dir == str(trial_dir) and "--grade-only" in job.command and "--rounds 2 --no-reference" in job.command
 
 
 def test_agent_prompt_lists_the_skill_only_with_it_and_gives_a_path_without_the_cli(tmp_path):

@@ -208,7 +208,7 @@ def collect_results(out: Path) -> list[dict]:
                "grade": json.loads((trial_dir / "grade.json").read_text(encoding="utf-8"))}
         if meta.get("gpu_queue"):
             jobs = gpuqueue.finished_jobs(Path(meta["gpu_queue"]), str(trial_dir.resolve()))
-            grading = [j for j in jobs if "--grade-only" in j.get("command", "")]
+            grading = [j for j in jobs if gpuqueue.is_grading(j)]
             row["gpu"] = {"agent_jobs": len(jobs) - len(grading),
                           "agent_seconds": round(sum(j["seconds"] for j in jobs if j not in grading), 1),
                           "grading_seconds": round(sum(j["seconds"] for j in grading), 1)}

@@ -98,9 +98,13 @@ def finished_jobs(queue: Path, trial_dir: str) -> list[dict]:
     return sorted((r for r in rows if r.get("trial_dir") == trial_dir), key=lambda r: r.get("finished") or 0)
 
 
+def is_grading(job: dict) -> bool:
+    return "--grade-only" in (job.get("command") or "")
+
+
 def used_seconds(queue: Path, trial_dir: str) -> float:
-    """GPU seconds the trial's finished jobs took."""
-    return sum(float(r.get("seconds") or 0.0) for r in finished_jobs(queue, trial_dir))
+    """GPU seconds the agent's finished jobs took (grading jobs are not the agent's)."""
+    return sum(float(r.get("seconds") or 0.0) for r in finished_jobs(queue, trial_dir) if not is_grading(r))
 
 
 def quota(queue: Path) -> float:
@@ -280,32 +284,76 @@ def collect(out: Path, queue: Path) -> list[dict]:
     return results
 
 
+GRADE_COMMAND = 'python "$CUTILE_PERF_CHECKOUT/evals/run.py" --grade-only "$PWD" --rounds {rounds}{extra} --json'
+
+
+def wait_for_jobs(queue: Path, window_s: float, poll_s: float = 2.0) -> None:
+    """Block until a job is pending, then ``window_s`` more so that other agents' jobs join the batch."""
+    while not any((queue / JOBS).glob("*.json")):
+        time.sleep(poll_s)
+    time.sleep(window_s)
+
+
+def queue_grading(queue: Path, trial_dirs: list[Path], *, rounds: int, no_reference: bool,
+                  timeout_s: float) -> list[Job]:
+    """One grading job per trial, run on the GPU machine like an agent's job (outside the agent's quota)."""
+    extra = " --no-reference" if no_reference else ""
+    return [submit(queue, Path(t).resolve(), GRADE_COMMAND.format(rounds=rounds, extra=extra), timeout_s)
+            for t in trial_dirs]
+
+
+def _parser():
+    import argparse  # noqa: PLC0415 - only the command line needs it
+
+    p = argparse.ArgumentParser(prog="python evals/gpu_queue.py", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="verb", required=True)
+    pk = sub.add_parser("pack", help="move the pending jobs and their trial dirs into STAGE (exit 1: none)")
+    pk.add_argument("queue", type=Path)
+    pk.add_argument("stage", type=Path)
+    pk.add_argument("--wait", type=float, metavar="WINDOW_S",
+                    help="first block until a job is pending, then wait WINDOW_S seconds for more")
+    rb = sub.add_parser("run-batch", help="on the GPU machine: run STAGE's jobs, write the results to OUT")
+    rb.add_argument("stage", type=Path)
+    rb.add_argument("out", type=Path)
+    rb.add_argument("--budget", type=float, help="seconds for the batch; a job whose timeout does not fit is deferred")
+    co = sub.add_parser("collect", help="put OUT (what run-batch wrote) in place and release the callers")
+    co.add_argument("out", type=Path)
+    co.add_argument("queue", type=Path)
+    gr = sub.add_parser("grade", help="queue a grading job for each trial dir")
+    gr.add_argument("queue", type=Path)
+    gr.add_argument("trials", type=Path, nargs="+")
+    gr.add_argument("--rounds", type=int, default=3)
+    gr.add_argument("--no-reference", action="store_true")
+    gr.add_argument("--timeout", type=float, default=300.0)
+    st = sub.add_parser("status", help="how many jobs are pending, running and done")
+    st.add_argument("queue", type=Path)
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    usage = ("usage: python evals/gpu_queue.py pack QUEUE STAGE | run-batch STAGE OUT | collect OUT QUEUE | "
-             "status QUEUE")
-    if not argv or argv[0] not in ("pack", "run-batch", "collect", "status"):
-        print(usage, file=sys.stderr)
-        return 2
-    verb, args = argv[0], [Path(a) for a in argv[1:]]
+    a = _parser().parse_args(argv)
     try:
-        if verb == "status" and len(args) == 1:
+        if a.verb == "status":
             for name in (JOBS, RUNNING, DONE):
-                print(f"{name}: {len(list((args[0] / name).glob('*.json')))}")
+                print(f"{name}: {len(list((a.queue / name).glob('*.json')))}")
             return 0
-        if len(args) != 2:
-            print(usage, file=sys.stderr)
-            return 2
-        if verb == "pack":
-            jobs = pack(args[0], args[1])
-            print(f"{len(jobs)} job(s) packed into {args[1]}" if jobs else "no pending jobs")
+        if a.verb == "pack":
+            if a.wait is not None:
+                wait_for_jobs(a.queue, a.wait)
+            jobs = pack(a.queue, a.stage)
+            for job in jobs:
+                print(f"{job.trial_dir} | {job.command[:200]}")
+            print(f"{len(jobs)} job(s) packed into {a.stage}" if jobs else "no pending jobs")
             return 0 if jobs else 1
-        if verb == "run-batch":
-            budget = float(os.environ["GPU_QUEUE_BUDGET_S"]) if os.environ.get("GPU_QUEUE_BUDGET_S") else None
-            rows = run_batch(args[0], args[1], budget_s=budget)
+        if a.verb == "run-batch":
+            rows = run_batch(a.stage, a.out, budget_s=a.budget)
             print(json.dumps([{k: r.get(k) for k in ("id", "exit", "timed_out", "seconds", "deferred")} for r in rows]))
             return 0
-        rows = collect(args[0], args[1])
+        if a.verb == "grade":
+            jobs = queue_grading(a.queue, a.trials, rounds=a.rounds, no_reference=a.no_reference, timeout_s=a.timeout)
+            print(f"{len(jobs)} grading job(s) queued")
+            return 0
+        rows = collect(a.out, a.queue)
         print(f"{len(rows)} job(s) collected")
         return 0
     except (OSError, KeyError, ValueError, tarfile.TarError) as exc:
