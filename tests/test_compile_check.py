@@ -234,3 +234,131 @@ def test_compile_error_and_spec_mismatch_are_results_with_exit_1(suite_path, cap
     code, data = cli(capsys, "--repo", str(SUITE), "--kernel", PLAIN_RMS, "--spec", str(spec))
     (result,) = data["results"]
     assert code == 1 and "missing ['eps']" in result["error"] and "unknown ['epsilon']" in result["error"]
+
+
+# --- --record: the tests' own launches become the spec --------------------------------------------
+
+SIM_KERNEL = '''\
+import cuda.tile as ct
+
+
+@ct.kernel
+def add_one_kernel(x, out, TILE: ct.Constant[int]):
+    t = ct.load(x, index=(ct.bid(0), 0), shape=(1, TILE))
+    ct.store(out, index=(ct.bid(0), 0), tile=t + 1)
+
+
+def add_one(x, out):
+    ct.launch(None, (x.shape[0],), add_one_kernel, (x, out, x.shape[1]))
+'''
+SIM_TEST = '''\
+import pytest
+import torch
+
+from simk.ops.cutile.add_one import add_one
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_op_cutile(dtype):
+    x = torch.zeros(4, 64, dtype=dtype)
+    for _ in range(2):  # the same launch twice: recorded once
+        with pytest.raises(RuntimeError, match="no GPU"):  # the launch itself fails after the record
+            add_one(x, torch.empty_like(x))
+
+
+def test_perf_cutile():
+    pass
+'''
+# SIMULATION: cuTile's parameter-constraint function needs libcuda; this conftest stands in for it
+# with the constraints a fresh contiguous tensor and an int constant get. On a GPU the real one runs.
+SIM_CONFTEST = '''\
+import cuda.tile as ct
+import cuda.tile._cext as cext
+from cuda.tile.compilation import ConstantConstraint
+
+from cutile_perf.compilecheck import contiguous_array
+
+def _constraints(kernel, args, convention):
+    return [contiguous_array(str(a.dtype).removeprefix("torch."), a.dim()) if hasattr(a, "dim")
+            else ConstantConstraint(a) for a in args]
+
+
+def _no_gpu_launch(stream, grid, kernel, args, **kwargs):
+    raise RuntimeError("no GPU")
+
+
+cext.get_parameter_constraints_from_pyargs = _constraints
+ct.launch = _no_gpu_launch  # the recorder wraps whatever launch it finds
+'''
+
+
+@pytest.fixture
+def launching_repo(tmp_path):
+    """A simulated repo whose correctness tests call ct.launch (see SIM_CONFTEST)."""
+    pytest.importorskip("torch")
+    from fixtures_repo import allow_no_gpu, git
+
+    repo = tmp_path / "simk"
+    for rel, text in {"src/simk/__init__.py": "", "src/simk/ops/__init__.py": "", "src/simk/ops/cutile/__init__.py": "",
+                      "src/simk/ops/cutile/add_one.py": SIM_KERNEL, "tests/ops/test_add_one.py": SIM_TEST,
+                      "tests/conftest.py": SIM_CONFTEST,
+                      "pytest.ini": "[pytest]\npythonpath = src\naddopts = -p no:cacheprovider\n"}.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    for key, value in (("user.email", "t@example.com"), ("user.name", "T"), ("commit.gpgsign", "false")):
+        git(repo, "config", key, value)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "simulated kernel repo")
+    assert main(["init", "--repo", str(repo), "--kernel", "add_one", "--timeout", "120"]) == 0
+    allow_no_gpu(repo)
+    return repo
+
+
+@pytest.mark.toolchain
+def test_record_writes_the_spec_the_tests_launches_produce_and_compile_check_uses_it(launching_repo, capsys):
+    repo = launching_repo
+    capsys.readouterr()
+    code, data = cli(capsys, "--repo", str(repo), "--record")
+    assert code == 0, data
+    spec = repo / "sandbox/compile-check.yaml"
+    assert data["spec"] == str(spec) and data["kernels"] == {"add_one_kernel": 2}
+    assert compilecheck.is_recorded(spec.read_text())
+    loaded = compilecheck.load_spec(spec)["add_one_kernel"].signatures
+    assert [compilecheck.describe(s) for s in loaded] == ["x=float16[2], out=float16[2], TILE=64",
+                                                          "x=bfloat16[2], out=bfloat16[2], TILE=64"]
+    code, data = cli(capsys, "--repo", str(repo))
+    assert code == 0, data
+    assert {r["signature"] for r in data["results"]} == {"x=float16[2], out=float16[2], TILE=64",
+                                                         "x=bfloat16[2], out=bfloat16[2], TILE=64"}
+
+
+def test_record_never_overwrites_a_hand_written_spec(launching_repo, capsys):
+    pytest.importorskip("cuda.tile")
+    repo = launching_repo
+    hand = repo / "sandbox/compile-check.yaml"
+    hand.write_text("add_one_kernel:\n  signatures:\n    - x: float32[2]\n      out: float32[2]\n      TILE: 32\n")
+    capsys.readouterr()
+    code, data = cli(capsys, "--repo", str(repo), "--record")
+    assert code == 0, data
+    assert data["spec"].endswith("compile-check.recorded.yaml") and "TILE: 32" in hand.read_text()
+
+
+@pytest.mark.gpu
+def test_record_on_the_gpu_gives_the_bundled_rms_norm_its_real_signatures(tmp_path, capsys):
+    """The real path: cuTile's own constraint function on a GPU, the bundled suite's own tests."""
+    import shutil
+    import subprocess
+
+    repo = tmp_path / "suite"
+    shutil.copytree(SUITE, repo, ignore=shutil.ignore_patterns("optimizations", "__pycache__", ".pytest_cache"))
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"],
+                 ["-c", "user.email=t@example.com", "-c", "user.name=T", "commit", "-qm", "suite"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    assert main(["init", "--repo", str(repo), "--kernel", "rms_norm"]) == 0
+    capsys.readouterr()
+    code, data = cli(capsys, "--repo", str(repo), "--record")
+    assert code == 0, data
+    assert data["kernels"].get("rms_norm_kernel", 0) >= 1, data
+    code, data = cli(capsys, "--repo", str(repo))
+    assert code == 0 and all(r["ok"] for r in data["results"]), data

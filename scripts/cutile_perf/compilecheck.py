@@ -170,6 +170,20 @@ def skeleton(source: str, path: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+RECORDED_HEADER = "# recorded by cutile-perf compile-check --record from the tests' launches on {arch}; do not edit"
+
+
+def recorded_spec(found: dict[str, list[dict]], arch: str) -> str:
+    """The spec text for recorded launches ({kernel: [params, ...]}): block style, one signature each."""
+    body = {kernel: {"signatures": sigs} for kernel, sigs in found.items()}
+    return RECORDED_HEADER.format(arch=arch) + "\n" + yaml.safe_dump(body, sort_keys=False, default_flow_style=False)
+
+
+def is_recorded(text: str) -> bool:
+    """Whether a spec file was written by ``--record`` (so a new recording may replace it)."""
+    return text.startswith(RECORDED_HEADER.split("{arch}")[0])
+
+
 # --- building signatures ---------------------------------------------------------------------------
 
 

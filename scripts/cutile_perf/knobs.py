@@ -14,6 +14,7 @@ from cutile_perf.errors import BadEnvValue
 OWN_ENV_VARS: dict[str, str] = {
     "CUTILE_PERF_RECORDS": "file the pytest plugin appends benchmark records to (JSON lines); set by the harness",
     "CUTILE_PERF_REPORT": "file the pytest plugin writes its signed run report to (test outcomes, records, module files, end marker); set by the harness",
+    "CUTILE_PERF_RECORD_LAUNCHES": "file the pytest plugin appends each distinct ct.launch signature to (JSON lines); set by compile-check --record",
     "CUTILE_PERF_KEY_FD": "file descriptor the pytest plugin reads the run report's signing key from, once; set by the harness",
     "CUTILE_PERF_TUNE_CACHE_DIR": "directory of the persistent tuning cache (default: the user cache dir)",
     "CUTILE_PERF_BENCH_MODE": "timing mode of cutile_perf.bench in perf tests: cold (default), warm or graph",
@@ -75,6 +76,11 @@ def autotune_disabled() -> bool:
 
 def records_path() -> Path | None:
     value = os.environ.get("CUTILE_PERF_RECORDS")
+    return Path(value) if value else None
+
+
+def launches_path() -> Path | None:
+    value = os.environ.get("CUTILE_PERF_RECORD_LAUNCHES")
     return Path(value) if value else None
 
 

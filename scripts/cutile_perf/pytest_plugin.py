@@ -10,6 +10,9 @@ controller's reports are used (workers write nothing, or every record would land
 * ``CUTILE_PERF_RECORDS=<file>`` (set by the harness): appends one JSON line per recording test,
   ``{"nodeid": ..., "outcome": "passed", "benchmark": {...}}``; ``records.read_records_file`` reads it.
 
+* ``CUTILE_PERF_RECORD_LAUNCHES=<file>`` (set by ``compile-check --record``): each distinct
+  ``ct.launch`` signature is appended to the file (``launch_record``).
+
 * ``CUTILE_PERF_REPORT=<file>`` (set by the harness): the signed run report (``runreport``): each
   test's outcome, each benchmark record, the file every imported module came from, and an
   end-of-session marker. Lines are numbered and signed with a key passed through a pipe
@@ -66,6 +69,11 @@ _REPORT_KEY = knobs.take_report_key()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    launches = knobs.launches_path()
+    if launches is not None:  # compile-check --record: before any test module imports the kernel
+        from cutile_perf import launch_record  # noqa: PLC0415
+
+        launch_record.install(launches)
     if not config.pluginmanager.has_plugin(RECORDER_NAME):
         config.pluginmanager.register(BenchmarkRecorder(config), RECORDER_NAME)
     path = knobs.report_path()

@@ -26,7 +26,38 @@ def _session_arch(session: session_mod.Session) -> str | None:
     return None
 
 
-def compile_check(*, repo: Path, kernel: str | None, arch: str | None, spec: Path | None, write_spec: bool) -> Outcome:
+def record(session: session_mod.Session, spec_path: Path, timeout_s: float | None) -> Outcome:
+    """Run the correctness selection once on this (GPU) machine, recording every distinct launch."""
+    from cutile_perf import envcheck, iteration, launch_record, records, runner
+
+    iteration.require_gpu(session, envcheck.Probe())
+    runs = session.sandbox / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    launches = runs / "record-launches.jsonl"
+    launches.unlink(missing_ok=True)
+    argv = [*session.argv("correctness"), *records.PYTEST_PLUGIN_ARGS]
+    say("running the correctness tests once to record their launches")
+    result = runner.run(argv, cwd=session.repo, timeout_s=timeout_s or session.timeout_s,
+                        output_path=runs / "record-launches.log",
+                        env_overrides={"CUTILE_PERF_RECORD_LAUNCHES": str(launches), "PYTHONDONTWRITEBYTECODE": "1"})
+    found = launch_record.read(launches) if launches.is_file() else {}
+    if not found:
+        raise Refused(f"the correctness tests made no ct.launch that could be recorded (exit {result.returncode}; "
+                      f"see {runs / 'record-launches.log'})", "check that they run on this machine's GPU")
+    arch = _session_arch(session) or compilecheck.DEFAULT_ARCH
+    target = spec_path
+    if spec_path.exists() and not compilecheck.is_recorded(spec_path.read_text(encoding="utf-8")):
+        target = spec_path.with_name(spec_path.stem + ".recorded.yaml")  # never overwrite a hand-written spec
+    atomic.write_text(target, compilecheck.recorded_spec(found, arch))
+    count = sum(len(v) for v in found.values())
+    note = "" if target == spec_path else f" ({spec_path.name} was written by hand: pass --spec {target} to use this one)"
+    return Outcome(f"recorded {count} signature(s) of {len(found)} kernel(s) into {target}{note}",
+                   {"spec": str(target), "kernels": {k: len(v) for k, v in found.items()},
+                    "tests_exit": result.returncode})
+
+
+def compile_check(*, repo: Path, kernel: str | None, arch: str | None, spec: Path | None, write_spec: bool,
+                  record_launches: bool = False) -> Outcome:
     root = Path(repo).resolve()
     session = None
     if kernel is None:
@@ -46,6 +77,10 @@ def compile_check(*, repo: Path, kernel: str | None, arch: str | None, spec: Pat
     default_spec = (session.sandbox if session else root / session_mod.SANDBOX) / SPEC_FILE
     spec_path = (spec if spec is None or spec.is_absolute() else root / spec) or default_spec
 
+    if record_launches:
+        if session is None:
+            raise UsageError("--record needs a session (it runs the session's correctness tests)", "run init first")
+        return record(session, spec_path, None)
     if write_spec:
         if spec_path.exists():
             raise Refused(f"{spec_path} already exists", "edit it, or pass --spec <new file>")
