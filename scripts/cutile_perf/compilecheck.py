@@ -164,7 +164,7 @@ def skeleton(source: str, path: str) -> str:
             else:
                 ndim = ndims.get(arg.arg)
                 value = f"FILL[{ndim}]" if ndim else "FILL"
-                note = "array: dtype from the test" + (f", ndim from its load/gather index" if ndim else "")
+                note = "array: dtype from the test" + (", ndim from its load/gather index" if ndim else "")
             lead = "    - " if i == 0 else "      "
             lines.append(f"{lead}{arg.arg}: {value}  # {note}")
     return "\n".join(lines) + "\n"

@@ -25,7 +25,7 @@ from cutile_perf.tune.cache import TuneCache
 from cutile_perf.tune.config import Config, Trial, as_config, as_space, best_trial
 from cutile_perf.tune import handoff
 from cutile_perf.tune.precompile import (CompileJob, CompileOutcome, KernelRef, compiler_options, default_workers,
-                                         ensure_pool, jit_signature, pool_running, run_jobs)
+                                         distinct_signatures, ensure_pool, pool_running, run_jobs)
 from cutile_perf.tune.splitbuf import split_buffer
 from cutile_perf.tune.strategies import get_strategy, resolve_options
 from cutile_perf.tune.threadcompile import ThreadPrecompiler
@@ -86,15 +86,8 @@ class ProcessPrecompiler:
         if ref is None or cache_dir is None:
             why = "kernel defined in a closure" if ref is None else "cuTile disk cache disabled"
             return {cfg: CompileOutcome(cfg, "unavailable", 0.0, why) for cfg, _ in items}
-        jobs = []
-        for cfg, arg_sets in items:
-            sigs = []
-            for args in arg_sets:
-                sig = jit_signature(kernel, args)
-                if sig not in sigs:
-                    sigs.append(sig)
-            jobs.append(CompileJob(cfg, ref, compiler_options(kernel, cfg.hints()), tuple(sigs), sm_arch,
-                                   str(cache_dir), self.timeout_s))
+        jobs = [CompileJob(cfg, ref, compiler_options(kernel, cfg.hints()), tuple(distinct_signatures(kernel, arg_sets)),
+                           sm_arch, str(cache_dir), self.timeout_s) for cfg, arg_sets in items]
         self.last_pool_s = ensure_pool(max(1, min(self.workers, len(jobs))), wait=True)
         return run_jobs(jobs, workers=self.workers, on_done=on_done)
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cutile_perf.errors import UsageError
-from cutile_perf.tune.config import Config, as_config, as_space
+from cutile_perf.tune.config import as_config, as_space
 
 KINDS = ("occupancy", "tile_search", "split_buffer")
 

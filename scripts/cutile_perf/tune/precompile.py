@@ -108,6 +108,16 @@ def jit_signature(kernel: Any, args: Sequence[Any]):
     raise last  # type: ignore[misc]
 
 
+def distinct_signatures(kernel: Any, arg_sets: Sequence[Sequence[Any]]) -> list:
+    """The JIT signatures of ``arg_sets``, each once, in first-seen order (shapes that share one compile once)."""
+    sigs: list = []
+    for args in arg_sets:
+        sig = jit_signature(kernel, args)
+        if sig not in sigs:
+            sigs.append(sig)
+    return sigs
+
+
 def compiler_options(kernel: Any, hints: dict[str, Any]) -> dict[str, Any]:
     return dataclasses.asdict(dataclasses.replace(kernel._compiler_options, **hints))
 

@@ -111,16 +111,9 @@ class ThreadPrecompiler:
 
     def __call__(self, kernel: Any, items: Sequence[tuple[Config, Sequence[tuple]]], sm_arch: str, *,
                  on_done: Callable[[Any], None] | None = None) -> dict[Config, Any]:
-        from cutile_perf.tune.precompile import jit_signature
+        from cutile_perf.tune.precompile import distinct_signatures
 
-        jobs = []
-        for cfg, arg_sets in items:
-            sigs = []
-            for args in arg_sets:
-                sig = jit_signature(kernel, args)
-                if sig not in sigs:
-                    sigs.append(sig)
-            jobs.append((cfg, sigs))
+        jobs = [(cfg, distinct_signatures(kernel, arg_sets)) for cfg, arg_sets in items]
         return run_threads(kernel, jobs, sm_arch, workers=self.workers, timeout_s=self.timeout_s, on_done=on_done)
 
 
