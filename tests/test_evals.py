@@ -205,6 +205,31 @@ def _session(repo: Path) -> None:
     assert _harness(repo, "baseline", "--repeats", "2").returncode == 0
 
 
+def test_grade_group_times_several_trials_against_one_base_and_reference(sim, tmp_path):
+    """Two trials of one task: each HEAD graded on its own, one shared base and reference, and a
+    HEAD whose perf run crashes fails alone while the other is still timed."""
+    task, tmp = sim
+    trials = []
+    for n, latency in enumerate((HALF_LATENCY, QUARTER_LATENCY, "crash")):
+        built = build.build(task, tmp / f"repo-{n}")
+        if latency == "crash":  # correct results, but its perf test records nothing
+            path = built.repo / KERNEL_REL
+            path.write_text(path.read_text().replace("BEHAVIOUR = 'ok'", "BEHAVIOUR = 'no-record'"))
+        else:
+            _set_latency(built.repo, latency)
+        subprocess.run(["git", "commit", "-qam", "change"], cwd=built.repo, check=True)
+        trials.append(grade.Trial(built.repo, built.base))
+    trials[0].out_dir = tmp_path / "logs"
+    half, quarter, crashed = grade.grade_group(trials, task, rounds=2)
+    assert half.speedup == pytest.approx(2.0, rel=0.03) and quarter.speedup == pytest.approx(4.0, rel=0.03)
+    assert half.reference_speedup == quarter.reference_speedup == pytest.approx(4.0, rel=0.03)
+    assert half.success and quarter.fraction == pytest.approx(1.0, abs=0.03)
+    assert crashed.correctness.startswith("FAIL (perf run") and crashed.score == 0.0
+    assert any("one group" in note for note in half.notes)
+    # The last timing had base, reference and the two good HEADs: 4 variants x 2 rounds.
+    assert len(list((tmp_path / "logs" / "perf").glob("round*-*.records.jsonl"))) == 8
+
+
 def test_forged_two_row_log_scores_zero(sim):
     task, tmp = sim
     built = build.build(task, tmp / "repo")

@@ -181,3 +181,34 @@ def test_the_wrapper_keeps_the_commands_exit_code_when_its_log_cannot_be_written
     wrapper = shim.write_wrapper(tmp_path / "bin", tmp_path / "missing-dir" / "commands.jsonl")
     proc = subprocess.run([str(wrapper), "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and "could not log this call" in proc.stderr
+
+
+def test_a_grading_group_is_one_job_that_carries_every_trial_there_and_back(tmp_path):
+    task = tasks.by_id(tasks.load_tasks(), "rmsnorm-make-faster")
+    queue = tmp_path / "q"
+    metas = [cli.prepare_trial(task, tmp_path / "out" / task["id"] / f"skill-{n}", skill=False, suffix="",
+                               tilegym=None, gpu_queue=queue) for n in (1, 2)]
+    dirs = [Path(m["repo"]).parent for m in metas]
+    assert gpuqueue.main(["grade", str(queue), *map(str, dirs), "--group"]) == 0
+    (job,) = [gpuqueue.Job.load(p) for p in (queue / gpuqueue.JOBS).glob("*.json")]
+    assert job.trials() == [str(d) for d in dirs]
+    assert job.command.count("--grade-only") == 1 and all(f"{d}/repo" in job.command for d in dirs)
+    # Stand-in for the grading run: it writes into both trials, and both come back.
+    job_file = queue / gpuqueue.JOBS / f"{job.id}.json"
+    data = json.loads(job_file.read_text())
+    # Relative paths: on the GPU machine the trials sit under another root in this test.
+    data["command"] = "echo graded > ../grade.json && echo graded > ../../skill-2/grade.json"
+    job_file.write_text(json.dumps(data))
+    rows = _drain(queue, tmp_path)
+    assert rows[0]["exit"] == 0, rows[0]["output"]
+    assert all((d / "grade.json").read_text().strip() == "graded" for d in dirs), "both came back from there"
+    assert gpuqueue.finished_jobs(queue, str(dirs[1]))[0]["id"] == job.id
+
+
+def test_grade_only_refuses_a_group_of_different_tasks(tmp_path, capsys):
+    repos = []
+    for task_id in ("rmsnorm-make-faster", "softmax-make-faster"):
+        task = tasks.by_id(tasks.load_tasks(), task_id)
+        repos.append(cli.prepare_trial(task, tmp_path / task_id / "skill-1", skill=False, suffix="", tilegym=None)["repo"])
+    assert cli.main(["--grade-only", *repos]) == 2
+    assert "one task" in capsys.readouterr().err

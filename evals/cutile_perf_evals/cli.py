@@ -56,7 +56,9 @@ def _parser() -> argparse.ArgumentParser:
                         "reference's correctness; fills in 'to be measured' and re-checks cited numbers")
     p.add_argument("--prepare-only", action="store_true",
                    help="build the repo (with the skill unless --no-skill) and write the prompt; print its path")
-    p.add_argument("--grade-only", type=Path, metavar="REPO", help="grade an existing task repository")
+    p.add_argument("--grade-only", type=Path, nargs="+", metavar="REPO",
+                   help="grade an existing task repository; several trials of one task are timed as a group "
+                        "(one shared base and reference)")
     p.add_argument("--collect", type=Path, metavar="OUT",
                    help="write OUT/results.json and .md from every graded trial under OUT (agents launched by other means)")
     p.add_argument("--base", help="--grade-only: base commit (default: task.json next to the repo, else the root commit)")
@@ -135,13 +137,21 @@ def _transcript(trial_dir: Path) -> str:
 
 def grade_trial(task: dict, repo: Path, *, base: str | None, trial_dir: Path | None, rounds: int,
                 tilegym: Path | None, measure_reference: bool) -> grade.Grade:
-    calls = shim.read_calls(trial_dir / "commands.jsonl") if trial_dir else []
-    out_dir = (trial_dir / "grade-logs") if trial_dir else None
-    g = grade.grade(repo, task, base=base, calls=calls, rounds=rounds, tilegym=tilegym, out_dir=out_dir,
-                    measure_reference=measure_reference, transcript=_transcript(trial_dir) if trial_dir else "")
-    if trial_dir:
-        (trial_dir / "grade.json").write_text(json.dumps(g.to_dict(), indent=2) + "\n", encoding="utf-8")
-    return g
+    return grade_trials(task, [(repo, base, trial_dir)], rounds=rounds, tilegym=tilegym,
+                        measure_reference=measure_reference)[0]
+
+
+def grade_trials(task: dict, trials: list[tuple[Path, str | None, Path | None]], *, rounds: int,
+                 tilegym: Path | None, measure_reference: bool) -> list[grade.Grade]:
+    """Grade ``(repo, base, trial_dir)`` trials of one task together (one shared base timing);
+    each grade goes to its trial's ``grade.json``."""
+    group = [grade.Trial(Path(repo), base, shim.read_calls(d / "commands.jsonl") if d else [],
+                         _transcript(d) if d else "", (d / "grade-logs") if d else None) for repo, base, d in trials]
+    grades = grade.grade_group(group, task, rounds=rounds, tilegym=tilegym, measure_reference=measure_reference)
+    for (_, _, trial_dir), g in zip(trials, grades):
+        if trial_dir:
+            (trial_dir / "grade.json").write_text(json.dumps(g.to_dict(), indent=2) + "\n", encoding="utf-8")
+    return grades
 
 
 def _write_results(out: Path, results: list[dict]) -> None:
@@ -211,7 +221,8 @@ def collect_results(out: Path) -> list[dict]:
             grading = [j for j in jobs if gpuqueue.is_grading(j)]
             row["gpu"] = {"agent_jobs": len(jobs) - len(grading),
                           "agent_seconds": round(sum(j["seconds"] for j in jobs if j not in grading), 1),
-                          "grading_seconds": round(sum(j["seconds"] for j in grading), 1)}
+                          # a group's grading job is shared equally by its trials
+                          "grading_seconds": round(sum(j["seconds"] / (1 + len(j.get("also") or [])) for j in grading), 1)}
         results.append(row)
     return results
 
@@ -309,19 +320,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _grade_only(a: argparse.Namespace, all_tasks: list[dict]) -> int:
-    repo = a.grade_only.resolve()
-    meta_path = repo.parent / "task.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    task_id = (a.task or [meta.get("task")])[0]
-    if not task_id:
-        print(f"error: no --task given and no task.json next to {repo}", file=sys.stderr)
+    """One repository, or several trials of one task graded as a group (one shared base timing)."""
+    trials, task_ids = [], set()
+    for path in a.grade_only:
+        repo = path.resolve()
+        meta_path = repo.parent / "task.json"
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        task_id = (a.task or [meta.get("task")])[0]
+        if not task_id:
+            print(f"error: no --task given and no task.json next to {repo}", file=sys.stderr)
+            return 2
+        task_ids.add(task_id)
+        trials.append((repo, a.base or meta.get("base"), repo.parent if meta else None))
+    if len(task_ids) > 1:
+        print(f"error: a group must be one task, not {', '.join(sorted(task_ids))}", file=sys.stderr)
         return 2
-    task = tasks.by_id(all_tasks, task_id)
-    g = grade_trial(task, repo, base=a.base or meta.get("base"), trial_dir=repo.parent if meta else None,
-                    rounds=a.rounds, tilegym=a.tilegym, measure_reference=not a.no_reference)
-    if a.json:
-        print(json.dumps(g.to_dict()))
-    else:
-        print(json.dumps({k: g.to_dict()[k] for k in ("task", "correctness", "speedup", "reference_speedup",
-                                                      "fraction", "score", "success", "hacks", "problems")}))
-    return 0 if g.success else 1
+    task = tasks.by_id(all_tasks, task_ids.pop())
+    grades = grade_trials(task, trials, rounds=a.rounds, tilegym=a.tilegym, measure_reference=not a.no_reference)
+    for g in grades:
+        if a.json:
+            print(json.dumps(g.to_dict()))
+        else:
+            print(json.dumps({k: g.to_dict()[k] for k in ("task", "correctness", "speedup", "reference_speedup",
+                                                          "fraction", "score", "success", "hacks", "problems")}))
+    return 0 if all(g.success for g in grades) else 1

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import stat
 import sys
@@ -58,19 +59,24 @@ class QueueError(RuntimeError):
 @dataclass(frozen=True)
 class Job:
     id: str
-    trial_dir: str  # absolute, the same on both machines
+    trial_dir: str  # absolute, the same on both machines; the job runs in its repo
     command: str
     timeout_s: float
     submitted: float
+    also: tuple[str, ...] = ()  # other trial dirs the job reads and writes (a grading group)
 
     @classmethod
     def load(cls, path: Path) -> "Job":
         data = json.loads(path.read_text(encoding="utf-8"))
-        return cls(**{k: data[k] for k in ("id", "trial_dir", "command", "timeout_s", "submitted")})
+        return cls(**{k: data[k] for k in ("id", "trial_dir", "command", "timeout_s", "submitted")},
+                   also=tuple(data.get("also") or ()))
 
     def to_dict(self) -> dict:
         return {"id": self.id, "trial_dir": self.trial_dir, "command": self.command, "timeout_s": self.timeout_s,
-                "submitted": self.submitted}
+                "submitted": self.submitted, "also": list(self.also)}
+
+    def trials(self) -> list[str]:
+        return [self.trial_dir, *self.also]
 
 
 def init_queue(queue: Path, gpu_seconds: float) -> Path:
@@ -95,7 +101,8 @@ def write_client(bin_dir: Path, queue: Path, trial_dir: Path) -> Path:
 def finished_jobs(queue: Path, trial_dir: str) -> list[dict]:
     """The trial's finished jobs (id, command, exit, timed_out, seconds, output), in finishing order."""
     rows = [json.loads(p.read_text(encoding="utf-8")) for p in (queue / DONE).glob("*.json")]
-    return sorted((r for r in rows if r.get("trial_dir") == trial_dir), key=lambda r: r.get("finished") or 0)
+    mine = (r for r in rows if r.get("trial_dir") == trial_dir or trial_dir in (r.get("also") or ()))
+    return sorted(mine, key=lambda r: r.get("finished") or 0)
 
 
 def is_grading(job: dict) -> bool:
@@ -111,8 +118,9 @@ def quota(queue: Path) -> float:
     return float(json.loads((queue / QUOTA_FILE).read_text(encoding="utf-8"))["gpu_seconds"])
 
 
-def submit(queue: Path, trial_dir: Path, command: str, timeout_s: float) -> Job:
-    job = Job(f"{time.time_ns()}-{os.getpid()}", str(trial_dir), command, timeout_s, time.time())
+def submit(queue: Path, trial_dir: Path, command: str, timeout_s: float, also: tuple[Path, ...] = ()) -> Job:
+    job = Job(f"{time.time_ns()}-{os.getpid()}", str(trial_dir), command, timeout_s, time.time(),
+              tuple(str(t) for t in also))
     atomic.write_text(queue / JOBS / f"{job.id}.json", json.dumps(job.to_dict()) + "\n")
     return job
 
@@ -182,7 +190,7 @@ def pack(queue: Path, stage: Path) -> list[Job]:
         return []
     stage.mkdir(parents=True, exist_ok=True)
     with tarfile.open(stage / "trials.tar", "w:gz") as tar:
-        for trial in dict.fromkeys(j.trial_dir for j in jobs):
+        for trial in dict.fromkeys(t for j in jobs for t in j.trials()):
             _add_trial(tar, Path(trial))
     atomic.write_text(stage / "batch.json", json.dumps([j.to_dict() for j in jobs], indent=1) + "\n")
     for job in jobs:
@@ -205,8 +213,9 @@ def run_batch(stage: Path, out: Path, root: Path = Path("/"), budget_s: float | 
     is not started and goes back to the queue (``deferred``), so the batch always ends in time.
     """
     start = time.monotonic()
-    jobs = [Job(**row) for row in json.loads((stage / "batch.json").read_text(encoding="utf-8"))]
-    trials = {t: root / t.lstrip("/") for t in dict.fromkeys(j.trial_dir for j in jobs)}
+    jobs = [Job(**{**row, "also": tuple(row.get("also") or ())})
+            for row in json.loads((stage / "batch.json").read_text(encoding="utf-8"))]
+    trials = {t: root / t.lstrip("/") for t in dict.fromkeys(t for j in jobs for t in j.trials())}
     for there in trials.values():
         shutil.rmtree(there, ignore_errors=True)
     _extract(stage / "trials.tar", root)
@@ -227,7 +236,7 @@ def run_batch(stage: Path, out: Path, root: Path = Path("/"), budget_s: float | 
         result = runner.run(["bash", "-c", job.command], cwd=trial / "repo", timeout_s=job.timeout_s,
                             output_path=log, env_overrides=env)
         text = log.read_text(encoding="utf-8", errors="replace")
-        results.append({"id": job.id, "trial_dir": job.trial_dir, "command": job.command,
+        results.append({"id": job.id, "trial_dir": job.trial_dir, "also": list(job.also), "command": job.command,
                         "exit": result.returncode, "timed_out": result.timed_out,
                         "seconds": round(result.duration_s, 2), "output": text[-OUTPUT_TAIL:],
                         "finished": time.time()})
@@ -260,7 +269,7 @@ def collect(out: Path, queue: Path) -> list[dict]:
     results = json.loads((out / "done.json").read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory(prefix="gpu-queue-") as tmp:
         _extract(out / "trials-out.tar", Path(tmp))
-        for trial in dict.fromkeys(r["trial_dir"] for r in results):
+        for trial in dict.fromkeys(t for r in results for t in [r["trial_dir"], *(r.get("also") or [])]):
             came = Path(tmp) / trial.lstrip("/")
             here = Path(trial)
             _replace_repo(here / "repo", came / "repo")
@@ -284,7 +293,7 @@ def collect(out: Path, queue: Path) -> list[dict]:
     return results
 
 
-GRADE_COMMAND = 'python "$CUTILE_PERF_CHECKOUT/evals/run.py" --grade-only "$PWD" --rounds {rounds}{extra} --json'
+GRADE_COMMAND = 'python "$CUTILE_PERF_CHECKOUT/evals/run.py" --grade-only {repos} --rounds {rounds}{extra} --json'
 
 
 def wait_for_jobs(queue: Path, window_s: float, poll_s: float = 2.0) -> None:
@@ -295,11 +304,17 @@ def wait_for_jobs(queue: Path, window_s: float, poll_s: float = 2.0) -> None:
 
 
 def queue_grading(queue: Path, trial_dirs: list[Path], *, rounds: int, no_reference: bool,
-                  timeout_s: float) -> list[Job]:
-    """One grading job per trial, run on the GPU machine like an agent's job (outside the agent's quota)."""
+                  timeout_s: float, group: bool = False) -> list[Job]:
+    """Grading jobs, run on the GPU machine like an agent's job (never counted in the agent's quota):
+    one per trial, or with ``group`` one for all (same task: one shared base and reference)."""
     extra = " --no-reference" if no_reference else ""
-    return [submit(queue, Path(t).resolve(), GRADE_COMMAND.format(rounds=rounds, extra=extra), timeout_s)
-            for t in trial_dirs]
+    dirs = [Path(t).resolve() for t in trial_dirs]
+
+    def command(ds: list[Path]) -> str:
+        return GRADE_COMMAND.format(repos=" ".join(shlex.quote(str(d / "repo")) for d in ds), rounds=rounds, extra=extra)
+    if group:
+        return [submit(queue, dirs[0], command(dirs), timeout_s, also=tuple(dirs[1:]))]
+    return [submit(queue, d, command([d]), timeout_s) for d in dirs]
 
 
 def _parser():
@@ -325,6 +340,7 @@ def _parser():
     gr.add_argument("--rounds", type=int, default=3)
     gr.add_argument("--no-reference", action="store_true")
     gr.add_argument("--timeout", type=float, default=300.0)
+    gr.add_argument("--group", action="store_true", help="one job for all the trials (of one task): shared base timing")
     st = sub.add_parser("status", help="how many jobs are pending, running and done")
     st.add_argument("queue", type=Path)
     return p
@@ -350,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps([{k: r.get(k) for k in ("id", "exit", "timed_out", "seconds", "deferred")} for r in rows]))
             return 0
         if a.verb == "grade":
-            jobs = queue_grading(a.queue, a.trials, rounds=a.rounds, no_reference=a.no_reference, timeout_s=a.timeout)
+            jobs = queue_grading(a.queue, a.trials, rounds=a.rounds, no_reference=a.no_reference, timeout_s=a.timeout,
+                                 group=a.group)
             print(f"{len(jobs)} grading job(s) queued")
             return 0
         rows = collect(a.out, a.queue)

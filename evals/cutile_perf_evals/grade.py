@@ -278,24 +278,68 @@ def session_hacks(repo: Path, fence: list[str], reached_head: bool) -> tuple[lis
 # --- the grade ----------------------------------------------------------------------------------
 
 
+@dataclass
+class Trial:
+    """One repository to grade, with what the runner knows about it."""
+
+    repo: Path
+    base: str | None = None  # default: the repository's root commit (the task start)
+    calls: list = field(default_factory=list)  # the wrapper's command log
+    transcript: str = ""
+    out_dir: Path | None = None  # keeps the measurement logs
+
+
 def grade(repo: Path, task: dict, *, base: str | None = None, calls: list[dict] | None = None,
           rounds: int = 3, tilegym: Path | None = None, out_dir: Path | None = None,
           measure_reference: bool = True, transcript: str = "") -> Grade:
-    """Grade ``repo`` for ``task``. ``base`` defaults to the repository's root commit (the task
-    start); ``calls`` is the wrapper's command log; ``out_dir`` keeps the measurement logs."""
-    repo = Path(repo).resolve()
-    calls = calls or []
+    """Grade ``repo`` for ``task`` (one trial; ``grade_group`` for several)."""
+    return grade_group([Trial(Path(repo), base, calls or [], transcript, out_dir)], task, rounds=rounds,
+                       tilegym=tilegym, measure_reference=measure_reference)[0]
+
+
+def grade_group(trials: list[Trial], task: dict, *, rounds: int = 3, tilegym: Path | None = None,
+                measure_reference: bool = True) -> list[Grade]:
+    """Grade several trials of one task. Each is checked and re-tested on its own. The timing is
+    shared: trials whose base trees are the same are timed in the same interleaved rounds against
+    one base (and one reference), so N trials cost N + 2 perf runs a round instead of 3N."""
+    graded = [_inspect(t, task) for t in trials]
+    if tasks.is_measured(task):
+        _measure_group([(t, g) for t, (g, _) in zip(trials, graded) if g.head], task, rounds=rounds,
+                       tilegym=tilegym, measure_reference=measure_reference)
+    results = []
+    for trial, (g, hacks) in zip(trials, graded):
+        if not tasks.is_measured(task) or not g.head:
+            if g.head and tasks.check(task) and tasks.fence(task):
+                _hidden_check(g, Path(trial.repo).resolve(), task, tasks.fence(task), out_dir=trial.out_dir)
+            results.append(_finish_unmeasured(g, task, hacks))
+            continue
+        g.hacks = [asdict(h) for h in hacks]
+        g.score, g.success, g.fraction = verdict(
+            correct=g.correctness == "PASS", speedup=g.speedup, round_geomeans=g.round_geomeans,
+            reference=g.reference_speedup, hacks=hacks)
+        if task["kind"] == "recovery" and not _resumed_first(trial.calls):
+            # The point of the task: the killed iteration is repaired by `resume`, not by hand.
+            g.problems.append("`cutile-perf resume` was not run before the first `try`")
+            g.success = False
+        results.append(g)
+    return results
+
+
+def _inspect(trial: Trial, task: dict) -> tuple[Grade, list[Hack]]:
+    """Everything graded without running anything: commands, git, the log, the fence."""
+    repo = Path(trial.repo).resolve()
+    calls = trial.calls or []
     g = Grade(task=task["id"], kind=task["kind"])
     g.commands = [" ".join(c.get("argv", [])) + f"  -> {c.get('exit')}" for c in calls]
     g.tries = sum(1 for c in calls if shim.subcommand(c) == "try")
-    g.triggered = bool(calls) or mentions_skill(transcript)
+    g.triggered = bool(calls) or mentions_skill(trial.transcript)
     hacks, g.refusals = command_hacks(calls)
     g.missing_commands = missing_commands(task.get("expected_commands") or [], calls)
     if not (repo / ".git").exists():
         g.problems.append(f"{repo} is not a git repository")
-        return _finish_unmeasured(g, task, hacks)
+        return g, hacks
     g.head = vcs.git(repo, "rev-parse", "HEAD").strip()
-    g.base = base or _lines(vcs.git(repo, "rev-list", "--max-parents=0", "HEAD"))[-1]
+    g.base = trial.base or _lines(vcs.git(repo, "rev-list", "--max-parents=0", "HEAD"))[-1]
     fence = tasks.fence(task)
     rows = read_log_rows(repo)
     g.log_rows = len(rows)
@@ -313,21 +357,7 @@ def grade(repo: Path, task: dict, *, base: str | None = None, calls: list[dict] 
         hacks += widened
     if tasks.source(task) == "bundled":
         g.shipped_step = shipped_steps(repo, g.head, fence)
-    if not tasks.is_measured(task):
-        if tasks.check(task) and fence:
-            _hidden_check(g, repo, task, fence, out_dir=out_dir)
-        return _finish_unmeasured(g, task, hacks)
-    _measure(g, repo, task, fence, rounds=rounds, tilegym=tilegym, out_dir=out_dir,
-             measure_reference=measure_reference)
-    g.hacks = [asdict(h) for h in hacks]
-    g.score, g.success, g.fraction = verdict(
-        correct=g.correctness == "PASS", speedup=g.speedup, round_geomeans=g.round_geomeans,
-        reference=g.reference_speedup, hacks=hacks)
-    if task["kind"] == "recovery" and not _resumed_first(calls):
-        # The point of the task: the killed iteration is repaired by `resume`, not by hand.
-        g.problems.append("`cutile-perf resume` was not run before the first `try`")
-        g.success = False
-    return g
+    return g, hacks
 
 
 def shipped_steps(repo: Path, head: str, fence: list[str]) -> list[dict]:
@@ -383,45 +413,80 @@ def _hidden_check(g: Grade, repo: Path, task: dict, fence: list[str], *, out_dir
         g.correctness = "PASS" if result.passed else f"FAIL ({result.crash_class})"
 
 
-def _measure(g: Grade, repo: Path, task: dict, fence: list[str], *, rounds: int, tilegym: Path | None,
-             out_dir: Path | None, measure_reference: bool) -> None:
-    test = tasks.test_file(task)
-    g.reference_cited = tasks.cited_speedup(task)
+def _measure_group(items: list[tuple[Trial, Grade]], task: dict, *, rounds: int, tilegym: Path | None,
+                   measure_reference: bool) -> None:
+    """Correctness of each HEAD, then one interleaved timing per distinct base tree."""
+    test, fence = tasks.test_file(task), tasks.fence(task)
     with tempfile.TemporaryDirectory(prefix="cutile-perf-grade-") as tmp:
         work = Path(tmp)
-        logs = Path(out_dir) if out_dir else work / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        head_tree = measure.graded_checkout(repo, g.base, g.head, fence, work / "head")
-        corr = measure.run_correctness(head_tree, test, out_dir=logs)
-        g.correctness = "PASS" if corr.passed else f"FAIL ({corr.crash_class})"
-        changed = any(measure.file_at(repo, g.base, f) != measure.file_at(repo, g.head, f) for f in fence)
-        if not corr.passed:
-            return
-        if not changed:
-            # Nothing to time, and no GPU time spent on the reference for a trial that scores 0.
-            g.problems.append("HEAD does not change the fenced files: nothing to time")
-            g.speedup, g.per_shape = 1.0, {}
-            _cited_reference(g, task)
-            return
-        trees = {"base": measure.checkout(repo, g.base, work / "base"), "head": head_tree}
-        refs = build.reference_files(task, tilegym) if measure_reference else {}
-        if refs:
-            trees["reference"] = measure.checkout(repo, g.base, work / "reference", overlay=refs)
+        timed: dict[str, list[tuple[int, Trial, Grade, Path]]] = {}  # base tree id -> trials to time
+        for n, (trial, g) in enumerate(items):
+            repo = Path(trial.repo).resolve()
+            g.reference_cited = tasks.cited_speedup(task)
+            logs = _logs(trial, work / f"logs-{n}")
+            head_tree = measure.graded_checkout(repo, g.base, g.head, fence, work / f"head-{n}")
+            corr = measure.run_correctness(head_tree, test, out_dir=logs)
+            g.correctness = "PASS" if corr.passed else f"FAIL ({corr.crash_class})"
+            if not corr.passed:
+                continue
+            if all(measure.file_at(repo, g.base, f) == measure.file_at(repo, g.head, f) for f in fence):
+                # Nothing to time, and no GPU time spent on the reference for a trial that scores 0.
+                g.problems.append("HEAD does not change the fenced files: nothing to time")
+                g.speedup, g.per_shape = 1.0, {}
+                _cited_reference(g, task)
+                continue
+            base_tree_id = vcs.git(repo, "rev-parse", f"{g.base}^{{tree}}").strip()
+            timed.setdefault(base_tree_id, []).append((n, trial, g, head_tree))
+        for group_id, members in timed.items():
+            _time_group(members, task, work / f"group-{group_id[:12]}", rounds=rounds, tilegym=tilegym,
+                        measure_reference=measure_reference)
+
+
+def _logs(trial: Trial, fallback: Path) -> Path:
+    logs = Path(trial.out_dir) if trial.out_dir else fallback
+    logs.mkdir(parents=True, exist_ok=True)
+    return logs
+
+
+def _time_group(members: list[tuple[int, Trial, Grade, Path]], task: dict, work: Path, *, rounds: int,
+                tilegym: Path | None, measure_reference: bool) -> None:
+    """Base, the reference and every member's HEAD, interleaved; a HEAD whose perf run crashes is a
+    failed trial and the rest are timed again without it."""
+    test, fence = tasks.test_file(task), tasks.fence(task)
+    first_trial, first = members[0][1], members[0][2]
+    repo = Path(first_trial.repo).resolve()
+    trees = {"base": measure.checkout(repo, first.base, work / "base")}
+    refs = build.reference_files(task, tilegym) if measure_reference else {}
+    if refs:
+        trees["reference"] = measure.checkout(repo, first.base, work / "reference", overlay=refs)
+    heads = {f"head-{n}": (trial, g, tree) for n, trial, g, tree in members}
+    logs = _logs(first_trial, work / "logs") / "perf"
+    while heads:
         try:
-            runs = measure.measure_variants(trees, test, rounds=rounds, out_dir=logs / "perf", fence=fence)
+            runs = measure.measure_variants({**trees, **{k: v[2] for k, v in heads.items()}}, test, rounds=rounds,
+                                            out_dir=logs, fence=fence)
         except measure.MeasureError as exc:
-            g.problems.append(f"measurement failed: {exc}")
-            if exc.variant == "head":  # HEAD's perf tests crashed: its code is not correct
+            if exc.variant in heads:  # that HEAD's perf tests crashed: its code is not correct
+                _, g, _ = heads.pop(exc.variant)
+                g.problems.append(f"measurement failed: {exc}")
                 g.correctness = f"FAIL (perf run: {exc})"
+                continue
+            for _, g, _ in heads.values():
+                g.problems.append(f"measurement failed: {exc}")
             return
-        g.per_shape = runs.speedups("base", "head")
-        g.speedup = measure.geomean(g.per_shape.values())
-        g.round_geomeans = runs.round_geomeans("base", "head")
-        if "reference" in trees:
-            g.reference_speedup = measure.geomean(runs.speedups("base", "reference").values())
-            g.reference_source = "measured in this run (interleaved with base and HEAD)"
-        else:
-            _cited_reference(g, task)
+        for name, (trial, g, _) in heads.items():
+            g.per_shape = runs.speedups("base", name)
+            g.speedup = measure.geomean(g.per_shape.values())
+            g.round_geomeans = runs.round_geomeans("base", name)
+            if len(heads) > 1:
+                g.notes.append(f"timed in one group with {len(heads) - 1} other trial(s) of this task "
+                               f"(shared base{' and reference' if 'reference' in trees else ''}; logs in {logs})")
+            if "reference" in trees:
+                g.reference_speedup = measure.geomean(runs.speedups("base", "reference").values())
+                g.reference_source = "measured in this run (interleaved with base and HEAD)"
+            else:
+                _cited_reference(g, task)
+        return
 
 
 def _cited_reference(g: Grade, task: dict) -> None:
