@@ -66,7 +66,7 @@ def test_init_creates_branch_session_and_ignores_sandbox(tilegym_like_repo, caps
     assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == data["branch"]
     assert data["fence"] == [KERNEL_REL] and data["test"] == TEST_REL
     assert data["scan"]["kernel_type"] == "reduction-norm" and data["scan"]["bound"] == "memory-bound"
-    assert data["playbook"][0] == "A"
+    assert data["playbook"][0] == "M"  # read each input once: the measured first step for row kernels
     session = yaml.safe_load((repo / "sandbox/session.yaml").read_text())
     assert session["thresholds"] == Thresholds().to_dict() and "{python}" in session["perf_cmd"]
     assert (repo / "sandbox/perf_results.md").exists()

@@ -135,5 +135,6 @@ def test_test_file_is_paired_by_folders_and_ties_are_refused(tilegym_like_repo):
 
 def test_playbook_priority_and_what_remains():
     assert [i.letter for i in playbook.priority("compute-bound")][:3] == ["D", "G", "C"]
-    left = playbook.remaining("memory-bound", ["persistent grid over rows", "A: ct.load instead of gather"])
-    assert [i.letter for i in left][:2] == ["C", "F"]
+    left = playbook.remaining("memory-bound", ["M: whole row in one tile", "persistent grid over rows",
+                                               "A: ct.load instead of gather"])
+    assert [i.letter for i in left][:3] == ["C", "H", "F"]

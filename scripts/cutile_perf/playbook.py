@@ -30,11 +30,19 @@ PLAYBOOK: dict[str, Item] = {i.letter: i for i in (
     Item("J", "token-dependency mitigation", ("token",)),
     Item("K", "batch small copy kernels", ("batch",)),
     Item("L", "custom plan from profiling", ("custom", "profil")),
+    Item("M", "read each input once (whole row in one tile)", ("read once", "one pass", "single read", "whole row",
+                                                              "whole-row", "read x once")),
+    Item("N", "fewer, cheaper edge checks", ("edge", "check_bounds", "padding mode", "padding_mode")),
+    Item("Q", "fewer instructions per element (1/n, FMAs)", ("instruction", "fma", "1/n", "reciprocal")),
+    Item("R", "long 16-bit rows: one read, kept in 16 bits", ("long row", "long-row", "16-bit row", "half row")),
 )}
 
-# The orders of the upstream perf-knob catalog, with a middle ground for balanced kernels.
+# Compute-bound and balanced: the orders of the upstream perf-knob catalog. Memory-bound: the
+# order of effect measured on the bundled row kernels on the H200 (optimization-playbook.md,
+# entry P): reading each input once did most, then the occupancy hint, cheaper arithmetic, one
+# CTA per row block and register stores; TMA changed nothing once loads were 16 bytes wide.
 PRIORITY: dict[str, tuple[str, ...]] = {
-    "memory-bound": ("A", "B", "C", "F", "G", "E", "H", "K", "J", "L"),
+    "memory-bound": ("M", "C", "H", "B", "F", "Q", "R", "N", "G", "A", "E", "K", "J", "L"),
     "balanced": ("A", "C", "G", "B", "E", "F", "H", "I", "J", "L"),
     "compute-bound": ("D", "G", "C", "I", "B", "E", "H", "J", "L"),
 }
