@@ -119,3 +119,42 @@ def test_survey_op_keeps_only_the_named_ops_and_refuses_an_unknown_one(two_op_re
     code = main(["survey", "--repo", str(two_op_repo), "--op", "softmaxx"])
     err = capsys.readouterr().err
     assert code == 2 and "softmaxx" in err and len(err.strip().splitlines()) <= 2
+
+
+def test_a_sampled_run_whose_tests_all_skip_tries_the_next_tests(two_op_repo, tmp_path, monkeypatch):
+    """chunk_gated_delta_rule on the H200: its first correctness case skips on that GPU, and one
+    skipped sample said "no" about an op whose other cases pass."""
+    offsets = []
+
+    def fake_run(session, which, sel, test_rel, *, timeout_s, sample, log_dir, capped=False, offset=0):
+        offsets.append(offset)
+        if offset < 2:  # the first two windows of one test each: skipped on this machine
+            return survey.RunSummary(False, "no-tests", 1.0, 1, outcomes={"skipped": 1})
+        return survey.RunSummary(True, None, 2.0, 1, outcomes={"passed": 1})
+
+    monkeypatch.setattr(survey, "_run_one", fake_run)
+    row = survey.survey_op(two_op_repo, two_op_repo / SOFTMAX_KERNEL_REL, run=True, timeout_s=60, sample=1,
+                           log_dir=tmp_path)
+    assert len(row.selections["correctness"].node_ids) == 6 and offsets == [0, 1, 2]
+    corr = row.runs["correctness"]
+    assert corr.ok and corr.wall_s == 4.0 and "the first 2 sampled test(s) skipped" in corr.detail
+
+
+def test_skipped_windows_are_bounded(two_op_repo, tmp_path, monkeypatch):
+    offsets = []
+
+    def always_skipped(session, which, sel, test_rel, *, timeout_s, sample, log_dir, capped=False, offset=0):
+        offsets.append(offset)
+        return survey.RunSummary(False, "no-tests", 1.0, 1, outcomes={"skipped": 1})
+
+    monkeypatch.setattr(survey, "_run_one", always_skipped)
+    row = survey.survey_op(two_op_repo, two_op_repo / SOFTMAX_KERNEL_REL, run=True, timeout_s=60, sample=1,
+                           log_dir=tmp_path)
+    assert offsets == [0, 1, 2] and not row.runs["correctness"].ok  # SKIPPED_WINDOWS, then a verdict
+
+
+def test_all_skipped_needs_skips_and_no_failures():
+    assert survey.all_skipped(survey.RunSummary(False, "no-tests", 1.0, 1, outcomes={"skipped": 2}))
+    assert not survey.all_skipped(survey.RunSummary(False, "no-tests", 1.0, 1, outcomes={"skipped": 1, "failed": 1}))
+    assert not survey.all_skipped(survey.RunSummary(False, "no-tests", 1.0, 1, outcomes={"deselected": 3}))
+    assert not survey.all_skipped(survey.RunSummary(True, None, 1.0, 1, outcomes={"passed": 1}))

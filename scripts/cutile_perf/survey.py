@@ -15,7 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cutile_perf import kernel_scan, records, runner, selection
@@ -105,24 +105,36 @@ def _session_for(root: Path, kernel_rel: str, test_rel: str, perf_rel: str | Non
         base_commit="", branch="", created="")
 
 
-def sampled_argv(argv: list[str], test_rel: str, node_ids: tuple[str, ...], sample: int) -> tuple[list[str], int]:
-    """``argv`` with its test-file argument replaced by the first ``sample`` selected node ids.
+def sampled_argv(argv: list[str], test_rel: str, node_ids: tuple[str, ...], sample: int,
+                 offset: int = 0) -> tuple[list[str], int]:
+    """``argv`` with its test-file argument replaced by ``sample`` selected node ids from ``offset``.
 
     The ids are re-rooted on ``test_rel`` (pytest prints them relative to its rootdir, which need
     not be the working directory). ``sample`` 0, or a test file not found in argv, keeps ``argv``.
     """
     if sample <= 0 or test_rel not in argv or not node_ids:
         return list(argv), 0
-    chosen = [f"{test_rel}::{nid.split('::', 1)[1]}" if "::" in nid else nid for nid in node_ids[:sample]]
+    chosen = [f"{test_rel}::{nid.split('::', 1)[1]}" if "::" in nid else nid
+              for nid in node_ids[offset:offset + sample]]
     i = argv.index(test_rel)
     return [*argv[:i], *chosen, *argv[i + 1:]], len(chosen)
 
 
+# A sampled run whose tests all skipped (a case this GPU does not support) says nothing about the
+# op: the next tests are tried, up to this many windows of --sample tests.
+SKIPPED_WINDOWS = 3
+
+
+def all_skipped(run: RunSummary) -> bool:
+    return run.crash == "no-tests" and run.outcomes.get("skipped", 0) > 0 and not run.outcomes.get("failed") \
+        and not run.outcomes.get("error") and not run.outcomes.get("errors")
+
+
 def _run_one(session: session_mod.Session, which: str, sel: selection.Selection, test_rel: str, *, timeout_s: float,
-             sample: int, log_dir: Path, capped: bool = False) -> RunSummary:
+             sample: int, log_dir: Path, capped: bool = False, offset: int = 0) -> RunSummary:
     """One run; ``capped``: ``timeout_s`` is what was left of the budget, so a timeout is a cut, not a verdict."""
     argv = session.argv(which)
-    argv, tests = sampled_argv(argv, test_rel, sel.node_ids, sample)
+    argv, tests = sampled_argv(argv, test_rel, sel.node_ids, sample, offset)
     stem = session.kernel_files[0].replace("/", "__").removesuffix(".py")
     out = log_dir / f"{stem}-{which}.log"
     env = {"PYTHONDONTWRITEBYTECODE": "1"}
@@ -196,8 +208,21 @@ def survey_op(root: Path, kernel: Path, *, run: bool, timeout_s: float, sample: 
                 break
             test_rel = row.perf_test if which == "perf" and row.perf_test else row.test
             cap = budget.cap(timeout_s)
-            row.runs[which] = _run_one(session, which, sel, test_rel, timeout_s=cap, sample=sample,
-                                       log_dir=log_dir, capped=cap < timeout_s)
+            run_ = _run_one(session, which, sel, test_rel, timeout_s=cap, sample=sample, log_dir=log_dir,
+                            capped=cap < timeout_s)
+            window, spent = 1, run_.wall_s
+            while (sample and all_skipped(run_) and window < SKIPPED_WINDOWS
+                   and window * sample < len(sel.node_ids) and budget.cap(timeout_s)):
+                cap = budget.cap(timeout_s)
+                run_ = _run_one(session, which, sel, test_rel, timeout_s=cap, sample=sample, log_dir=log_dir,
+                                capped=cap < timeout_s, offset=window * sample)
+                spent += run_.wall_s
+                window += 1
+            if window > 1:
+                run_ = replace(run_, wall_s=round(spent, 1),
+                               detail=(run_.detail + "; " if run_.detail else "")
+                               + f"the first {(window - 1) * sample} sampled test(s) skipped on this machine")
+            row.runs[which] = run_
             if row.runs[which].cut:
                 row.not_done = f"budget spent during the {which} run"
                 break
