@@ -212,3 +212,24 @@ def test_grade_only_refuses_a_group_of_different_tasks(tmp_path, capsys):
         repos.append(cli.prepare_trial(task, tmp_path / task_id / "skill-1", skill=False, suffix="", tilegym=None)["repo"])
     assert cli.main(["--grade-only", *repos]) == 2
     assert "one task" in capsys.readouterr().err
+
+
+def test_a_bundled_tasks_own_prepared_steps_are_withheld_through_the_wrapper(tmp_path):
+    """The first live run's skill agents copied step 05 of the very kernel they were asked to speed up."""
+    task = tasks.by_id(tasks.load_tasks(), "rmsnorm-make-faster")
+    meta = cli.prepare_trial(task, tmp_path / "skill-1", skill=True, suffix="", tilegym=None)
+    wrapper = str(Path(meta["bin"]) / "cutile-perf")
+    shown = subprocess.run([wrapper, "example", "show", "rms_norm", "--step", "05"], cwd=meta["repo"],
+                           capture_output=True, text=True)
+    assert shown.returncode == 3 and "withheld in this evaluation" in shown.stderr and "ct.kernel" not in shown.stdout
+    other = subprocess.run([wrapper, "example", "show", "softmax", "--step", "01"], cwd=meta["repo"],
+                           capture_output=True, text=True)
+    assert other.returncode == 0 and "ct.kernel" in other.stdout, "other ops' steps stay visible"
+    listed = subprocess.run([wrapper, "example", "list"], cwd=meta["repo"], capture_output=True, text=True)
+    assert "rms_norm: " in listed.stdout and "prepared steps withheld" in listed.stdout
+    plain = subprocess.run([wrapper, "example", "show", "rms_norm"], cwd=meta["repo"], capture_output=True, text=True)
+    assert plain.returncode == 0 and "changes:" not in plain.stderr, "no step stories for the op under test"
+    shown_ok = cli.prepare_trial(task, tmp_path / "skill-2", skill=True, suffix="", tilegym=None, show_examples=True)
+    again = subprocess.run([str(Path(shown_ok["bin"]) / "cutile-perf"), "example", "show", "rms_norm", "--step", "05"],
+                           cwd=shown_ok["repo"], capture_output=True, text=True)
+    assert again.returncode == 0 and "ct.kernel" in again.stdout

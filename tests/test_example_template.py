@@ -183,3 +183,14 @@ def test_template_aliases_and_overrides(capsys, tmp_path):
 def test_template_bad_input_is_a_usage_error(capsys, args):
     code, _, err = run(capsys, "template", "autotune", *args)
     assert code == EXIT_USAGE and err.count("\n") == 1, err
+
+
+def test_withheld_ops_steps_are_refused_by_show_and_demo(monkeypatch, capsys):
+    from cutile_perf.cli import main
+
+    monkeypatch.setenv("CUTILE_PERF_WITHHOLD_EXAMPLES", "rms_norm, layer_norm")
+    assert main(["example", "show", "rms_norm", "--step", "1"]) == 3
+    assert "withheld in this evaluation" in capsys.readouterr().err
+    assert main(["demo", "--kernel", "rmsnorm"]) == 3  # refused before any GPU check or copy
+    assert "withheld" in capsys.readouterr().err
+    assert main(["example", "show", "softmax", "--step", "1"]) == 0

@@ -68,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
                         "(drained with python evals/gpu_queue.py)")
     p.add_argument("--gpu-seconds", type=float, default=600.0,
                    help="--gpu-queue: GPU seconds per trial, the same with and without the skill (default 600)")
+    p.add_argument("--show-examples", action="store_true",
+                   help="let the agent see the prepared steps of a bundled task's own op (withheld by default)")
     p.add_argument("--note-file", type=Path,
                    help="lines added to the environment part of agent-prompt.txt (rules of the place the agent runs in)")
     return p
@@ -78,7 +80,8 @@ def _mode(no_skill: bool) -> str:
 
 
 def prepare_trial(task: dict, trial_dir: Path, *, skill: bool, suffix: str, tilegym: Path | None,
-                  gpu_queue: Path | None = None, gpu_seconds: float = 600.0, note: str = "") -> dict:
+                  gpu_queue: Path | None = None, gpu_seconds: float = 600.0, note: str = "",
+                  show_examples: bool = False) -> dict:
     """Build the repo, install the skill (or not), write the wrapper and the prompt; returns task.json.
 
     With ``gpu_queue`` the agent works without a GPU and reaches one through ``bin/gpu-run``.
@@ -96,7 +99,11 @@ def prepare_trial(task: dict, trial_dir: Path, *, skill: bool, suffix: str, tile
     # The comparison run gets neither the skill nor the CLI: with `cutile-perf` on PATH an agent
     # without the skill found `cutile-perf example show` and copied a prepared step (2026-12-01).
     if skill:
-        shim.write_wrapper(trial_dir / "bin", trial_dir / "commands.jsonl")
+        # A bundled task's prepared steps are its answers (the first live run's agents copied them):
+        # the CLI withholds them for the task's own ops unless --show-examples.
+        withhold = () if show_examples or tasks.source(task) != "bundled" else tuple(
+            Path(f).stem for f in tasks.fence(task) if (build.SUITE / "optimizations" / Path(f).stem).is_dir())
+        shim.write_wrapper(trial_dir / "bin", trial_dir / "commands.jsonl", withhold=withhold)
     else:
         (trial_dir / "bin").mkdir(parents=True, exist_ok=True)
     if gpu_queue is not None:
@@ -184,7 +191,8 @@ def run_all(chosen: list[dict], a: argparse.Namespace, suffix: str) -> int:
         for n in range(first, first + a.trials):
             trial_dir = out / task["id"] / f"{mode}-{n}"
             print(f"{task['id']} {mode} trial {n}: building", file=sys.stderr)
-            meta = prepare_trial(task, trial_dir, skill=not a.no_skill, suffix=suffix, tilegym=a.tilegym)
+            meta = prepare_trial(task, trial_dir, skill=not a.no_skill, suffix=suffix, tilegym=a.tilegym,
+                                 gpu_queue=a.gpu_queue, gpu_seconds=a.gpu_seconds, show_examples=a.show_examples)
             print(f"{task['id']} {mode} trial {n}: agent running (limit {a.time_limit:g} s)", file=sys.stderr)
             run = agent.launch(a.agent, repo=Path(meta["repo"]), prompt_file=Path(meta["prompt_file"]),
                                trial_dir=trial_dir, time_limit_s=a.time_limit, bin_dir=Path(meta["bin"]))
@@ -295,7 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             meta = prepare_trial(chosen[0], out / chosen[0]["id"] / f"{mode}-{next_trial(out, chosen[0]['id'], mode)}",
                                  skill=not a.no_skill, suffix=suffix, tilegym=a.tilegym,
                                  gpu_queue=a.gpu_queue, gpu_seconds=a.gpu_seconds,
-                                 note=a.note_file.read_text(encoding="utf-8") if a.note_file else "")
+                                 note=a.note_file.read_text(encoding="utf-8") if a.note_file else "",
+                                 show_examples=a.show_examples)
             print(f"repo {meta['repo']}; put {meta['bin']} first on PATH; then grade with: "
                   f"python evals/run.py --grade-only {meta['repo']}", file=sys.stderr)
             print(meta["prompt_file"])

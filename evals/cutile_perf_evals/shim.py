@@ -27,6 +27,8 @@ import json, os, subprocess, sys, time
 LOG = {log!r}
 env = dict(os.environ)
 env["PYTHONPATH"] = os.pathsep.join(p for p in ({scripts!r}, env.get("PYTHONPATH", "")) if p)
+if {withhold!r}:  # the op under evaluation: its prepared steps are its answers
+    env["CUTILE_PERF_WITHHOLD_EXAMPLES"] = {withhold!r}
 start = time.time()
 tail = []
 proc = subprocess.Popen([sys.executable, "-m", "cutile_perf", *sys.argv[1:]], env=env, stderr=subprocess.PIPE)
@@ -62,12 +64,17 @@ def cli_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "cutile_perf", *args]
 
 
-def write_wrapper(bin_dir: Path, log_path: Path) -> Path:
-    """Write ``bin_dir/cutile-perf`` (executable) logging to ``log_path``; returns its path."""
+def write_wrapper(bin_dir: Path, log_path: Path, withhold: tuple[str, ...] = ()) -> Path:
+    """Write ``bin_dir/cutile-perf`` (executable) logging to ``log_path``; returns its path.
+
+    ``withhold``: bundled ops whose prepared steps the CLI will not show through this wrapper (an
+    agent that runs ``python -m cutile_perf`` itself gets round it, and its commits still show
+    the copy in the grade's ``shipped_step``).
+    """
     bin_dir.mkdir(parents=True, exist_ok=True)
     path = bin_dir / "cutile-perf"
-    path.write_text(WRAPPER.format(python=sys.executable, log=str(log_path), scripts=str(scripts_dir())),
-                    encoding="utf-8")
+    path.write_text(WRAPPER.format(python=sys.executable, log=str(log_path), scripts=str(scripts_dir()),
+                                   withhold=",".join(withhold)), encoding="utf-8")
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path
 

@@ -15,6 +15,7 @@ OWN_ENV_VARS: dict[str, str] = {
     "CUTILE_PERF_RECORDS": "file the pytest plugin appends benchmark records to (JSON lines); set by the harness",
     "CUTILE_PERF_REPORT": "file the pytest plugin writes its signed run report to (test outcomes, records, module files, end marker); set by the harness",
     "CUTILE_PERF_RECORD_LAUNCHES": "file the pytest plugin appends each distinct ct.launch signature to (JSON lines); set by compile-check --record",
+    "CUTILE_PERF_WITHHOLD_EXAMPLES": "comma-separated bundled ops whose prepared steps example show and demo do not show (set by the eval runner for the op under test)",
     "CUTILE_PERF_KEY_FD": "file descriptor the pytest plugin reads the run report's signing key from, once; set by the harness",
     "CUTILE_PERF_TUNE_CACHE_DIR": "directory of the persistent tuning cache (default: the user cache dir)",
     "CUTILE_PERF_BENCH_MODE": "timing mode of cutile_perf.bench in perf tests: cold (default), warm or graph",
@@ -82,6 +83,11 @@ def records_path() -> Path | None:
 def launches_path() -> Path | None:
     value = os.environ.get("CUTILE_PERF_RECORD_LAUNCHES")
     return Path(value) if value else None
+
+
+def withheld_examples() -> frozenset[str]:
+    """Bundled ops whose prepared steps are not shown (an evaluation on that op is running)."""
+    return frozenset(op.strip() for op in os.environ.get("CUTILE_PERF_WITHHOLD_EXAMPLES", "").split(",") if op.strip())
 
 
 def report_path() -> Path | None:

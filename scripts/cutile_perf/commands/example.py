@@ -14,12 +14,21 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from cutile_perf import assets
+from cutile_perf import assets, knobs
 from cutile_perf.commands import Outcome, say
 from cutile_perf.commands.demo import SUITE_IGNORE, Step, available_ops, load_steps, resolve_kernel
 from cutile_perf.errors import Refused, UsageError
 
 ACTIONS = ("list", "show", "copy")
+
+
+WITHHELD_HINT = "work from the playbook (references/optimization-playbook.md) and the other ops' steps"
+
+
+def refuse_if_withheld(op: str) -> None:
+    """An evaluation of ``op`` is running: its prepared steps are the answers, so they stay hidden."""
+    if op in knobs.withheld_examples():
+        raise Refused(f"the prepared steps of {op} are withheld in this evaluation", WITHHELD_HINT)
 
 
 def step_number(step: Step) -> str:
@@ -78,6 +87,10 @@ def list_examples(suite: Path) -> Outcome:
     ops, lines = [], []
     for op in available_ops(suite):
         kernel_file, steps = _op_steps(suite, op)
+        if op in knobs.withheld_examples():
+            ops.append({"op": op, "kernel_file": kernel_file, "test_file": _test_file(op), "steps": "withheld"})
+            lines.append(f"{op}: {kernel_file} (tests: {_test_file(op)}), prepared steps withheld in this evaluation")
+            continue
         ops.append({"op": op, "kernel_file": kernel_file, "test_file": _test_file(op),
                     "steps": [_step_data(s) for s in steps]})
         lines.append(f"{op}: {kernel_file} (tests: {_test_file(op)}), {len(steps)} prepared steps")
@@ -92,14 +105,21 @@ def show_example(suite: Path, op_name: str, *, step: str | None, test: bool) -> 
         raise UsageError("pass --step or --test, not both")
     op = resolve_kernel(op_name, available_ops(suite))
     kernel_file, steps = _op_steps(suite, op)
+    if step is not None:
+        refuse_if_withheld(op)
+    if op in knobs.withheld_examples():
+        steps = []  # the plain kernel and its test are the task itself; the steps' stories are answers
     data: dict = {"op": op, "kernel_file": kernel_file, "steps": [_step_data(s) for s in steps], "step": None}
     if test:
         path, data["shown"] = suite / _test_file(op), _test_file(op)
         say(f"{op}: {_test_file(op)}, correctness (test_op) and perf (test_perf) tests in TileGym's style")
     elif step is None:
         path, data["shown"] = suite / kernel_file, kernel_file
-        say(f"{op}: the plain kernel ({kernel_file}); prepared steps, each a complete replacement of it "
-            f"(cutile-perf example show {op} --step NN):")
+        if op in knobs.withheld_examples():
+            say(f"{op}: the plain kernel ({kernel_file}); its prepared steps are withheld in this evaluation")
+        else:
+            say(f"{op}: the plain kernel ({kernel_file}); prepared steps, each a complete replacement of it "
+                f"(cutile-perf example show {op} --step NN):")
         for s in steps:
             say(f"  {step_number(s)} {s.name} [expected {s.expect or '?'}]: {s.changes}")
     else:
