@@ -233,3 +233,21 @@ def test_a_bundled_tasks_own_prepared_steps_are_withheld_through_the_wrapper(tmp
     again = subprocess.run([str(Path(shown_ok["bin"]) / "cutile-perf"), "example", "show", "rms_norm", "--step", "05"],
                            cwd=shown_ok["repo"], capture_output=True, text=True)
     assert again.returncode == 0 and "ct.kernel" in again.stdout
+
+
+def test_the_gpu_machines_wrapper_withholds_the_same_steps(trial):
+    meta, queue, tmp = trial
+    gpuqueue.submit(queue, Path(meta["repo"]).parent, "cutile-perf example show rms_norm --step 05", timeout_s=60)
+    (row,) = _drain(queue, tmp)
+    assert row["exit"] == 3 and "withheld in this evaluation" in row["output"]
+
+
+def test_a_run_without_the_skill_has_no_cli_on_the_gpu_machine_either(tmp_path):
+    task = tasks.by_id(tasks.load_tasks(), "rmsnorm-make-faster")
+    queue = tmp_path / "q"
+    meta = cli.prepare_trial(task, tmp_path / "out" / task["id"] / "noskill-1", skill=False, suffix="",
+                             tilegym=None, gpu_queue=queue)
+    gpuqueue.submit(queue, Path(meta["repo"]).parent, "test -e ../bin/cutile-perf && echo wrapper || echo none",
+                    timeout_s=30)
+    (row,) = _drain(queue, tmp_path)
+    assert row["output"].strip().endswith("none"), row["output"]

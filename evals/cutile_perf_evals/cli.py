@@ -98,6 +98,7 @@ def prepare_trial(task: dict, trial_dir: Path, *, skill: bool, suffix: str, tile
             raise build.BuildError(f"install-skill failed: {(proc.stdout + proc.stderr).strip()[-300:]}")
     # The comparison run gets neither the skill nor the CLI: with `cutile-perf` on PATH an agent
     # without the skill found `cutile-perf example show` and copied a prepared step (2026-12-01).
+    withhold: tuple[str, ...] = ()
     if skill:
         # A bundled task's prepared steps are its answers (the first live run's agents copied them):
         # the CLI withholds them for the task's own ops unless --show-examples.
@@ -109,14 +110,7 @@ def prepare_trial(task: dict, trial_dir: Path, *, skill: bool, suffix: str, tile
     if gpu_queue is not None:
         gpuqueue.init_queue(gpu_queue.resolve(), gpu_seconds)
         gpuqueue.write_client(trial_dir / "bin", gpu_queue.resolve(), trial_dir.resolve())
-    # The interpreter's own bin folder would also put this checkout's `cutile-perf` on PATH (an
-    # editable install): the agent gets a folder with python and pytest only.
-    python_dir = trial_dir / "python-bin"
-    python_dir.mkdir()
-    # Scripts, not symlinks: a venv's interpreter finds its packages only when started by its own path.
-    for name, args in (("python", ""), ("python3", ""), ("pytest", " -m pytest")):
-        (python_dir / name).write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)}{args} \"$@\"\n", encoding="utf-8")
-        (python_dir / name).chmod(0o755)
+    python_dir = _python_bin(trial_dir / "python-bin")
     prompt_file = trial_dir / "prompt.txt"
     prompt_file.write_text(tasks.prompt(task, suffix), encoding="utf-8")
     skill_md = built.repo / ".claude" / "skills" / "cutile-perf" / "SKILL.md"
@@ -128,10 +122,26 @@ def prepare_trial(task: dict, trial_dir: Path, *, skill: bool, suffix: str, tile
             "prompt_file": str(prompt_file), "bin": str(trial_dir / "bin"),
             "commands_log": str(trial_dir / "commands.jsonl"),
             "gpu_queue": str(gpu_queue.resolve()) if gpu_queue is not None else None,
+            "cli": skill,  # the GPU machine's wrapper exists, and withholds, exactly as here
+            "withhold_examples": list(withhold),
             "agent_prompt_file": str(trial_dir / "agent-prompt.txt"),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     (trial_dir / "task.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return meta
+
+
+def _python_bin(folder: Path) -> Path:
+    """python, python3 and pytest of this interpreter, alone in ``folder``.
+
+    The interpreter's own bin folder would also put this checkout's `cutile-perf` on the agent's
+    PATH (an editable install). Scripts, not symlinks: a venv's interpreter finds its packages
+    only when started by its own path.
+    """
+    folder.mkdir()
+    for name, args in (("python", ""), ("python3", ""), ("pytest", " -m pytest")):
+        (folder / name).write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)}{args} \"$@\"\n", encoding="utf-8")
+        (folder / name).chmod(0o755)
+    return folder
 
 
 def _transcript(trial_dir: Path) -> str:

@@ -228,7 +228,9 @@ def run_batch(stage: Path, out: Path, root: Path = Path("/"), budget_s: float | 
             continue
         trial = trials[job.trial_dir]
         bin_dir = trial / "bin"
-        shim.write_wrapper(bin_dir, trial / GPU_LOG)
+        meta = json.loads((trial / "task.json").read_text(encoding="utf-8")) if (trial / "task.json").is_file() else {}
+        if meta.get("cli", True):  # a run without the skill has no CLI here either
+            shim.write_wrapper(bin_dir, trial / GPU_LOG, withhold=tuple(meta.get("withhold_examples") or ()))
         log = trial / "gpu-jobs" / f"{job.id}.log"
         env = {"PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")]),
                "CUTILE_PERF_CHECKOUT": str(CHECKOUT)}
