@@ -53,6 +53,10 @@ class DirtyTree(Refused):
     pass
 
 
+class NoChange(Refused):
+    """``try`` found nothing changed in the fenced files (``batch`` skips such an entry)."""
+
+
 class Locked(Refused):
     pass
 

@@ -17,9 +17,7 @@ from cutile_perf import envcheck, git_ops, iteration, plan
 from cutile_perf import session as session_mod
 from cutile_perf.commands import Outcome, say
 from cutile_perf.commands.try_ import try_
-from cutile_perf.errors import EXIT_OK, DirtyTree, Refused, UsageError
-
-NO_CHANGE = "no change to the fenced files"
+from cutile_perf.errors import EXIT_OK, DirtyTree, NoChange, Refused, UsageError
 
 
 def batch(*, repo: Path, plan_path: Path, budget_s: float | None) -> Outcome:
@@ -57,11 +55,11 @@ def batch(*, repo: Path, plan_path: Path, budget_s: float | None) -> Outcome:
         began = time.monotonic()
         try:
             result = try_(repo=session.repo, optimization=entry.optimization)
-        except Refused as exc:
-            if NO_CHANGE in exc.message:  # the candidate is the current code: nothing to measure
-                done.append({"entry": n, "optimization": entry.optimization, "decision": "skipped",
-                             "reason": "the candidate is the same as the kept code", "seconds": 0.0})
-                continue
+        except NoChange:  # the candidate is the current code: nothing to measure
+            done.append({"entry": n, "optimization": entry.optimization, "decision": "skipped",
+                         "reason": "the candidate is the same as the kept code", "seconds": 0.0})
+            continue
+        except Refused:
             # Refused before touching anything: take our copies back out, leave the rest to the user.
             git_ops.restore_paths(g, git_ops.head(g), [t for t, _ in entry.files])
             raise

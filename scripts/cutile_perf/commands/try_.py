@@ -15,8 +15,8 @@ from cutile_perf import decide, envcheck, git_ops, iteration, measure, txn
 from cutile_perf import session as session_mod
 from cutile_perf.commands import Outcome, say
 from cutile_perf.crash import CrashClass
-from cutile_perf.errors import (EXIT_CRASH, EXIT_OK, EXIT_REJECTED, FenceViolation, IterationCrashed, Refused,
-                                UsageError)
+from cutile_perf.errors import (EXIT_CRASH, EXIT_OK, EXIT_REJECTED, FenceViolation, IterationCrashed, NoChange,
+                                Refused, UsageError)
 
 TRAILER = "Cutile-Perf"
 
@@ -39,7 +39,7 @@ def candidate_paths(session: session_mod.Session, g) -> list[str]:
                              "undo them yourself (cutile-perf never touches them), or fence them at init with --allow")
     paths = iteration.fenced_changes(session, changed)
     if not paths:
-        raise Refused(f"no change to the fenced files ({', '.join(session.fence)})", "edit the kernel, then run try again")
+        raise NoChange(f"no change to the fenced files ({', '.join(session.fence)})", "edit the kernel, then run try again")
     root = git_ops.root(g)
     for rel in paths:
         target = root / rel
