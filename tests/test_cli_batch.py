@@ -121,3 +121,16 @@ def test_batch_bad_plan_file_is_a_one_line_usage_error(session_repo, capsys):
     code = main(["batch", "--repo", str(session_repo), str(session_repo / "sandbox/nope.yaml")])
     err = capsys.readouterr().err
     assert code == 2 and "cannot read the plan" in err and len(err.strip().splitlines()) <= 2
+
+
+def test_batch_records_the_baseline_first_when_asked_and_none_exists(tilegym_like_repo, capsys):
+    repo = tilegym_like_repo
+    assert cli(capsys, repo, "init", "--kernel", "rms_norm", "--timeout", "60")[0] == 0
+    allow_no_gpu(repo)
+    path = write_plan(repo, [("faster", FAST)])
+    code, _ = cli(capsys, repo, "batch", str(path))
+    assert code == 3, "without --baseline, no baseline is a refusal"
+    code, data = cli(capsys, repo, "batch", str(path), "--baseline", "2")
+    assert code == 0 and [e["decision"] for e in data["entries"]] == ["keep"]
+    rows = [json.loads(line) for line in (repo / "sandbox/experiments.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [0, 1] and len(rows[0]["shapes"]["256x1024"]["runs"]) == 2

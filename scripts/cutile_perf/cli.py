@@ -183,11 +183,13 @@ def _add_batch(subparsers) -> None:
              "An entry starts only if the longest try the log allows for still fits the budget.")
     p.add_argument("plan", type=Path, help="the plan file (YAML)")
     p.add_argument("--budget", type=float, help="seconds for the whole batch; entries that would not finish are not started")
+    p.add_argument("--baseline", type=int, metavar="REPEATS",
+                   help="when no baseline is recorded yet, record it first with this many perf runs (same job)")
 
     def run(a: argparse.Namespace) -> Outcome:
         from cutile_perf.commands.batch import batch
 
-        return batch(repo=a.repo, plan_path=a.plan, budget_s=a.budget)
+        return batch(repo=a.repo, plan_path=a.plan, budget_s=a.budget, baseline_repeats=a.baseline)
 
     p.set_defaults(handler=run)
 

@@ -20,7 +20,7 @@ from cutile_perf.commands.try_ import try_
 from cutile_perf.errors import EXIT_OK, DirtyTree, NoChange, Refused, UsageError
 
 
-def batch(*, repo: Path, plan_path: Path, budget_s: float | None) -> Outcome:
+def batch(*, repo: Path, plan_path: Path, budget_s: float | None, baseline_repeats: int | None = None) -> Outcome:
     start = time.monotonic()
     if budget_s is not None and not budget_s > 0:
         raise UsageError(f"--budget must be a positive number of seconds, not {budget_s!r}")
@@ -38,7 +38,14 @@ def batch(*, repo: Path, plan_path: Path, budget_s: float | None) -> Outcome:
         raise DirtyTree(f"uncommitted changes to fenced files: {', '.join(dirty)}; a candidate would overwrite them",
                         "try them (cutile-perf try) or stash them first")
     if iteration.open_history(session, g).reference() is None:
-        raise Refused("no baseline recorded yet", "run `cutile-perf baseline` first")
+        if baseline_repeats is None:
+            raise Refused("no baseline recorded yet", "run `cutile-perf baseline` first, or pass --baseline N")
+        from cutile_perf.commands.baseline import baseline  # noqa: PLC0415
+
+        say(f"no baseline yet: recording it first ({baseline_repeats} perf runs)")
+        recorded = baseline(repo=session.repo, repeats=baseline_repeats)
+        if recorded.exit_code != EXIT_OK:
+            return recorded
 
     done: list[dict] = []
     for n, entry in enumerate(entries, 1):
