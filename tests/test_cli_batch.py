@@ -16,6 +16,7 @@ from cutile_perf.history import History
 
 BASE = {"256x1024": 1.0, "4096x1024": 2.0}
 FAST = {"256x1024": 0.5, "4096x1024": 1.0}
+DECISION_OF_WRONG = "revert"  # try's decision for a wrong result (crash class wrong-result)
 SLOW = {"256x1024": 1.5, "4096x1024": 3.0}
 
 
@@ -101,6 +102,7 @@ def test_plan_check_refuses_targets_outside_the_fence_and_candidates_outside_san
     in_fence = {"k.py"}.__contains__
     plan.check(plan.parse("tries: [{optimization: x, files: {k.py: sandbox/c.py}}]"), root=tmp_path, in_fence=in_fence)
     for text, fragment in (("{other.py: sandbox/c.py}", "not in the session's fence"),
+                           ("{sandbox/session.yaml: sandbox/c.py}", "not in the session's fence"),
                            ("{k.py: c.py}", "not under sandbox/"), ("{k.py: sandbox/missing.py}", "not a file")):
         with pytest.raises(UsageError, match=fragment):
             plan.check(plan.parse(f"tries: [{{optimization: x, files: {text}}}]"), root=tmp_path, in_fence=in_fence)
@@ -134,3 +136,29 @@ def test_batch_records_the_baseline_first_when_asked_and_none_exists(tilegym_lik
     assert code == 0 and [e["decision"] for e in data["entries"]] == ["keep"]
     rows = [json.loads(line) for line in (repo / "sandbox/experiments.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [0, 1] and len(rows[0]["shapes"]["256x1024"]["runs"]) == 2
+
+
+def test_red_team_a_plan_cannot_overwrite_the_session_or_its_log(session_repo, capsys):
+    """sandbox/ is scratch space for try, so a plan naming sandbox/session.yaml or the log as a
+    target would pass a plain fence check: the batch refuses it before copying anything."""
+    repo = session_repo
+    before = {name: (repo / "sandbox" / name).read_bytes() for name in ("session.yaml", "experiments.jsonl")}
+    (repo / "sandbox/cand").mkdir(parents=True, exist_ok=True)
+    (repo / "sandbox/cand/evil.yaml").write_text("thresholds: {}\n")
+    for target in ("sandbox/session.yaml", "sandbox/experiments.jsonl"):
+        (repo / "sandbox/plan.yaml").write_text(yaml.safe_dump(
+            {"tries": [{"optimization": "x", "files": {target: "sandbox/cand/evil.yaml"}}]}))
+        assert main(["batch", "--repo", str(repo), str(repo / "sandbox/plan.yaml")]) == 2
+        assert "not in the session's fence" in capsys.readouterr().err
+    assert {name: (repo / "sandbox" / name).read_bytes() for name in before} == before
+
+
+def test_a_candidate_that_crashes_is_one_crash_row_and_the_batch_goes_on(session_repo, capsys):
+    repo = session_repo
+    path = write_plan(repo, [("wrong results", kernel_source(FAST, behaviour="wrong")), ("faster", FAST)])
+    code, data = cli(capsys, repo, "batch", str(path))
+    assert code == 0, data
+    decisions = [e["decision"] for e in data["entries"]]
+    assert decisions == [DECISION_OF_WRONG, "keep"], decisions
+    assert git(repo, "status", "--porcelain").strip() == ""
+    assert (repo / KERNEL_REL).read_text() == kernel_source(FAST)

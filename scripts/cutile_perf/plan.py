@@ -70,7 +70,9 @@ def check(plan: list[PlannedTry], *, root: Path, in_fence) -> None:
     """Refuse the whole plan before anything runs: every target fenced, every candidate a file in sandbox/."""
     for n, entry in enumerate(plan, 1):
         for target, candidate in entry.files:
-            if not in_fence(target):
+            if target.startswith(CANDIDATE_DIR) or not in_fence(target):
+                # sandbox/ counts as "in the fence" for try (scratch space), but a batch that copied
+                # over sandbox/session.yaml or the log would rewrite the session's own records.
                 raise UsageError(f"plan entry {n} ({entry.optimization}): {target} is not in the session's fence",
                                  "a batch can only change what try could")
             if not candidate.startswith(CANDIDATE_DIR):
