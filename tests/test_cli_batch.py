@@ -101,8 +101,13 @@ def test_plan_check_refuses_targets_outside_the_fence_and_candidates_outside_san
     (tmp_path / "c.py").write_text("x = 1\n")
     in_fence = {"k.py"}.__contains__
     plan.check(plan.parse("tries: [{optimization: x, files: {k.py: sandbox/c.py}}]"), root=tmp_path, in_fence=in_fence)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/conftest.py").write_text("")
+    (tmp_path / "link.py").symlink_to(tmp_path / "tests/conftest.py")
+    in_fence = {"k.py", "link.py"}.__contains__
     for text, fragment in (("{other.py: sandbox/c.py}", "not in the session's fence"),
                            ("{sandbox/session.yaml: sandbox/c.py}", "not in the session's fence"),
+                           ("{link.py: sandbox/c.py}", "is a symlink"),
                            ("{k.py: c.py}", "not under sandbox/"), ("{k.py: sandbox/missing.py}", "not a file")):
         with pytest.raises(UsageError, match=fragment):
             plan.check(plan.parse(f"tries: [{{optimization: x, files: {text}}}]"), root=tmp_path, in_fence=in_fence)

@@ -75,6 +75,8 @@ def check(plan: list[PlannedTry], *, root: Path, in_fence) -> None:
                 # over sandbox/session.yaml or the log would rewrite the session's own records.
                 raise UsageError(f"plan entry {n} ({entry.optimization}): {target} is not in the session's fence",
                                  "a batch can only change what try could")
+            if (root / target).is_symlink():  # copying over it would write wherever it points
+                raise UsageError(f"plan entry {n} ({entry.optimization}): target {target} is a symlink")
             if not candidate.startswith(CANDIDATE_DIR):
                 raise UsageError(f"plan entry {n} ({entry.optimization}): candidate {candidate} is not under "
                                  f"{CANDIDATE_DIR}", "keep candidates in sandbox/, which git never sees")
