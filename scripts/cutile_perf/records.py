@@ -34,6 +34,9 @@ BENCHMARK_PROPERTY = "benchmark"
 # point name "cutile_perf" is blocked: with both, pytest would register one module under two names
 # and stop with "Plugin already registered under a different name".
 PYTEST_PLUGIN_ARGS = ("-p", "no:cutile_perf", "-p", "cutile_perf.pytest_plugin")
+# For runs in the user's own work tree (survey, compile-check --record), which promise to change
+# nothing there: pytest's cache provider would leave a .pytest_cache folder behind.
+NO_CACHE_ARGS = ("-p", "no:cacheprovider")
 
 
 class RecordError(CutilePerfError, ValueError):

@@ -133,7 +133,7 @@ def all_skipped(run: RunSummary) -> bool:
 def _run_one(session: session_mod.Session, which: str, sel: selection.Selection, test_rel: str, *, timeout_s: float,
              sample: int, log_dir: Path, capped: bool = False, offset: int = 0) -> RunSummary:
     """One run; ``capped``: ``timeout_s`` is what was left of the budget, so a timeout is a cut, not a verdict."""
-    argv = session.argv(which)
+    argv = [*session.argv(which), *records.NO_CACHE_ARGS]
     argv, tests = sampled_argv(argv, test_rel, sel.node_ids, sample, offset)
     stem = session.kernel_files[0].replace("/", "__").removesuffix(".py")
     out = log_dir / f"{stem}-{which}.log"

@@ -35,7 +35,7 @@ def record(session: session_mod.Session, spec_path: Path, timeout_s: float | Non
     runs.mkdir(parents=True, exist_ok=True)
     launches = runs / "record-launches.jsonl"
     launches.unlink(missing_ok=True)
-    argv = [*session.argv("correctness"), *records.PYTEST_PLUGIN_ARGS]
+    argv = [*session.argv("correctness"), *records.PYTEST_PLUGIN_ARGS, *records.NO_CACHE_ARGS]
     say("running the correctness tests once to record their launches")
     result = runner.run(argv, cwd=session.repo, timeout_s=timeout_s or session.timeout_s,
                         output_path=runs / "record-launches.log",
