@@ -52,10 +52,6 @@ raise SystemExit(client_main(sys.argv[1:], queue={queue!r}, trial_dir={trial!r})
 '''
 
 
-class QueueError(RuntimeError):
-    """A queue file or batch is missing or malformed."""
-
-
 @dataclass(frozen=True)
 class Job:
     id: str
@@ -66,10 +62,13 @@ class Job:
     also: tuple[str, ...] = ()  # other trial dirs the job reads and writes (a grading group)
 
     @classmethod
-    def load(cls, path: Path) -> "Job":
-        data = json.loads(path.read_text(encoding="utf-8"))
+    def from_dict(cls, data: dict) -> "Job":
         return cls(**{k: data[k] for k in ("id", "trial_dir", "command", "timeout_s", "submitted")},
                    also=tuple(data.get("also") or ()))
+
+    @classmethod
+    def load(cls, path: Path) -> "Job":
+        return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
     def to_dict(self) -> dict:
         return {"id": self.id, "trial_dir": self.trial_dir, "command": self.command, "timeout_s": self.timeout_s,
@@ -178,9 +177,10 @@ def _trial_filter(top: str):
     return keep
 
 
-def _add_trial(tar: tarfile.TarFile, trial_dir: Path) -> None:
-    top = str(trial_dir).lstrip("/")
-    tar.add(str(trial_dir), arcname=top, filter=_trial_filter(top))
+def _add_trial(tar: tarfile.TarFile, trial_dir: str, source: Path | None = None) -> None:
+    """Add ``trial_dir`` (absolute) under its own path, read from ``source`` (default: that path)."""
+    top = trial_dir.lstrip("/")
+    tar.add(str(source or trial_dir), arcname=top, filter=_trial_filter(top))
 
 
 def pack(queue: Path, stage: Path) -> list[Job]:
@@ -191,7 +191,7 @@ def pack(queue: Path, stage: Path) -> list[Job]:
     stage.mkdir(parents=True, exist_ok=True)
     with tarfile.open(stage / "trials.tar", "w:gz") as tar:
         for trial in dict.fromkeys(t for j in jobs for t in j.trials()):
-            _add_trial(tar, Path(trial))
+            _add_trial(tar, trial)
     atomic.write_text(stage / "batch.json", json.dumps([j.to_dict() for j in jobs], indent=1) + "\n")
     for job in jobs:
         os.replace(queue / JOBS / f"{job.id}.json", queue / RUNNING / f"{job.id}.json")
@@ -213,8 +213,7 @@ def run_batch(stage: Path, out: Path, root: Path = Path("/"), budget_s: float | 
     is not started and goes back to the queue (``deferred``), so the batch always ends in time.
     """
     start = time.monotonic()
-    jobs = [Job(**{**row, "also": tuple(row.get("also") or ())})
-            for row in json.loads((stage / "batch.json").read_text(encoding="utf-8"))]
+    jobs = [Job.from_dict(row) for row in json.loads((stage / "batch.json").read_text(encoding="utf-8"))]
     trials = {t: root / t.lstrip("/") for t in dict.fromkeys(t for j in jobs for t in j.trials())}
     for there in trials.values():
         shutil.rmtree(there, ignore_errors=True)
@@ -246,8 +245,7 @@ def run_batch(stage: Path, out: Path, root: Path = Path("/"), budget_s: float | 
     with tarfile.open(out / "trials-out.tar", "w:gz") as tar:
         for trial, there in trials.items():
             shutil.rmtree(there / "bin", ignore_errors=True)
-            top = trial.lstrip("/")
-            tar.add(str(there), arcname=top, filter=_trial_filter(top))
+            _add_trial(tar, trial, there)
     atomic.write_text(out / "done.json", json.dumps(results, indent=1) + "\n")
     return results
 
