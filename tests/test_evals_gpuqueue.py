@@ -122,6 +122,7 @@ def test_grade_verb_queues_one_grading_job_per_trial_outside_the_agents_quota(tr
     assert gpuqueue.main(["grade", str(queue), str(trial_dir), "--rounds", "2", "--no-reference"]) == 0
     (job,) = [gpuqueue.Job.load(p) for p in (queue / gpuqueue.JOBS).glob("*.json")]
     assert job.trial_dir == str(trial_dir) and "--grade-only" in job.command and "--rounds 2 --no-reference" in job.command
+    assert job.grading
 
 
 def test_agent_prompt_lists_the_skill_only_with_it_and_gives_a_path_without_the_cli(tmp_path):
@@ -152,10 +153,12 @@ def test_collect_rebuilds_results_from_trial_files_and_splits_agent_and_grading_
     assert cli.collect_results(out) == [], "a trial without grade.json is not a result yet"
     (trial_dir / "grade.json").write_text(json.dumps({"task": "rmsnorm-make-faster", "speedup": 1.5, "success": True}))
     (trial_dir / "agent.json").write_text(json.dumps({"wall_s": 600}))
-    for n, (command, seconds) in enumerate((("cutile-perf baseline", 30.0), ("cutile-perf try x", 20.0),
-                                             ('python "$CUTILE_PERF_CHECKOUT/evals/run.py" --grade-only .', 60.0))):
+    for n, (command, seconds, grading) in enumerate((("cutile-perf baseline", 30.0, False),
+                                                       ("cutile-perf try x", 20.0, False),
+                                                       ("python run.py --grade-only .", 60.0, True))):
         (queue / gpuqueue.DONE / f"{n}.json").write_text(json.dumps(
-            {"id": str(n), "trial_dir": str(trial_dir), "command": command, "seconds": seconds, "finished": n}))
+            {"id": str(n), "trial_dir": str(trial_dir), "command": command, "seconds": seconds, "finished": n,
+             "grading": grading}))
     (row,) = cli.collect_results(out)
     assert (row["task"], row["mode"], row["trial"]) == ("rmsnorm-make-faster", "skill", 1)
     assert row["gpu"] == {"agent_jobs": 2, "agent_seconds": 50.0, "grading_seconds": 60.0}
@@ -251,3 +254,18 @@ def test_a_run_without_the_skill_has_no_cli_on_the_gpu_machine_either(tmp_path):
                     timeout_s=30)
     (row,) = _drain(queue, tmp_path)
     assert row["output"].strip().endswith("none"), row["output"]
+
+
+def test_red_team_an_agent_cannot_escape_its_quota_by_naming_the_grader(trial):
+    """Grading jobs do not count against an agent's quota; an agent's own command that merely
+    mentions --grade-only (a comment will do) is still the agent's and still counts."""
+    meta, queue, tmp = trial
+    caller = threading.Thread(target=lambda: _gpu_run(meta, "sleep 1.2 # --grade-only"))
+    caller.start()
+    for _ in range(200):
+        if list((queue / gpuqueue.JOBS).glob("*.json")):
+            break
+        caller.join(0.05)
+    _drain(queue, tmp)
+    caller.join(60)
+    assert gpuqueue.used_seconds(queue, str(Path(meta["repo"]).parent)) >= 1.0

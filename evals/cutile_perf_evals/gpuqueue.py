@@ -60,11 +60,14 @@ class Job:
     timeout_s: float
     submitted: float
     also: tuple[str, ...] = ()  # other trial dirs the job reads and writes (a grading group)
+    # Set only by queue_grading, never by gpu-run: a grading job is outside the agent's quota, so
+    # what makes one must not be something the agent can type into its command.
+    grading: bool = False
 
     @classmethod
     def from_dict(cls, data: dict) -> "Job":
         return cls(**{k: data[k] for k in ("id", "trial_dir", "command", "timeout_s", "submitted")},
-                   also=tuple(data.get("also") or ()))
+                   also=tuple(data.get("also") or ()), grading=bool(data.get("grading")))
 
     @classmethod
     def load(cls, path: Path) -> "Job":
@@ -72,7 +75,7 @@ class Job:
 
     def to_dict(self) -> dict:
         return {"id": self.id, "trial_dir": self.trial_dir, "command": self.command, "timeout_s": self.timeout_s,
-                "submitted": self.submitted, "also": list(self.also)}
+                "submitted": self.submitted, "also": list(self.also), "grading": self.grading}
 
     def trials(self) -> list[str]:
         return [self.trial_dir, *self.also]
@@ -105,7 +108,7 @@ def finished_jobs(queue: Path, trial_dir: str) -> list[dict]:
 
 
 def is_grading(job: dict) -> bool:
-    return "--grade-only" in (job.get("command") or "")
+    return bool(job.get("grading"))
 
 
 def used_seconds(queue: Path, trial_dir: str) -> float:
@@ -117,9 +120,10 @@ def quota(queue: Path) -> float:
     return float(json.loads((queue / QUOTA_FILE).read_text(encoding="utf-8"))["gpu_seconds"])
 
 
-def submit(queue: Path, trial_dir: Path, command: str, timeout_s: float, also: tuple[Path, ...] = ()) -> Job:
+def submit(queue: Path, trial_dir: Path, command: str, timeout_s: float, also: tuple[Path, ...] = (),
+           grading: bool = False) -> Job:
     job = Job(f"{time.time_ns()}-{os.getpid()}", str(trial_dir), command, timeout_s, time.time(),
-              tuple(str(t) for t in also))
+              tuple(str(t) for t in also), grading)
     atomic.write_text(queue / JOBS / f"{job.id}.json", json.dumps(job.to_dict()) + "\n")
     return job
 
@@ -237,7 +241,8 @@ def run_batch(stage: Path, out: Path, root: Path = Path("/"), budget_s: float | 
         result = runner.run(["bash", "-c", job.command], cwd=trial / "repo", timeout_s=job.timeout_s,
                             output_path=log, env_overrides=env)
         text = log.read_text(encoding="utf-8", errors="replace")
-        results.append({"id": job.id, "trial_dir": job.trial_dir, "also": list(job.also), "command": job.command,
+        results.append({"id": job.id, "trial_dir": job.trial_dir, "also": list(job.also), "grading": job.grading,
+                        "command": job.command,
                         "exit": result.returncode, "timed_out": result.timed_out,
                         "seconds": round(result.duration_s, 2), "output": text[-OUTPUT_TAIL:],
                         "finished": time.time()})
@@ -313,8 +318,8 @@ def queue_grading(queue: Path, trial_dirs: list[Path], *, rounds: int, no_refere
     def command(ds: list[Path]) -> str:
         return GRADE_COMMAND.format(repos=" ".join(shlex.quote(str(d / "repo")) for d in ds), rounds=rounds, extra=extra)
     if group:
-        return [submit(queue, dirs[0], command(dirs), timeout_s, also=tuple(dirs[1:]))]
-    return [submit(queue, d, command([d]), timeout_s) for d in dirs]
+        return [submit(queue, dirs[0], command(dirs), timeout_s, also=tuple(dirs[1:]), grading=True)]
+    return [submit(queue, d, command([d]), timeout_s, grading=True) for d in dirs]
 
 
 def _parser():
