@@ -269,3 +269,15 @@ def test_red_team_an_agent_cannot_escape_its_quota_by_naming_the_grader(trial):
     _drain(queue, tmp)
     caller.join(60)
     assert gpuqueue.used_seconds(queue, str(Path(meta["repo"]).parent)) >= 1.0
+
+
+def test_note_file_reaches_the_agent_prompt_and_a_missing_one_is_a_one_line_error(tmp_path, capsys):
+    note = tmp_path / "note.txt"
+    note.write_text("- Never use the device tools.\n")
+    assert cli.main(["--prepare-only", "--task", "rmsnorm-make-faster", "--out", str(tmp_path / "out"),
+                     "--note-file", str(note)]) == 0
+    (prompt,) = (tmp_path / "out").glob("*/*/agent-prompt.txt")
+    assert "- Never use the device tools." in prompt.read_text()
+    capsys.readouterr()
+    assert cli.main(["--prepare-only", "--task", "rmsnorm-make-faster", "--note-file", str(tmp_path / "nope")]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
+from cutile_perf.doccheck import split_frontmatter
 
 GPU_NOTE = (
     "- This machine has NO GPU. The user's GPU machine is reached only through the command "
@@ -25,8 +25,8 @@ GPU_NOTE = (
 
 def skill_description(skill_md: Path) -> str:
     """The ``description`` of a SKILL.md's YAML front matter."""
-    front = Path(skill_md).read_text(encoding="utf-8").split("---")[1]
-    return " ".join(str(yaml.safe_load(front)["description"]).split())
+    meta, _body = split_frontmatter(Path(skill_md).read_text(encoding="utf-8"))
+    return " ".join(str(meta["description"]).split())
 
 
 def agent_prompt(task_prompt: str, *, repo: Path, trial_dir: Path, path_dirs: list[Path], skill_md: Path | None,

@@ -108,20 +108,22 @@ def prepare_trial(task: dict, trial_dir: Path, *, skill: bool, suffix: str, tile
     else:
         (trial_dir / "bin").mkdir(parents=True, exist_ok=True)
     if gpu_queue is not None:
-        gpuqueue.init_queue(gpu_queue.resolve(), gpu_seconds)
-        gpuqueue.write_client(trial_dir / "bin", gpu_queue.resolve(), trial_dir.resolve())
+        gpu_queue = gpu_queue.resolve()
+        gpuqueue.init_queue(gpu_queue, gpu_seconds)
+        gpuqueue.write_client(trial_dir / "bin", gpu_queue, trial_dir)
     python_dir = _python_bin(trial_dir / "python-bin")
     prompt_file = trial_dir / "prompt.txt"
-    prompt_file.write_text(tasks.prompt(task, suffix), encoding="utf-8")
+    task_prompt = tasks.prompt(task, suffix)
+    prompt_file.write_text(task_prompt, encoding="utf-8")
     skill_md = built.repo / ".claude" / "skills" / "cutile-perf" / "SKILL.md"
     (trial_dir / "agent-prompt.txt").write_text(agent_prompt.agent_prompt(
-        tasks.prompt(task, suffix), repo=built.repo, trial_dir=trial_dir, path_dirs=[trial_dir / "bin", python_dir],
+        task_prompt, repo=built.repo, trial_dir=trial_dir, path_dirs=[trial_dir / "bin", python_dir],
         skill_md=skill_md if skill else None, gpu_seconds=gpu_seconds if gpu_queue is not None else None,
         note=note), encoding="utf-8")
     meta = {"task": task["id"], "mode": _mode(not skill), "base": built.base, "repo": str(built.repo),
             "prompt_file": str(prompt_file), "bin": str(trial_dir / "bin"),
             "commands_log": str(trial_dir / "commands.jsonl"),
-            "gpu_queue": str(gpu_queue.resolve()) if gpu_queue is not None else None,
+            "gpu_queue": str(gpu_queue) if gpu_queue is not None else None,
             "cli": skill,  # the GPU machine's wrapper exists, and withholds, exactly as here
             "withhold_examples": list(withhold),
             "agent_prompt_file": str(trial_dir / "agent-prompt.txt"),
@@ -202,7 +204,8 @@ def run_all(chosen: list[dict], a: argparse.Namespace, suffix: str) -> int:
             trial_dir = out / task["id"] / f"{mode}-{n}"
             print(f"{task['id']} {mode} trial {n}: building", file=sys.stderr)
             meta = prepare_trial(task, trial_dir, skill=not a.no_skill, suffix=suffix, tilegym=a.tilegym,
-                                 gpu_queue=a.gpu_queue, gpu_seconds=a.gpu_seconds, show_examples=a.show_examples)
+                                 gpu_queue=a.gpu_queue, gpu_seconds=a.gpu_seconds, note=a.note,
+                                 show_examples=a.show_examples)
             print(f"{task['id']} {mode} trial {n}: agent running (limit {a.time_limit:g} s)", file=sys.stderr)
             run = agent.launch(a.agent, repo=Path(meta["repo"]), prompt_file=Path(meta["prompt_file"]),
                                trial_dir=trial_dir, time_limit_s=a.time_limit, bin_dir=Path(meta["bin"]))
@@ -288,6 +291,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = ["--grade-only", argv[1], *argv[2:]]
     a = _parser().parse_args(argv)
     try:
+        a.note = a.note_file.read_text(encoding="utf-8") if a.note_file else ""
+    except OSError as exc:
+        print(f"error: cannot read --note-file {a.note_file}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    try:
         data = tasks.load(a.tasks_file)
         all_tasks = data["evals"]
         suffix = data.get("prompt_suffix", "")
@@ -312,8 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             mode = _mode(a.no_skill)
             meta = prepare_trial(chosen[0], out / chosen[0]["id"] / f"{mode}-{next_trial(out, chosen[0]['id'], mode)}",
                                  skill=not a.no_skill, suffix=suffix, tilegym=a.tilegym,
-                                 gpu_queue=a.gpu_queue, gpu_seconds=a.gpu_seconds,
-                                 note=a.note_file.read_text(encoding="utf-8") if a.note_file else "",
+                                 gpu_queue=a.gpu_queue, gpu_seconds=a.gpu_seconds, note=a.note,
                                  show_examples=a.show_examples)
             print(f"repo {meta['repo']}; put {meta['bin']} first on PATH; then grade with: "
                   f"python evals/run.py --grade-only {meta['repo']}", file=sys.stderr)
