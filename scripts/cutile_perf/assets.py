@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cutile_perf import checkout_root
-from cutile_perf.errors import EnvMissing
+from cutile_perf import checkout_root, knobs
+from cutile_perf.errors import EnvMissing, Refused
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 REINSTALL_HINT = "reinstall cutile-perf (pip install cutile-perf, or pip install -e <checkout>)"
@@ -34,3 +34,17 @@ def kernel_suite() -> Path:
     """The bundled TileGym-shaped kernel suite (``src/tilesuite``, ``tests/``, ``optimizations/``)."""
     return _first([DATA_DIR / "kernels", checkout_root() / "examples" / "kernels"], "src/tilesuite",
                   "the bundled kernel suite")
+
+
+WITHHELD_HINT = "work from the playbook (references/optimization-playbook.md) and the other ops' steps"
+
+
+def steps_withheld(op: str) -> bool:
+    """Whether an evaluation of ``op`` is running: its prepared steps are its answers, so they stay hidden."""
+    return op in knobs.withheld_examples()
+
+
+def refuse_if_withheld(op: str) -> None:
+    """Refuse (exit 3) to show or apply ``op``'s prepared steps while they are withheld."""
+    if steps_withheld(op):
+        raise Refused(f"the prepared steps of {op} are withheld in this evaluation", WITHHELD_HINT)

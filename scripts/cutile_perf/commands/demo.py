@@ -124,9 +124,7 @@ def step_line(number: int, step: Step, decision_text: str, stop: str | None, *, 
 def demo(*, kernel: str, dest: Path | None = None) -> Outcome:
     suite = assets.kernel_suite()  # package data (a wheel) or the checkout's examples/kernels
     op = resolve_kernel(kernel, available_ops(suite))
-    from cutile_perf.commands.example import refuse_if_withheld
-
-    refuse_if_withheld(op)  # the demo applies every prepared step: the answers of an evaluation on op
+    assets.refuse_if_withheld(op)  # the demo applies every prepared step: the answers of an evaluation on op
     kernel_file, steps = load_steps(suite / "optimizations" / op / "steps.yaml")
     _require_gpu()  # before anything is copied: a refused demo leaves no trace
 

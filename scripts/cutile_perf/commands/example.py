@@ -14,21 +14,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from cutile_perf import assets, knobs
+from cutile_perf import assets
 from cutile_perf.commands import Outcome, say
 from cutile_perf.commands.demo import SUITE_IGNORE, Step, available_ops, load_steps, resolve_kernel
 from cutile_perf.errors import Refused, UsageError
 
 ACTIONS = ("list", "show", "copy")
-
-
-WITHHELD_HINT = "work from the playbook (references/optimization-playbook.md) and the other ops' steps"
-
-
-def refuse_if_withheld(op: str) -> None:
-    """An evaluation of ``op`` is running: its prepared steps are the answers, so they stay hidden."""
-    if op in knobs.withheld_examples():
-        raise Refused(f"the prepared steps of {op} are withheld in this evaluation", WITHHELD_HINT)
 
 
 def step_number(step: Step) -> str:
@@ -87,7 +78,7 @@ def list_examples(suite: Path) -> Outcome:
     ops, lines = [], []
     for op in available_ops(suite):
         kernel_file, steps = _op_steps(suite, op)
-        if op in knobs.withheld_examples():
+        if assets.steps_withheld(op):
             ops.append({"op": op, "kernel_file": kernel_file, "test_file": _test_file(op), "steps": "withheld"})
             lines.append(f"{op}: {kernel_file} (tests: {_test_file(op)}), prepared steps withheld in this evaluation")
             continue
@@ -105,9 +96,10 @@ def show_example(suite: Path, op_name: str, *, step: str | None, test: bool) -> 
         raise UsageError("pass --step or --test, not both")
     op = resolve_kernel(op_name, available_ops(suite))
     kernel_file, steps = _op_steps(suite, op)
+    withheld = assets.steps_withheld(op)
     if step is not None:
-        refuse_if_withheld(op)
-    if op in knobs.withheld_examples():
+        assets.refuse_if_withheld(op)
+    if withheld:
         steps = []  # the plain kernel and its test are the task itself; the steps' stories are answers
     data: dict = {"op": op, "kernel_file": kernel_file, "steps": [_step_data(s) for s in steps], "step": None}
     if test:
@@ -115,7 +107,7 @@ def show_example(suite: Path, op_name: str, *, step: str | None, test: bool) -> 
         say(f"{op}: {_test_file(op)}, correctness (test_op) and perf (test_perf) tests in TileGym's style")
     elif step is None:
         path, data["shown"] = suite / kernel_file, kernel_file
-        if op in knobs.withheld_examples():
+        if withheld:
             say(f"{op}: the plain kernel ({kernel_file}); its prepared steps are withheld in this evaluation")
         else:
             say(f"{op}: the plain kernel ({kernel_file}); prepared steps, each a complete replacement of it "
