@@ -11,7 +11,7 @@ Rows (goals from issue 9):
   slowdown   a real +4 % on one of three cases: caught (reverted) in >= 9 of 10 sessions,
              with at most 6 extra perf runs
   A/A        200 tries of unchanged code: at most 1 % false keeps (a claimed gain) or reverts
-  ratchet    10 tries in a row, each +4 % on the same case: how far the kept HEAD drifts
+  ratchet    --steps tries in a row (10), each +4 % on the same case: how far the kept HEAD drifts
 
 Usage:
   python benchmarks/decision_power.py                 # noise 3 %, the issue's setting
@@ -107,7 +107,7 @@ def ratchet_rows(args, t: decide.Thresholds, rng: random.Random) -> list[list]:
         ref = baseline(sim, TRUE_MS, args.repeats, t)
         gate = decide.single_run_gate(decide.case_noise(ref.noise, CASES[0], t), t)
         kept = base = dict(TRUE_MS)
-        for _step in range(10):
+        for _step in range(args.steps):
             cand = {**kept, CASES[0]: kept[CASES[0]] * (1 + args.slowdown)}
             verdict, _runs, measured = one_try(sim, ref, base, cand, t)
             if verdict.action == "keep":
@@ -116,7 +116,7 @@ def ratchet_rows(args, t: decide.Thresholds, rng: random.Random) -> list[list]:
                     base, ref = cand, decide.Reference("cand", measured, ref.noise, runs=ref.runs)
         drift.append(kept[CASES[0]] / TRUE_MS[CASES[0]] - 1)
         beyond += drift[-1] > gate
-    return [[f"ratchet: 10 tries of +{args.slowdown * 100:.0f} % each on one case",
+    return [[f"ratchet: {args.steps} tries of +{args.slowdown * 100:.0f} % each on one case",
              f"kept HEAD drift median {statistics.median(drift) * 100:+.1f} %, max {max(drift) * 100:+.1f} %; "
              f"beyond that case's gate in {beyond}/{args.sessions} sessions", "-",
              "never more than one missed step", "MET" if max(drift) <= args.slowdown + 1e-9 else "MISSED"]]
@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=300)
     parser.add_argument("--tries", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=10, help="tries in a row of the ratchet row")
     args = parser.parse_args(argv)
     t = decide.Thresholds()
     rng = random.Random(args.seed)

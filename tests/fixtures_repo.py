@@ -4,7 +4,8 @@ Nothing here runs on a GPU. The "kernel" file ``src/fakegym/ops/cutile/rms_norm.
 of a cuTile kernel (``@ct.kernel``, ``ct.launch``, ``@register_impl``) over a stand-in ``ct`` class,
 and a few module constants that the fake tests read to decide what happens:
 
-* ``LATENCY_MS``: per-shape latency the fake ``test_perf`` reports (with ``NOISE`` relative jitter);
+* ``LATENCY_MS``: per-shape latency the fake ``test_perf`` reports (with ``NOISE`` relative jitter,
+  reproducible when ``FAKEGYM_JITTER_COUNTER`` names a counter file);
 * ``BEHAVIOUR``: "ok", "wrong" (assertion), "fault" (CUDA-error text), "no-record" (perf test
   records nothing);
 * ``SLEEP_S``: seconds every test sleeps (to trigger the iteration timeout).
@@ -66,8 +67,10 @@ def rms_norm(x, w, eps=1e-6):
 '''
 
 TEST_FILE = '''\
+import os
 import random
 import time
+from pathlib import Path
 
 import pytest
 
@@ -96,8 +99,23 @@ def test_perf(shape, backend, record_property):
     if kernel.BEHAVIOUR == "no-record":
         return
     base = kernel.LATENCY_MS[shape] * (1.7 if backend == "cutile_rs" else 1.0)
-    samples = [base * (1 + random.uniform(-kernel.NOISE, kernel.NOISE)) for _ in range(9)]
+    rng = _jitter_source()
+    samples = [base * (1 + rng.uniform(-kernel.NOISE, kernel.NOISE)) for _ in range(9)]
     record_property("benchmark", {{backend: {{"forward": _summary(samples)}}}})
+
+
+def _jitter_source():
+    # FAKEGYM_JITTER_COUNTER names a file outside the repo that counts the perf records drawn so
+    # far: a test that needs one reproducible sequence of noisy runs sets it (each record still
+    # draws fresh jitter, from a seed given by its position in the sequence); unset, the jitter is
+    # unseeded.
+    counter = os.environ.get("FAKEGYM_JITTER_COUNTER")
+    if not counter:
+        return random
+    path = Path(counter)
+    drawn = int(path.read_text()) if path.exists() else 0
+    path.write_text(str(drawn + 1))
+    return random.Random(drawn)
 
 
 def _summary(samples):

@@ -281,3 +281,21 @@ def test_note_file_reaches_the_agent_prompt_and_a_missing_one_is_a_one_line_erro
     capsys.readouterr()
     assert cli.main(["--prepare-only", "--task", "rmsnorm-make-faster", "--note-file", str(tmp_path / "nope")]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_pack_under_a_byte_limit_leaves_the_jobs_that_do_not_fit_pending(tmp_path):
+    """The transport carries a bounded payload (the team's GPU lending tool: 64 MiB in all): a
+    batch takes the oldest jobs whose trial dirs fit, the others wait for the next batch."""
+    task = tasks.by_id(tasks.load_tasks(), "rmsnorm-make-faster")
+    queue = tmp_path / "queue"
+    trials = [Path(cli.prepare_trial(task, tmp_path / "out" / f"skill-{i}", skill=True, suffix="", tilegym=None,
+                                     gpu_queue=queue, gpu_seconds=60.0)["repo"]).parent for i in (1, 2)]
+    first = gpuqueue.submit(queue, trials[0], "true", timeout_s=5)
+    second = gpuqueue.submit(queue, trials[1], "true", timeout_s=5)
+    one_trial = gpuqueue._packed_size(str(trials[0]))
+    packed = gpuqueue.pack(queue, tmp_path / "stage", max_bytes=one_trial + one_trial // 2)
+    assert [j.id for j in packed] == [first.id]
+    assert [p.stem for p in (queue / gpuqueue.JOBS).glob("*.json")] == [second.id]
+    assert (tmp_path / "stage" / "trials.tar").stat().st_size <= one_trial + one_trial // 2
+    # The oldest job always goes, even over the limit: otherwise it would wait forever.
+    assert [j.id for j in gpuqueue.pack(queue, tmp_path / "stage2", max_bytes=1)] == [second.id]

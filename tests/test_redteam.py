@@ -260,9 +260,14 @@ def reap():
 
 
 @pytest.mark.slow
-def test_ratchet_of_repeated_4_percent_slowdowns_never_drifts_past_the_gate(tmp_path):
+def test_ratchet_of_repeated_4_percent_slowdowns_never_drifts_past_the_gate(tmp_path, monkeypatch):
     """Issue 9: with ~3 % run-to-run noise, repeated +4 % steps on one shape were kept 7-10 times
-    (HEAD 1.32x-1.54x slower) because each was compared with the last *kept* commit."""
+    (HEAD 1.32x-1.54x slower) because each was compared with the last *kept* commit.
+
+    The jitter is one reproducible sequence. At this noise the bound is a rate, not a certainty: it
+    held in 285 of 300 simulated sessions (``python benchmarks/decision_power.py --noise 0.12
+    --steps 6``), and with unseeded jitter this test failed in CI about that often."""
+    monkeypatch.setenv("FAKEGYM_JITTER_COUNTER", str(tmp_path / "jitter-counter"))
     repo = build_tilegym_like_repo(tmp_path)
     edit_kernel(repo, noise=0.12)  # per-sample jitter; the median of 9 moves ~3 % run to run
     git(repo, "commit", "-qam", "noisier simulated kernel")

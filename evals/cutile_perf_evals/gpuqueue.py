@@ -187,9 +187,38 @@ def _add_trial(tar: tarfile.TarFile, trial_dir: str, source: Path | None = None)
     tar.add(str(source or trial_dir), arcname=top, filter=_trial_filter(top))
 
 
-def pack(queue: Path, stage: Path) -> list[Job]:
-    """Move the pending jobs to ``running/`` and write ``STAGE/{batch.json,trials.tar}``; [] when none."""
+def _packed_size(trial_dir: str) -> int:
+    """Bytes the trial dir takes in the compressed stage (packed alone, so slightly over)."""
+    with tempfile.TemporaryFile() as raw:
+        with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+            _add_trial(tar, trial_dir)
+        return raw.tell()
+
+
+def _jobs_that_fit(jobs: list[Job], max_bytes: int) -> list[Job]:
+    """The oldest jobs whose trial dirs fit in ``max_bytes`` of stage; always at least the oldest
+    (a trial bigger than the limit would otherwise wait forever). The rest stay pending."""
+    sizes: dict[str, int] = {}
+    chosen: list[Job] = []
+    for job in jobs:
+        new = [t for t in job.trials() if t not in sizes]
+        extra = {t: _packed_size(t) for t in new}
+        if chosen and sum(sizes.values()) + sum(extra.values()) > max_bytes:
+            continue  # a later, smaller job may still fit; this one goes first next batch
+        sizes.update(extra)
+        chosen.append(job)
+    return chosen
+
+
+def pack(queue: Path, stage: Path, max_bytes: int | None = None) -> list[Job]:
+    """Move the pending jobs to ``running/`` and write ``STAGE/{batch.json,trials.tar}``; [] when none.
+
+    ``max_bytes`` bounds the compressed trial dirs (the transport may carry only so much): jobs
+    that do not fit stay pending for the next batch.
+    """
     jobs = sorted((Job.load(p) for p in (queue / JOBS).glob("*.json")), key=lambda j: j.submitted)
+    if max_bytes is not None:
+        jobs = _jobs_that_fit(jobs, max_bytes)
     if not jobs:
         return []
     stage.mkdir(parents=True, exist_ok=True)
@@ -332,6 +361,8 @@ def _parser():
     pk.add_argument("stage", type=Path)
     pk.add_argument("--wait", type=float, metavar="WINDOW_S",
                     help="first block until a job is pending, then wait WINDOW_S seconds for more")
+    pk.add_argument("--max-bytes", type=int, help="at most this many compressed bytes of trial dirs; jobs that "
+                    "do not fit stay pending (the oldest job always goes)")
     rb = sub.add_parser("run-batch", help="on the GPU machine: run STAGE's jobs, write the results to OUT")
     rb.add_argument("stage", type=Path)
     rb.add_argument("out", type=Path)
@@ -361,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.verb == "pack":
             if a.wait is not None:
                 wait_for_jobs(a.queue, a.wait)
-            jobs = pack(a.queue, a.stage)
+            jobs = pack(a.queue, a.stage, a.max_bytes)
             for job in jobs:
                 print(f"{job.trial_dir} | {job.command[:200]}")
             print(f"{len(jobs)} job(s) packed into {a.stage}" if jobs else "no pending jobs")
