@@ -299,3 +299,24 @@ def test_pack_under_a_byte_limit_leaves_the_jobs_that_do_not_fit_pending(tmp_pat
     assert (tmp_path / "stage" / "trials.tar").stat().st_size <= one_trial + one_trial // 2
     # The oldest job always goes, even over the limit: otherwise it would wait forever.
     assert [j.id for j in gpuqueue.pack(queue, tmp_path / "stage2", max_bytes=1)] == [second.id]
+
+
+def test_close_answers_waiting_callers_and_refuses_new_jobs_without_touching_the_quota(trial):
+    """When the GPU cannot be reached any more (its budget spent), no agent may wait forever."""
+    meta, queue, tmp = trial
+    result = {}
+    caller = threading.Thread(target=lambda: result.update(proc=_gpu_run(meta, "echo never")))
+    caller.start()
+    for _ in range(200):
+        if list((queue / gpuqueue.JOBS).glob("*.json")):
+            break
+        caller.join(0.05)
+    assert gpuqueue.main(["close", str(queue), "device budget spent"]) == 0
+    caller.join(60)
+    proc = result["proc"]
+    assert proc.returncode == 3 and "not run, the GPU machine cannot be reached: device budget spent" in proc.stdout
+    assert "never" not in proc.stdout  # it ran nowhere
+    assert gpuqueue.used_seconds(queue, str(Path(meta["repo"]).parent)) == 0.0
+    later = _gpu_run(meta, "echo again")
+    assert later.returncode == 3 and "cannot be reached: device budget spent" in later.stderr
+    assert not list((queue / gpuqueue.JOBS).glob("*.json"))

@@ -184,3 +184,66 @@ def test_shape_key_is_cheap_tuple_of_shapes_dtypes_device():
     assert key[:4] == ((2, 3), np.dtype(np.float16), (3,), np.dtype(np.float32))
     assert key[-1] == 1e-6
     assert hash(key) == hash(shape_key(a.copy(), b.copy(), extra=(1e-6,)))
+
+
+# --- the probe cut before exhaustive_search (CuTileTimer) ----------------------------------------
+
+
+def _probe_candidates(seconds_by_occupancy: dict[int, float], launches: list[int]):
+    """Candidates whose launch advances a FAKE clock by a scripted time (no GPU, no sleeping)."""
+    from cutile_perf.tune.timing import Candidate
+
+    clock = {"now": 0.0}
+
+    def launcher(occupancy):
+        def launch(_stream, _grid, _kernel, _args):
+            launches.append(occupancy)
+            if seconds_by_occupancy[occupancy] is None:
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+            clock["now"] += seconds_by_occupancy[occupancy]
+        return launch
+
+    cands = [Candidate(Config(occupancy=o), None, (1,), (), 0, launcher(o)) for o in seconds_by_occupancy]
+    return cands, (lambda: clock["now"])
+
+
+def test_probe_cut_drops_only_configs_that_lost_by_more_than_the_cut():
+    from cutile_perf.tune.timing import probe_cut
+
+    launches: list[int] = []
+    cands, clock = _probe_candidates({1: 1.0e-3, 2: 1.4e-3, 4: 1.6e-3, 8: 12e-3, 16: None}, launches)
+    survivors, trials = probe_cut(cands, 1.5, repeats=2, clock=clock)
+    assert [c.config.occupancy for c in survivors] == [1, 2]  # 1.4 ms is within 1.5 x 1.0 ms
+    by_occ = {t.config.occupancy: t for t in trials}
+    assert by_occ[4].error == by_occ[8].error == "pruned" and "1.5 x the fastest probe 1.000 ms" in by_occ[8].detail
+    assert by_occ[16].error == "launch" and not by_occ[16].ok  # a probe failure is a launch failure
+    assert launches.count(8) == 2  # two probe launches, then no more for a loser
+
+
+def test_cutile_timer_sends_only_the_probe_survivors_to_exhaustive_search(monkeypatch):
+    """exhaustive_search (faked: it needs a GPU) sees the survivors; the losers come back pruned."""
+    import cuda.tile.tune as cttune
+
+    from cutile_perf.tune import timing
+
+    launches: list[int] = []
+    cands, clock = _probe_candidates({1: 2.0e-3, 2: 1.0e-3, 4: 30e-3}, launches)
+    real = timing.probe_cut
+    monkeypatch.setattr(timing, "probe_cut", lambda c, cut: real(c, cut, clock=clock))
+    seen = {}
+
+    class Result:
+        successes = ()
+        failures = ()
+
+    def fake_search(space, stream, **kw):
+        seen["space"] = list(space)
+        return Result()
+
+    monkeypatch.setattr(cttune, "exhaustive_search", fake_search)
+    trials = timing.CuTileTimer(cut=1.5)(cands)
+    assert [c.occupancy for c in seen["space"]] == [2]  # 2 ms is beyond 1.5 x 1 ms
+    assert sorted((t.config.occupancy, t.error) for t in trials) == [(1, "pruned"), (4, "pruned")]
+    seen.clear()
+    timing.CuTileTimer(cut=None)(cands)  # probe, ab and prune time every config
+    assert [c.occupancy for c in seen["space"]] == [1, 2, 4]

@@ -8,6 +8,7 @@ blocks. Whoever holds the GPU drains the queue in batches:
     python evals/gpu_queue.py pack QUEUE STAGE        # here: pending jobs + their trial dirs -> STAGE
     python evals/gpu_queue.py run-batch STAGE OUT     # on the GPU machine: run them, pack the results
     python evals/gpu_queue.py collect OUT QUEUE       # here: trial dirs updated, callers released
+    python evals/gpu_queue.py close QUEUE 'REASON'    # the GPU is gone: waiting callers answered, new ones refused
 
 On the GPU machine each trial directory is unpacked at the same absolute path as here, so a
 session's frozen paths and the repository's git state mean the same on both sides; the job runs
@@ -36,6 +37,7 @@ from cutile_perf_evals import CHECKOUT, shim
 
 JOBS, RUNNING, DONE = "jobs", "running", "done"
 QUOTA_FILE = "quota.json"
+CLOSED_FILE = "closed.txt"  # the reason the GPU cannot be reached any more (``close``)
 GPU_LOG = "commands.gpu.jsonl"  # the wrapper's log on the GPU machine; merged into commands.jsonl
 KEEP_LOCAL = (".claude", ".agents")  # installed skill directories: read here, never needed there
 SKIP_IN_TRIAL = ("bin", "agent.stdout", "agent.stderr")  # this machine's wrapper and transcript
@@ -153,6 +155,9 @@ def client_main(argv: list[str], *, queue: str, trial_dir: str) -> int:
               file=sys.stderr)
         return 0 if argv else 2
     root = Path(queue)
+    if (root / CLOSED_FILE).is_file():
+        print(f"gpu-run: the GPU machine cannot be reached: {closed_reason(root)}", file=sys.stderr)
+        return 3
     left = quota(root) - used_seconds(root, trial_dir)
     if left <= 1.0:
         print(f"gpu-run: this task's GPU time ({quota(root):g} s) is used up", file=sys.stderr)
@@ -163,6 +168,8 @@ def client_main(argv: list[str], *, queue: str, trial_dir: str) -> int:
     done = wait(root, job)
     sys.stdout.write(done.get("output", ""))
     sys.stdout.flush()
+    if done.get("closed"):
+        return 3
     status = "timed out" if done.get("timed_out") else f"exit {done.get('exit')}"
     print(f"gpu-run: {status} after {float(done.get('seconds') or 0):.1f} s; "
           f"{quota(root) - used_seconds(root, trial_dir):.0f} s of GPU time left", file=sys.stderr)
@@ -330,6 +337,29 @@ def collect(out: Path, queue: Path) -> list[dict]:
 GRADE_COMMAND = 'python "$CUTILE_PERF_CHECKOUT/evals/run.py" --grade-only {repos} --rounds {rounds}{extra} --json'
 
 
+def closed_reason(queue: Path) -> str:
+    return (queue / CLOSED_FILE).read_text(encoding="utf-8").strip()
+
+
+def close(queue: Path, reason: str) -> list[str]:
+    """The GPU cannot be reached any more (the transport is gone, its budget spent): refuse new
+    jobs and answer every pending or running one, so no caller waits forever. Returns their ids.
+
+    A closed job ran nowhere: exit None, 0 seconds (the agent's quota is untouched), ``closed``
+    true, and the reason as its output."""
+    atomic.write_text(queue / CLOSED_FILE, reason.strip() + "\n")
+    ids = []
+    for folder in (JOBS, RUNNING):
+        for path in sorted((queue / folder).glob("*.json")):
+            job = Job.load(path)
+            row = {**job.to_dict(), "exit": None, "timed_out": False, "seconds": 0.0, "closed": True,
+                   "finished": time.time(), "output": f"gpu-run: not run, the GPU machine cannot be reached: {reason}\n"}
+            atomic.write_text(queue / DONE / f"{job.id}.json", json.dumps(row) + "\n")
+            path.unlink()
+            ids.append(job.id)
+    return ids
+
+
 def wait_for_jobs(queue: Path, window_s: float, poll_s: float = 2.0) -> None:
     """Block until a job is pending, then ``window_s`` more so that other agents' jobs join the batch."""
     while not any((queue / JOBS).glob("*.json")):
@@ -377,6 +407,9 @@ def _parser():
     gr.add_argument("--no-reference", action="store_true")
     gr.add_argument("--timeout", type=float, default=300.0)
     gr.add_argument("--group", action="store_true", help="one job for all the trials (of one task): shared base timing")
+    cl = sub.add_parser("close", help="the GPU cannot be reached any more: answer every waiting job, refuse new ones")
+    cl.add_argument("queue", type=Path)
+    cl.add_argument("reason")
     st = sub.add_parser("status", help="how many jobs are pending, running and done")
     st.add_argument("queue", type=Path)
     return p
@@ -400,6 +433,10 @@ def main(argv: list[str] | None = None) -> int:
         if a.verb == "run-batch":
             rows = run_batch(a.stage, a.out, budget_s=a.budget)
             print(json.dumps([{k: r.get(k) for k in ("id", "exit", "timed_out", "seconds", "deferred")} for r in rows]))
+            return 0
+        if a.verb == "close":
+            ids = close(a.queue, a.reason)
+            print(f"queue closed; {len(ids)} waiting job(s) answered")
             return 0
         if a.verb == "grade":
             jobs = queue_grading(a.queue, a.trials, rounds=a.rounds, no_reference=a.no_reference, timeout_s=a.timeout,

@@ -128,7 +128,8 @@ def space_hash(space: Sequence[Config]) -> str:
 class Trial:
     """One evaluated config. ``times`` are milliseconds; ``None`` with ``error`` set when it failed.
 
-    ``error`` is one of ``compile``, ``timeout``, ``launch``; ``detail`` holds the message tail.
+    ``error`` is one of ``compile``, ``timeout``, ``launch``, ``pruned`` (lost a quick probe by far,
+    not timed further); ``detail`` holds the message tail.
     """
 
     config: Config

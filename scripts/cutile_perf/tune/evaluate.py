@@ -8,6 +8,7 @@ from cutile_perf.errors import EnvMissing
 from cutile_perf.tune.autotuner import Autotuner, TuneReport
 from cutile_perf.tune.config import Config, Trial
 from cutile_perf.tune.splitbuf import split_buffer
+from cutile_perf.tune.timing import CuTileTimer
 from cutile_perf.tune.tunable import Tunable, shape_label
 
 
@@ -22,14 +23,19 @@ def require_gpu() -> None:
 
 
 def make_tuner(tunable: Tunable, configs: Sequence[Config], *, fakes: dict[str, Any] | None = None,
-               timer: Any = "cutile") -> Autotuner:
-    """An exhaustive, non-persistent tuner over ``configs``; ``fakes`` injects timer/launcher/device/precompile for tests."""
+               timer: Any = None) -> Autotuner:
+    """An exhaustive, non-persistent tuner over ``configs``; ``fakes`` injects timer/launcher/device/precompile for tests.
+
+    The default timer times every config (no probe cut): these commands report each config's time
+    on each shape, not only which one wins.
+    """
     fakes = dict(fakes or {})
     if not fakes:
         require_gpu()
     space = list(configs) if tunable.fixed in configs else [tunable.fixed, *configs]
+    timer = fakes.pop("timer", timer if timer is not None else CuTileTimer(cut=None))
     return Autotuner(tunable.kernel, space, fixed=tunable.fixed, name=tunable.name, persistent=False,
-                     timer=fakes.pop("timer", timer), precompile=fakes.pop("precompile", "auto"), **fakes)
+                     timer=timer, precompile=fakes.pop("precompile", "auto"), **fakes)
 
 
 def stream_for(fakes: dict[str, Any] | None) -> Any:

@@ -2,7 +2,8 @@
 
 * ``BenchTimer``: ``cutile_perf.bench`` (CUDA events, L2 flushed by default), median of samples.
 * ``CuTileTimer``: ``cuda.tile.tune.exhaustive_search`` over the candidates (cuTile's adaptive
-  sampling, mean of single cold-L2 launches); one "sample" per config: the mean.
+  sampling, mean of single cold-L2 launches); one "sample" per config: the mean. Configs that
+  lost by far in a quick host probe are dropped first (``probe_cut``).
 * ``FakeBench``: scripted times for CPU tests; it calls each launch once and never measures.
 
 All take the whole batch so that warm-up (first launch: JIT, a disk-cache hit after precompile)
@@ -10,6 +11,7 @@ runs for every candidate before any timing starts.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -84,16 +86,62 @@ class BenchTimer:
         return trials
 
 
+def probe_cut(candidates: Sequence[Candidate], cut: float, repeats: int = 2,
+              clock: Callable[[], float] = time.perf_counter) -> tuple[list[Candidate], list[Trial]]:
+    """Time each (warmed-up) candidate ``repeats`` times on the host, launch plus synchronize, and
+    drop those whose best probe is more than ``cut`` x the fastest one's: they cannot win.
+
+    Why: exhaustive_search gives every config 3 warm-up and at least 5 timed launches, so a config
+    10x slower than the best costs as much as 10 good ones; with Blackwell-sized tiles in a Hopper
+    space most of the timing stage went to configs that had lost by their first launch. A host
+    probe adds the same launch overhead to every config, which only pulls ratios towards 1: it can
+    keep a loser, never drop a config within ``cut`` of the best. The dropped ones become
+    ``pruned`` trials (score +inf), never timed against the others' cold-L2 means.
+    """
+    probes: dict[int, float] = {}
+    survivors: list[Candidate] = []
+    trials: list[Trial] = []
+    for i, cand in enumerate(candidates):
+        try:
+            best = float("inf")
+            for _ in range(repeats):
+                start = clock()
+                cand.launch()
+                _synchronize()
+                best = min(best, clock() - start)
+            probes[i] = best
+        except Exception as exc:
+            trials.append(Trial(cand.config, None, "launch", _tail(exc)))
+    if not probes:
+        return survivors, trials
+    fastest = min(probes.values())
+    for i, seconds in probes.items():
+        if seconds <= cut * fastest:
+            survivors.append(candidates[i])
+        else:
+            trials.append(Trial(candidates[i].config, None, "pruned",
+                                f"probe {seconds * 1e3:.3f} ms > {cut:g} x the fastest probe {fastest * 1e3:.3f} ms"))
+    return survivors, trials
+
+
 @dataclass
 class CuTileTimer:
-    """Delegates timing to ``cuda.tile.tune.exhaustive_search`` (its sampling and statistic)."""
+    """Delegates timing to ``cuda.tile.tune.exhaustive_search`` (its sampling and statistic).
+
+    ``cut``: before that, configs whose host probe is more than ``cut`` x the fastest are dropped
+    (``probe_cut``); None times every config that launches.
+    """
 
     flush_l2: bool = True
+    cut: float | None = 1.5
 
     def __call__(self, candidates: Sequence[Candidate]) -> list[Trial]:
         from cuda.tile.tune import exhaustive_search
 
         ready, trials = warm_up(candidates)
+        if self.cut is not None and len(ready) > 1:
+            ready, dropped = probe_cut(ready, self.cut)
+            trials += dropped
         if not ready:
             return trials
         by_cfg = {c.config: c for c in ready}
