@@ -62,12 +62,15 @@ def _add_init(subparsers) -> None:
     p.add_argument("--timeout", type=float, default=600.0, help="time budget of one iteration in seconds (default 600)")
     p.add_argument("--perf-test", type=Path,
                    help="file holding the perf test (default: the test file, or test_<op>_perf.py next to it)")
+    p.add_argument("--correctness-jobs", type=int, default=1, metavar="N",
+                   help="run the correctness tests in N pytest children at once, each on one share of them "
+                        "(default 1; correctness is not timed, the perf command always runs alone)")
 
     def run(a: argparse.Namespace) -> Outcome:
         from cutile_perf.commands.init import init
 
         return init(repo=a.repo, kernel=a.kernel, test=a.test, branch=a.branch, allow=a.allow, timeout_s=a.timeout,
-                    perf_test=a.perf_test)
+                    perf_test=a.perf_test, correctness_jobs=a.correctness_jobs)
 
     p.set_defaults(handler=run)
 

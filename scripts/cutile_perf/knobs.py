@@ -16,6 +16,7 @@ OWN_ENV_VARS: dict[str, str] = {
     "CUTILE_PERF_REPORT": "file the pytest plugin writes its signed run report to (test outcomes, records, module files, end marker); set by the harness",
     "CUTILE_PERF_RECORD_LAUNCHES": "file the pytest plugin appends each distinct ct.launch signature to (JSON lines); set by compile-check --record",
     "CUTILE_PERF_WITHHOLD_EXAMPLES": "comma-separated bundled ops whose prepared steps example show and demo do not show (set by the eval runner for the op under test)",
+    "CUTILE_PERF_SHARD": "INDEX/COUNT: the pytest plugin keeps one share of the selected tests (every COUNT-th in node-id order, from INDEX); set by the harness when session.yaml has correctness_jobs > 1",
     "CUTILE_PERF_KEY_FD": "file descriptor the pytest plugin reads the run report's signing key from, once; set by the harness",
     "CUTILE_PERF_TUNE_CACHE_DIR": "directory of the persistent tuning cache (default: the user cache dir)",
     "CUTILE_PERF_BENCH_MODE": "timing mode of cutile_perf.bench in perf tests: cold (default), warm or graph",
@@ -93,6 +94,22 @@ def withheld_examples() -> frozenset[str]:
 def report_path() -> Path | None:
     value = os.environ.get("CUTILE_PERF_REPORT")
     return Path(value) if value else None
+
+
+def shard() -> tuple[int, int] | None:
+    """``CUTILE_PERF_SHARD=i/k`` (set by the harness): this pytest child runs the i-th of k shares
+    of the selected tests; None when unset."""
+    value = os.environ.get("CUTILE_PERF_SHARD", "").strip()
+    if not value:
+        return None
+    index, _, count = value.partition("/")
+    try:
+        i, k = int(index), int(count)
+    except ValueError:
+        i, k = -1, 0
+    if not 0 <= i < k:
+        raise BadEnvValue(f"CUTILE_PERF_SHARD={value!r}: expected INDEX/COUNT with 0 <= INDEX < COUNT")
+    return i, k
 
 
 def take_report_key() -> bytes | None:

@@ -21,7 +21,8 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cutile_perf import pristine, records, runner, runreport
@@ -213,24 +214,81 @@ def run_stage(session: Session, name: str, tag: str, deadline: Deadline, *, chec
         shutil.rmtree(private, ignore_errors=True)
 
 
-def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private) -> Stage:
+def _run_child(session, name, deadline, checkout, fenced_files, on_start, output: Path, private: Path,
+               shard: tuple[int, int] | None = None) -> tuple[runner.RunResult, runreport.RunReport, Path]:
+    """One pytest child of the stage (one share of the tests when ``shard`` is given): its result,
+    its verified run report, and the report file (kept next to the log by the caller)."""
     report_file = private / "report.jsonl"
     key = runreport.new_key()
     overrides = {"CUTILE_PERF_REPORT": str(report_file)}
     if session.defence:
         overrides["CUTILE_PERF_DEFENCE"] = "1"
+    if shard is not None:
+        overrides["CUTILE_PERF_SHARD"] = f"{shard[0]}/{shard[1]}"
     env = pristine.child_env(checkout.root, fenced_files, private / "pycache",
                              {**overrides, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
     argv = [*session.argv(name), *records.PYTEST_PLUGIN_ARGS]
+    result = runner.run(argv, cwd=checkout.root, timeout_s=deadline.left(), output_path=output,
+                        env_overrides={k: v for k, v in env.items() if v != os.environ.get(k)},
+                        secret=key, on_start=on_start)
+    return result, runreport.read(report_file, key), report_file
+
+
+def _run_shards(session, name, deadline, checkout, fenced_files, on_start, output: Path, private: Path,
+                count: int) -> tuple[runner.RunResult, runreport.RunReport, tuple[CrashClass, str] | None]:
+    """``count`` children at once, each running one share of the selected tests; their logs are
+    joined into ``output`` (shard by shard) and their reports merged. Returns the result that
+    speaks for the stage (the first crash, else the slowest child), the merged report, and the
+    integrity failure, if any: a split that does not add up (``runreport.merge_shards``) is no
+    evidence, since tests may have gone unrun; a child that imported the fenced code from
+    elsewhere measured the wrong code."""
+    def one(index: int):
+        folder = private / f"shard-{index}"
+        folder.mkdir()
+        log = output.with_name(f"{output.stem}.shard{index}{output.suffix}")
+        return _run_child(session, name, deadline, checkout, fenced_files, on_start, log, folder, (index, count))
+
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        children = list(pool.map(one, range(count)))
+    with open(output, "w", encoding="utf-8") as joined:
+        for index, (result, _report, report_file) in enumerate(children):
+            joined.write(f"===== cutile-perf: shard {index + 1} of {count} =====\n")
+            joined.write(result.output_path.read_text(encoding="utf-8", errors="replace"))
+            result.output_path.unlink(missing_ok=True)
+            if report_file.exists():
+                shutil.copyfile(report_file, output.with_name(f"{output.stem}.shard{index}.report.jsonl"))
+    merged, split_problem = runreport.merge_shards([report for _result, report, _file in children])
+    problem = (CrashClass.INCOMPLETE_TESTS, split_problem) if split_problem else None
+    for index, (_result, report, _file) in enumerate(children):
+        # Imports are checked child by child: a merged module table could hide one child's stray import.
+        stray = origin_problem(report.modules, checkout.root, fenced_files, require_import=report.ended)
+        if problem is None and stray:
+            problem = (CrashClass.MEASURED_WRONG_CODE, f"shard {index + 1}: {stray}")
+    # A share can be empty (fewer tests than children): pytest then exits with "no tests", which
+    # is no crash here; the split check above has already counted what every share ran.
+    ran = [c for c in children if not (c[1].ended and c[1].shard and c[1].shard["mine"] == 0
+                                       and c[0].returncode == runner.PYTEST_NO_TESTS)] or children
+    crashed = [c for c in ran if runner.classify(c[0]) is not None]
+    speaker = crashed[0][0] if crashed else max((c[0] for c in ran), key=lambda r: r.duration_s)
+    result = replace(speaker, output_path=output, duration_s=max(c[0].duration_s for c in children))
+    return result, merged, problem
+
+
+def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private) -> Stage:
     guarded = protected_paths(session, tracked)
     before_user = snapshot(session.repo, guarded)
     # The committed files only: caches and outputs the tests create (.pytest_cache, logs) are theirs.
     checkout_files = list(checkout.written)
     before_checkout = digest_tree(checkout.root, checkout_files)
 
-    result = runner.run(argv, cwd=checkout.root, timeout_s=deadline.left(), output_path=output,
-                        env_overrides={k: v for k, v in env.items() if v != os.environ.get(k)},
-                        secret=key, on_start=on_start)
+    shard_integrity = None
+    if name == "correctness" and session.correctness_jobs > 1:
+        result, report, shard_integrity = _run_shards(session, name, deadline, checkout, fenced_files, on_start,
+                                                    output, private, session.correctness_jobs)
+        report_file = None
+    else:
+        result, report, report_file = _run_child(session, name, deadline, checkout, fenced_files, on_start,
+                                                 output, private)
 
     after_user = snapshot(session.repo, guarded)
     touched_user = sorted(p for p in guarded if after_user[p] != before_user[p])
@@ -244,8 +302,7 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
                 (saved_dir / rel).parent.mkdir(parents=True, exist_ok=True)
                 (saved_dir / rel).write_bytes(after_user[rel])
         restore(session.repo, before_user, touched_user)
-    report = runreport.read(report_file, key)
-    if report_file.exists():
+    if report_file is not None and report_file.exists():
         shutil.copyfile(report_file, output.with_suffix(".report.jsonl"))
 
     crash = runner.classify(result)
@@ -265,6 +322,8 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
                      + (f" (restored; the changed copies are in sandbox/tampered/{tag}/)" if touched_user else ""))
     elif report.forged:
         integrity = (CrashClass.TAMPERED, f"the run report has lines the plugin did not write: {report.forged[0]}")
+    elif shard_integrity is not None:
+        integrity = shard_integrity
     elif crash is None:
         problem = origin_problem(report.modules, checkout.root, fenced_files, require_import=report.ended)
         if problem:

@@ -19,6 +19,11 @@ controller's reports are used (workers write nothing, or every record would land
   (``CUTILE_PERF_KEY_FD``), so lines appended by anyone else, or a run that died before its end
   (``os._exit``), are told apart from what this plugin saw.
 
+* ``CUTILE_PERF_SHARD=i/k`` (set by the harness, with the report): after collection and ``-k``,
+  the child keeps every k-th of the selected tests in node-id order, starting at i, and reports
+  how many were selected and a digest of their ids, so the harness can check that k children ran
+  k disjoint shares of one and the same selection.
+
 Loading: installed, the ``pytest11`` entry point loads it; the harness also passes
 ``-p cutile_perf.pytest_plugin`` so a target venv without our entry point works too.
 
@@ -78,15 +83,31 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(BenchmarkRecorder(config), RECORDER_NAME)
     path = knobs.report_path()
     if path is not None and not hasattr(config, "workerinput") and not config.pluginmanager.has_plugin(REPORTER_NAME):
-        config.pluginmanager.register(RunReporter(path, _REPORT_KEY or b""), REPORTER_NAME)
+        config.pluginmanager.register(RunReporter(path, _REPORT_KEY or b"", knobs.shard()), REPORTER_NAME)
 
 
 class RunReporter:
     """Writes the signed run report the harness judges a stage by (``runreport.read``)."""
 
-    def __init__(self, path, key: bytes):
+    def __init__(self, path, key: bytes, shard: tuple[int, int] | None = None):
         self.writer = runreport.Writer(path, key)
         self.outcomes: dict[str, str] = {}
+        self.shard = shard
+
+    @pytest.hookimpl(trylast=True)  # after -k/-m deselection: shard what the command selects
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
+        if self.shard is None:
+            return
+        index, count = self.shard
+        ordered = sorted(item.nodeid for item in items)
+        mine = set(ordered[index::count])
+        kept = [item for item in items if item.nodeid in mine]
+        dropped = [item for item in items if item.nodeid not in mine]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+        self.writer.write({"type": "shard", "index": index, "count": count, "selected": len(ordered),
+                           "digest": runreport.ids_digest(ordered), "mine": len(kept)})
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         outcome = runreport.outcome_of(report.when, report.outcome, hasattr(report, "wasxfail"))

@@ -41,6 +41,11 @@ def outcome_of(when: str, outcome: str, wasxfail: bool) -> str | None:
     return None
 
 
+def ids_digest(nodeids) -> str:
+    """One digest of a set of test ids, the same in every child that selected the same tests."""
+    return hashlib.sha256("\n".join(sorted(nodeids)).encode("utf-8")).hexdigest()
+
+
 def new_key() -> bytes:
     return secrets.token_bytes(32)
 
@@ -75,6 +80,7 @@ class RunReport:
     ended: bool = False
     exitstatus: int | None = None
     forged: list[str] = field(default_factory=list)  # lines that the plugin did not write
+    shard: dict | None = None  # index, count, selected (of all shards), digest, mine (this share)
 
     def passed(self) -> set[str]:
         return {n for n, o in self.outcomes.items() if o == "passed"}
@@ -109,9 +115,42 @@ def read(path: str | os.PathLike, key: bytes) -> RunReport:
             report.outcomes[line["nodeid"]] = line["outcome"]
         elif kind == "record":
             report.records.append((line["nodeid"], line.get("outcome", "passed"), line["benchmark"]))
+        elif kind == "shard":
+            report.shard = {k: line.get(k) for k in ("index", "count", "selected", "digest", "mine")}
         elif kind == "modules":
             report.modules = dict(line.get("files") or {})
         elif kind == "end":
             report.ended = True
             report.exitstatus = line.get("exitstatus")
     return report
+
+
+def merge_shards(reports: list[RunReport]) -> tuple[RunReport, str | None]:
+    """The reports of k children that each ran one share of a selection (``CUTILE_PERF_SHARD``),
+    as one report, and what is wrong with the split, or None.
+
+    The split is sound when every child that ended reported a share, the k shares are the k
+    indices of one split, all of one selection (same count and digest of node ids), and together
+    they cover it. A child that died early has no end marker, so the merged report has none either.
+    """
+    merged = RunReport(ended=all(r.ended for r in reports))
+    for index, report in enumerate(reports):
+        merged.outcomes.update(report.outcomes)
+        merged.records.extend(report.records)
+        merged.modules.update(report.modules)
+        merged.forged.extend(f"shard {index}: {line}" for line in report.forged)
+        if report.exitstatus is not None:
+            merged.exitstatus = max(merged.exitstatus or 0, report.exitstatus)
+    shards = [r.shard for r in reports if r.shard is not None]
+    if any(r.ended and r.shard is None for r in reports):
+        return merged, "a shard child ended without reporting its share of the tests"
+    if not shards:
+        return merged, None
+    if {(s["selected"], s["digest"], s["count"]) for s in shards} != {(shards[0]["selected"], shards[0]["digest"],
+                                                                        len(reports))}:
+        return merged, "the shard children did not select the same tests"
+    if sorted(s["index"] for s in shards) != list(range(len(shards))) and merged.ended:
+        return merged, "the shard children did not run the shares 0..k-1 once each"
+    if merged.ended and sum(s["mine"] for s in shards) != shards[0]["selected"]:
+        return merged, "the shards together did not cover the selected tests"
+    return merged, None

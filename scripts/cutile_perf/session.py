@@ -26,6 +26,7 @@ LOG_FILE = "experiments.jsonl"
 RESULTS_FILE = "perf_results.md"
 LOCK_FILE = "cutile-perf.lock"
 SCHEMA = 1
+MAX_CORRECTNESS_JOBS = 16
 
 # The command templates. ``{python}`` is replaced by the interpreter running cutile-perf, because
 # the record plugin must be importable in the child; edit session.yaml to use another interpreter.
@@ -63,6 +64,10 @@ class Session:
     # The bundled suite's defence run (fresh inputs, NaN-poisoned outputs, perf shapes checked) is
     # switched on for ops whose tests honour CUTILE_PERF_DEFENCE; other repos ignore the variable.
     defence: bool = False
+    # Correctness children run at once, each on one share of the selected tests (the plugin's
+    # CUTILE_PERF_SHARD). Correctness is not timed, so splitting it changes no measurement; the
+    # perf command always runs in one child.
+    correctness_jobs: int = 1
     schema: int = SCHEMA
 
     @property
@@ -172,6 +177,10 @@ def load(repo: Path) -> Session:
     for key in ("require_gpu", "defence"):
         if not isinstance(data.get(key, False), bool):
             raise UsageError(f"{path}: {key} must be true or false")
+    jobs = data.get("correctness_jobs", 1)
+    if not (isinstance(jobs, int) and not isinstance(jobs, bool) and 1 <= jobs <= MAX_CORRECTNESS_JOBS):
+        raise UsageError(f"{path}: correctness_jobs must be a whole number from 1 to {MAX_CORRECTNESS_JOBS}, "
+                         f"not {jobs!r}")
     try:
         thresholds = Thresholds.from_dict(data.get("thresholds"))
     except (TypeError, ValueError) as exc:
