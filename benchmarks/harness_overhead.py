@@ -32,7 +32,7 @@ perf, interleaved re-check runs; the harness's own share) and what one pytest ch
 and each stage with cuTile's compile cache cold and warm: the difference is JIT compile time):
 
     python benchmarks/harness_overhead.py --tilegym <TileGym> --op layer_norm_legacy --tries 4
-    python benchmarks/harness_overhead.py --tilegym <TileGym> --op swiglu --correctness-jobs 4   # sharded correctness
+    python benchmarks/harness_overhead.py --tilegym <TileGym> --op swiglu --correctness-jobs 4 --prestart-perf
 """
 from __future__ import annotations
 
@@ -186,7 +186,7 @@ def _print_table(title: str, rows: list[tuple[str, float, str]]) -> None:
 
 
 def tilegym(src: Path, op: str, tries: int, repeats: int, probes: int, out: Path | None,
-            correctness_jobs: int = 1) -> None:
+            correctness_jobs: int = 1, prestart_perf: bool = False) -> None:
     """Run the loop on a fresh git copy of ``src`` and print where a try's time goes, step by step."""
     import shutil  # noqa: PLC0415
 
@@ -201,8 +201,10 @@ def tilegym(src: Path, op: str, tries: int, repeats: int, probes: int, out: Path
         kernel, test = f"src/tilegym/ops/cutile/{op}.py", f"tests/ops/test_{op}.py"
         env = {**_ENV, "PYTHONPATH": os.pathsep.join([str(work / "src"), _ENV["PYTHONPATH"]])}
         cli = [sys.executable, "-m", "cutile_perf"]
-        init = [*cli, 'init', '--kernel', kernel, '--test', test, '--correctness-jobs', str(correctness_jobs)]
-        _say(f"{op}: init (correctness in {correctness_jobs} children) {_wall(init, work, env):.1f} s")
+        init = [*cli, 'init', '--kernel', kernel, '--test', test, '--correctness-jobs', str(correctness_jobs),
+                *(['--prestart-perf'] if prestart_perf else [])]
+        _say(f"{op}: init (correctness in {correctness_jobs} children, perf pre-started: {prestart_perf}) "
+             f"{_wall(init, work, env):.1f} s")
         _say(f"{op}: baseline --repeats {repeats} {_wall([*cli, 'baseline', '--repeats', str(repeats)], work, env):.1f} s")
         log_path = work / "sandbox/experiments.jsonl"
         for i in range(tries):
@@ -253,9 +255,12 @@ def main_cli() -> int:
     parser.add_argument("--out", type=Path, help="with --tilegym: copy the session log here after each try")
     parser.add_argument("--correctness-jobs", type=int, default=1,
                         help="with --tilegym: init --correctness-jobs N (correctness in N children at once)")
+    parser.add_argument("--prestart-perf", action="store_true",
+                        help="with --tilegym: init --prestart-perf (perf child started during correctness)")
     args = parser.parse_args()
     if args.tilegym:
-        tilegym(args.tilegym.resolve(), args.op, args.tries, args.repeats, args.probes, args.out, args.correctness_jobs)
+        tilegym(args.tilegym.resolve(), args.op, args.tries, args.repeats, args.probes, args.out, args.correctness_jobs,
+                args.prestart_perf)
         return 0
     rows = measure(args.iterations, args.runs)
     width = max(len(name) for name, *_ in rows)

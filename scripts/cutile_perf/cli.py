@@ -65,12 +65,16 @@ def _add_init(subparsers) -> None:
     p.add_argument("--correctness-jobs", type=int, default=1, metavar="N",
                    help="run the correctness tests in N pytest children at once, each on one share of them "
                         "(default 1; correctness is not timed, the perf command always runs alone)")
+    p.add_argument("--prestart-perf", action="store_true",
+                   help="try starts the perf child during the correctness run and holds it before its first "
+                        "test, so its start-up overlaps correctness")
 
     def run(a: argparse.Namespace) -> Outcome:
         from cutile_perf.commands.init import init
 
         return init(repo=a.repo, kernel=a.kernel, test=a.test, branch=a.branch, allow=a.allow, timeout_s=a.timeout,
-                    perf_test=a.perf_test, correctness_jobs=a.correctness_jobs)
+                    perf_test=a.perf_test, correctness_jobs=a.correctness_jobs,
+                    prestart_perf=a.prestart_perf)
 
     p.set_defaults(handler=run)
 

@@ -5,11 +5,17 @@ its path logged *before* the work tree is reset, so a kill at any point leaves t
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import math
+import os
 import re
+import signal
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from cutile_perf import atomic, envcheck, git_ops, log, render
 from cutile_perf.commands import say
@@ -253,6 +259,50 @@ class StageRunner:
                                         on_start=self.on_start)
         self.clock.add_child(result.duration_s, f"{tag}-{name}")
         return result
+
+    def correctness_then_perf(self, tag: str, commit: str, proceed: Callable[[Any], bool]):
+        """Correctness, then perf, of ``commit``, with the perf child started at once and held
+        before its first test (``runner.Gate``): its start-up (interpreter, torch, imports,
+        collection) overlaps the correctness run. ``proceed(correctness_stage)`` says whether to
+        let it run; if not, it is killed. Returns ``(correctness, perf or None)``.
+
+        Only start-up overlaps: no perf test starts before the correctness child has ended. Each
+        stage still snapshots the protected files before its child starts and compares them after
+        it ends, so the two windows together cover everything from the first start to the last end.
+        """
+        from cutile_perf import runner  # noqa: PLC0415
+
+        gate = runner.Gate()
+        perf_groups: list[int] = []
+
+        def perf_started(pgid: int) -> None:
+            perf_groups.append(pgid)
+            if self.on_start is not None:
+                self.on_start(pgid)
+
+        checkout, fenced = self.checkout(commit), self.fenced_files(commit)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending = pool.submit(self.measure.run_stage, self.session, "perf", tag, self.deadline, checkout=checkout,
+                                  fenced_files=fenced, tracked=self.tracked, on_start=perf_started, gate=gate)
+            try:
+                correctness = self.stage("correctness", tag, commit)
+                go = proceed(correctness)
+            except BaseException:
+                go = False
+                raise
+            finally:
+                if go:
+                    gate.open()
+                else:
+                    gate.close()
+                    for pgid in perf_groups:  # do not wait for it to finish collecting
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.killpg(pgid, signal.SIGKILL)
+            perf = pending.result()
+        if not go:
+            return correctness, None
+        self.clock.add_child(perf.duration_s, f"{tag}-perf")
+        return correctness, perf
 
     def defined_names(self, commit: str) -> set[str]:
         return self.measure.defined_names(self.checkout(commit).root, self.fenced_files(commit))

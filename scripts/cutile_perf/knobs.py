@@ -17,6 +17,7 @@ OWN_ENV_VARS: dict[str, str] = {
     "CUTILE_PERF_RECORD_LAUNCHES": "file the pytest plugin appends each distinct ct.launch signature to (JSON lines); set by compile-check --record",
     "CUTILE_PERF_WITHHOLD_EXAMPLES": "comma-separated bundled ops whose prepared steps example show and demo do not show (set by the eval runner for the op under test)",
     "CUTILE_PERF_SHARD": "INDEX/COUNT: the pytest plugin keeps one share of the selected tests (every COUNT-th in node-id order, from INDEX); set by the harness when session.yaml has correctness_jobs > 1",
+    "CUTILE_PERF_GATE_FD": "file descriptor a pre-started perf child waits on before its first test (one byte: go; end of file: cancelled); set by the harness when session.yaml has prestart_perf: true",
     "CUTILE_PERF_KEY_FD": "file descriptor the pytest plugin reads the run report's signing key from, once; set by the harness",
     "CUTILE_PERF_TUNE_CACHE_DIR": "directory of the persistent tuning cache (default: the user cache dir)",
     "CUTILE_PERF_BENCH_MODE": "timing mode of cutile_perf.bench in perf tests: cold (default), warm or graph",
@@ -110,6 +111,18 @@ def shard() -> tuple[int, int] | None:
     if not 0 <= i < k:
         raise BadEnvValue(f"CUTILE_PERF_SHARD={value!r}: expected INDEX/COUNT with 0 <= INDEX < COUNT")
     return i, k
+
+
+def take_gate_fd() -> int | None:
+    """The descriptor of the gate a pre-started perf child waits on (``CUTILE_PERF_GATE_FD``), taken
+    out of the environment once; None when the child was not pre-started."""
+    value = os.environ.pop("CUTILE_PERF_GATE_FD", None)
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise BadEnvValue(f"CUTILE_PERF_GATE_FD={value!r}: expected a file descriptor number") from None
 
 
 def take_report_key() -> bytes | None:

@@ -201,21 +201,25 @@ def _rel(session: Session, path: Path) -> str:
 
 
 def run_stage(session: Session, name: str, tag: str, deadline: Deadline, *, checkout: pristine.Checkout,
-              fenced_files: list[str], tracked: list[str], on_start: Callable[[int], None] | None = None) -> Stage:
-    """Run the ``name`` command ("correctness" or "perf") once in ``checkout``."""
+              fenced_files: list[str], tracked: list[str], on_start: Callable[[int], None] | None = None,
+              gate: runner.Gate | None = None) -> Stage:
+    """Run the ``name`` command ("correctness" or "perf") once in ``checkout``; with ``gate``, the
+    child waits on it before its first test (a perf child started during the correctness run)."""
     runs = session.sandbox / "runs"
     output = runs / f"{tag}-{name}.log"
     if deadline.left() <= 0:
         return Stage(name, CrashClass.TIMEOUT, 0.0, _rel(session, output), detail="no time left in the iteration budget")
     private = Path(tempfile.mkdtemp(prefix="cutile-perf-run-"))
     try:
-        return _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private)
+        return _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private,
+                          gate)
     finally:
         shutil.rmtree(private, ignore_errors=True)
 
 
 def _run_child(session, name, deadline, checkout, fenced_files, on_start, output: Path, private: Path,
-               shard: tuple[int, int] | None = None) -> tuple[runner.RunResult, runreport.RunReport, Path]:
+               shard: tuple[int, int] | None = None,
+               gate: runner.Gate | None = None) -> tuple[runner.RunResult, runreport.RunReport, Path]:
     """One pytest child of the stage (one share of the tests when ``shard`` is given): its result,
     its verified run report, and the report file (kept next to the log by the caller)."""
     report_file = private / "report.jsonl"
@@ -230,7 +234,7 @@ def _run_child(session, name, deadline, checkout, fenced_files, on_start, output
     argv = [*session.argv(name), *records.PYTEST_PLUGIN_ARGS]
     result = runner.run(argv, cwd=checkout.root, timeout_s=deadline.left(), output_path=output,
                         env_overrides={k: v for k, v in env.items() if v != os.environ.get(k)},
-                        secret=key, on_start=on_start)
+                        secret=key, on_start=on_start, gate=gate)
     return result, runreport.read(report_file, key), report_file
 
 
@@ -274,7 +278,8 @@ def _run_shards(session, name, deadline, checkout, fenced_files, on_start, outpu
     return result, merged, problem
 
 
-def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private) -> Stage:
+def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private,
+               gate=None) -> Stage:
     guarded = protected_paths(session, tracked)
     before_user = snapshot(session.repo, guarded)
     # The committed files only: caches and outputs the tests create (.pytest_cache, logs) are theirs.
@@ -288,7 +293,11 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
         report_file = None
     else:
         result, report, report_file = _run_child(session, name, deadline, checkout, fenced_files, on_start,
-                                                 output, private)
+                                                 output, private, gate=gate)
+        if gate is not None and gate.opened_at is not None:
+            # A pre-started child's own stage begins when the gate opens; its start-up overlapped
+            # the correctness run and is not counted twice.
+            result = replace(result, duration_s=max(time.monotonic() - gate.opened_at, 0.0))
 
     after_user = snapshot(session.repo, guarded)
     touched_user = sorted(p for p in guarded if after_user[p] != before_user[p])

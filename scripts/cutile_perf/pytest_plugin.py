@@ -24,6 +24,10 @@ controller's reports are used (workers write nothing, or every record would land
   how many were selected and a digest of their ids, so the harness can check that k children ran
   k disjoint shares of one and the same selection.
 
+* ``CUTILE_PERF_GATE_FD`` (set by the harness for a pre-started perf child): after collection,
+  before the first test, the child waits for one byte on that descriptor; end of file means the
+  correctness run failed, and the child stops without running a test.
+
 Loading: installed, the ``pytest11`` entry point loads it; the harness also passes
 ``-p cutile_perf.pytest_plugin`` so a target venv without our entry point works too.
 
@@ -34,6 +38,7 @@ the initial conftests have loaded, and only when nobody registered it: it exists
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -69,8 +74,10 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 
 
 REPORTER_NAME = "cutile-perf-run-report"
+GATE_NAME = "cutile-perf-gate"
 # Read at import, before any conftest or test module (and the kernel they import) exists.
 _REPORT_KEY = knobs.take_report_key()
+_GATE_FD = knobs.take_gate_fd()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -81,9 +88,34 @@ def pytest_configure(config: pytest.Config) -> None:
         launch_record.install(launches)
     if not config.pluginmanager.has_plugin(RECORDER_NAME):
         config.pluginmanager.register(BenchmarkRecorder(config), RECORDER_NAME)
+    if _GATE_FD is not None and not hasattr(config, "workerinput") and not config.pluginmanager.has_plugin(GATE_NAME):
+        config.pluginmanager.register(Gate(_GATE_FD), GATE_NAME)
     path = knobs.report_path()
     if path is not None and not hasattr(config, "workerinput") and not config.pluginmanager.has_plugin(REPORTER_NAME):
         config.pluginmanager.register(RunReporter(path, _REPORT_KEY or b"", knobs.shard()), REPORTER_NAME)
+
+
+class Gate:
+    """Holds a pre-started perf child between collection and its first test.
+
+    Start-up (interpreter, torch, the repository's imports, collection) overlaps the correctness
+    run; no test, and so no timing, starts before the harness says the correctness run passed."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        try:
+            go = os.read(self.fd, 1)
+        except OSError:
+            go = b""
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+        if not go:
+            pytest.exit("cutile-perf: perf run cancelled before its first test (the correctness run did not pass)",
+                        returncode=pytest.ExitCode.INTERRUPTED)
 
 
 class RunReporter:

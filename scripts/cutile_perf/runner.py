@@ -7,6 +7,7 @@ launch, a tileiras compile that never ends or a test that forks workers all stop
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -92,14 +93,36 @@ def kill_group(proc: subprocess.Popen, grace_s: float = _TERM_GRACE_S) -> None:
         break
 
 
+class Gate:
+    """A pipe a pre-started pytest child waits on before its first test (``CUTILE_PERF_GATE_FD``):
+    ``open()`` lets it run, ``close()`` (or the harness dying) cancels it. Either, once."""
+
+    def __init__(self) -> None:
+        self.read_fd, self._write_fd = os.pipe()
+        self.opened_at: float | None = None
+
+    def open(self) -> None:
+        if self._write_fd is not None:
+            with contextlib.suppress(OSError):  # BrokenPipeError: the child has already ended
+                os.write(self._write_fd, b"1")
+            self.opened_at = time.monotonic()
+        self.close()
+
+    def close(self) -> None:
+        if self._write_fd is not None:
+            os.close(self._write_fd)
+            self._write_fd = None
+
+
 def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
         env_overrides: dict[str, str] | None = None, secret: bytes | None = None,
-        on_start: Callable[[int], None] | None = None) -> RunResult:
+        on_start: Callable[[int], None] | None = None, gate: Gate | None = None) -> RunResult:
     """Run ``argv`` in ``cwd`` with its own process group; output goes to ``output_path``.
 
     ``secret`` reaches the child through a pipe whose descriptor is named by ``CUTILE_PERF_KEY_FD``
     (never through the environment). ``on_start(pgid)`` is called as soon as the child exists, so
     the caller can persist the group and a later ``resume`` can end it after a ``kill -9``.
+    ``gate``: the child waits on it before its first test (the read end is the child's alone).
     Never raises for a failing or hanging child; KeyboardInterrupt kills the group, then propagates.
     """
     output_path.parent.mkdir(parents=True, exist_ok=True)
@@ -114,6 +137,9 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
         os.close(write_fd)
         pass_fds = (read_fd,)
         env["CUTILE_PERF_KEY_FD"] = str(read_fd)
+    if gate is not None:
+        pass_fds = (*pass_fds, gate.read_fd)
+        env["CUTILE_PERF_GATE_FD"] = str(gate.read_fd)
     start = time.monotonic()
     try:
         with output_path.open("wb") as out:

@@ -68,6 +68,9 @@ class Session:
     # CUTILE_PERF_SHARD). Correctness is not timed, so splitting it changes no measurement; the
     # perf command always runs in one child.
     correctness_jobs: int = 1
+    # try starts the perf child together with the correctness run and holds it before its first
+    # test (runner.Gate): its start-up overlaps correctness; no perf test runs before that passed.
+    prestart_perf: bool = False
     schema: int = SCHEMA
 
     @property
@@ -174,7 +177,7 @@ def load(repo: Path) -> Session:
     if unknown:
         raise UsageError(f"{path}: unknown keys {sorted(unknown)}", f"allowed: {sorted(known)}")
     timeout_s = parse_timeout(data.get("timeout_s", 600.0), f"{path}: timeout_s")
-    for key in ("require_gpu", "defence"):
+    for key in ("require_gpu", "defence", "prestart_perf"):
         if not isinstance(data.get(key, False), bool):
             raise UsageError(f"{path}: {key} must be true or false")
     jobs = data.get("correctness_jobs", 1)

@@ -25,7 +25,8 @@ def _fence_entry(repo: Path, raw: str) -> str:
 
 
 def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allow: list[str],
-         timeout_s: float, perf_test: Path | None = None, correctness_jobs: int = 1) -> Outcome:
+         timeout_s: float, perf_test: Path | None = None, correctness_jobs: int = 1,
+         prestart_perf: bool = False) -> Outcome:
     timeout_s = session_mod.parse_timeout(timeout_s)  # nan would pass "<= 0" and disable the hang guard
     if not 1 <= correctness_jobs <= session_mod.MAX_CORRECTNESS_JOBS:
         raise UsageError(f"--correctness-jobs must be from 1 to {session_mod.MAX_CORRECTNESS_JOBS}, "
@@ -75,7 +76,7 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
         thresholds=Thresholds(), timeout_s=timeout_s, base_commit=git_ops.head(g), branch=branch,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         classification={"kernel_type": scan.kernel_type, "ai_estimate": scan.ai_estimate, "bound": scan.bound},
-        correctness_jobs=correctness_jobs,
+        correctness_jobs=correctness_jobs, prestart_perf=prestart_perf,
     )
     # Before anything is created: an empty selection would pass init and fail only at the baseline.
     selections = check_selections(session, timeout_s=min(float(timeout_s), selection.COLLECT_TIMEOUT_S))

@@ -93,11 +93,19 @@ class _Iteration:
 
     def measure(self) -> tuple[decide.Verdict, measure.Stage | None, dict]:
         number, cand = self.state.iteration, self.state.candidate
-        corr = self.stage("correctness", f"{number}", cand)
+        if self.session.prestart_perf:
+            say(f"iteration {number}: correctness (perf child started, held before its first test)")
+            corr, perf = self.runner.correctness_then_perf(
+                f"{number}", cand, proceed=lambda c: not decide.judge(self.ref, self.t, correctness=c.evidence()).final)
+        else:
+            corr, perf = self.stage("correctness", f"{number}", cand), None
         verdict = decide.judge(self.ref, self.t, correctness=corr.evidence())
         if verdict.final:
             return self._with_output(verdict, corr), None, {}
-        perf = self.stage("perf", f"{number}", cand)
+        if perf is None:
+            perf = self.stage("perf", f"{number}", cand)
+        else:
+            say(f"iteration {number}: perf")
         problem = self.kernel_name_problem(perf) if perf.ok else None
         if problem:
             return decide.Verdict("crash", f"perf measured-wrong-code: {problem}", CrashClass.MEASURED_WRONG_CODE.value), perf, {}

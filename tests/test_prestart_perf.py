@@ -1,0 +1,114 @@
+"""The perf child started during the correctness run (``init --prestart-perf``), on CPU.
+
+``runner.Gate`` is tested with a plain child; the loop runs through the real CLI on the SIMULATED
+TileGym-shaped repository of ``fixtures_repo`` (its fake tests need no GPU).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from fixtures_repo import TEST_REL, allow_no_gpu, build_tilegym_like_repo, edit_kernel
+from test_redteam import FAST, append_to_kernel, assert_not_kept_nothing_lost, call, rows, snapshot
+
+from cutile_perf import runner
+
+READ_GATE = "import os; print(repr(os.read(int(os.environ['CUTILE_PERF_GATE_FD']), 1)))"
+
+
+@pytest.mark.parametrize("opened, seen", [(True, "b'1'"), (False, "b''")])
+def test_a_gated_child_waits_until_the_gate_opens_or_closes(tmp_path, opened, seen):
+    gate = runner.Gate()
+    timer = threading.Timer(0.5, gate.open if opened else gate.close)
+    start = time.monotonic()
+    timer.start()
+    result = runner.run([sys.executable, "-c", READ_GATE], cwd=tmp_path, timeout_s=30,
+                        output_path=tmp_path / "out.log", gate=gate)
+    assert result.ok and seen in result.tail()
+    assert time.monotonic() - start >= 0.4  # it waited for the gate
+    assert (gate.opened_at is not None) == opened
+
+
+def test_opening_the_gate_of_a_child_that_already_ended_is_harmless(tmp_path):
+    gate = runner.Gate()
+    result = runner.run([sys.executable, "-c", "pass"], cwd=tmp_path, timeout_s=30, output_path=tmp_path / "o.log",
+                        gate=gate)
+    assert result.ok
+    gate.open()  # no reader left: BrokenPipeError is swallowed
+    gate.close()
+
+
+def _prestarted_session(tmp_path: Path) -> Path:
+    repo = build_tilegym_like_repo(tmp_path)
+    code, data, _ = call(repo, "init", "--kernel", "rms_norm", "--timeout", "60", "--prestart-perf")
+    assert code == 0, data
+    allow_no_gpu(repo)
+    code, data, _ = call(repo, "baseline", "--repeats", "2")
+    assert code == 0, data
+    return repo
+
+
+def _perf_report_lines(repo: Path, iteration: int) -> list[dict]:
+    path = repo / "sandbox" / "runs" / f"{iteration}-perf.report.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.slow
+def test_a_prestarted_perf_child_measures_a_faster_kernel_and_it_is_kept(tmp_path):
+    repo = _prestarted_session(tmp_path)
+    edit_kernel(repo, latency=FAST)
+    code, data, _ = call(repo, "try", "faster, perf child pre-started")
+    assert code == 0, data
+    row = rows(repo)[-1]
+    assert (row["status"], row["correctness"]) == ("keep", "PASS")
+    records = [line for line in _perf_report_lines(repo, row["iteration"]) if line["type"] == "record"]
+    assert len(records) == 2  # one per perf shape, from the pre-started child, timing the candidate
+    assert {r["nodeid"].split("[")[1].split("-")[0]: round(r["benchmark"]["cutile"]["forward"]["median"], 1)
+            for r in records} == FAST
+
+
+@pytest.mark.slow
+def test_when_correctness_fails_no_perf_test_runs(tmp_path):
+    repo = _prestarted_session(tmp_path)
+    before = snapshot(repo)
+    edit_kernel(repo, latency=FAST, behaviour="wrong")
+    code, _data, _ = call(repo, "try", "faster but wrong")
+    row = assert_not_kept_nothing_lost(repo, before, code)
+    assert (row["status"], row["correctness"]) == ("revert", "FAIL"), row
+    ran = [line for line in _perf_report_lines(repo, row["iteration"]) if line["type"] in ("test", "record")]
+    assert ran == []  # held at the gate, then cancelled
+
+
+# Red team: the pre-started perf child imports the kernel while the correctness run is still going,
+# and a thread it leaves behind edits a protected test file once correctness is over, in the gap
+# between the correctness stage's check and the perf tests.
+LATE_TAMPER = '''
+# ATTACK late-tamper
+import threading as _threading
+import time as _time
+
+
+def _later():
+    _time.sleep(1.5)
+    _path = __REPO__ + "/{test}"
+    with open(_path, "a") as _fh:
+        _fh.write("\\n# tampered after the correctness run\\n")
+
+
+_threading.Thread(target=_later, daemon=True).start()
+'''
+
+
+@pytest.mark.slow
+def test_a_protected_file_changed_while_the_perf_child_waits_is_caught(tmp_path):
+    repo = _prestarted_session(tmp_path)
+    before = snapshot(repo)
+    edit_kernel(repo, latency=FAST, sleep=0.5)  # every test sleeps: the thread outlives correctness
+    append_to_kernel(repo, LATE_TAMPER.replace("{test}", TEST_REL))
+    code, _data, _ = call(repo, "try", "faster, with a late edit of the tests")
+    row = assert_not_kept_nothing_lost(repo, before, code, marker="# ATTACK late-tamper")
+    assert (row["status"], row.get("crash_class")) == ("crash", "tampered"), row
