@@ -112,3 +112,17 @@ def test_a_protected_file_changed_while_the_perf_child_waits_is_caught(tmp_path)
     code, _data, _ = call(repo, "try", "faster, with a late edit of the tests")
     row = assert_not_kept_nothing_lost(repo, before, code, marker="# ATTACK late-tamper")
     assert (row["status"], row.get("crash_class")) == ("crash", "tampered"), row
+
+
+@pytest.mark.parametrize("perf_cmd", ['{python} -m pytest {test} -n 4 -k test_perf', '{python} -m pytest {test} -n4',
+                                      '{python} -m pytest {test} --numprocesses=auto'])
+def test_prestart_with_an_xdist_perf_command_is_refused(tmp_path, perf_cmd):
+    """The gate holds the main pytest process; xdist workers would start timing during correctness."""
+    from fixtures_repo import edit_session
+
+    repo = build_tilegym_like_repo(tmp_path)
+    code, data, _ = call(repo, "init", "--kernel", "rms_norm", "--prestart-perf")
+    assert code == 0, data
+    edit_session(repo, perf_cmd=perf_cmd)
+    code, data, _ = call(repo, "status")
+    assert code == 2 and "prestart_perf needs a perf command without pytest-xdist" in json.dumps(data)

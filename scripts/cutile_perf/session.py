@@ -180,6 +180,10 @@ def load(repo: Path) -> Session:
     for key in ("require_gpu", "defence", "prestart_perf"):
         if not isinstance(data.get(key, False), bool):
             raise UsageError(f"{path}: {key} must be true or false")
+    if data.get("prestart_perf") and _runs_xdist(str(data["perf_cmd"])):
+        # The gate holds the main pytest process; xdist workers would start timing regardless.
+        raise UsageError(f"{path}: prestart_perf needs a perf command without pytest-xdist (-n/--numprocesses)",
+                         "timing runs one test at a time anyway: drop -n from perf_cmd, or prestart_perf")
     jobs = data.get("correctness_jobs", 1)
     if not (isinstance(jobs, int) and not isinstance(jobs, bool) and 1 <= jobs <= MAX_CORRECTNESS_JOBS):
         raise UsageError(f"{path}: correctness_jobs must be a whole number from 1 to {MAX_CORRECTNESS_JOBS}, "
@@ -192,6 +196,15 @@ def load(repo: Path) -> Session:
                 fence=_check_paths(path, "fence", data["fence"]),
                 thresholds=thresholds, created=str(data.get("created", "")))
     return Session(repo=Path(repo).resolve(), **data)
+
+
+def _runs_xdist(command: str) -> bool:
+    try:
+        parts = shlex.split(command)
+    except ValueError:
+        return False  # argv() reports the unparsable command when it is used
+    return any(p in ("-n", "--numprocesses", "--dist") or p.startswith(("-n=", "--numprocesses=", "--dist="))
+               or (p.startswith("-n") and p[2:].isdigit()) for p in parts)
 
 
 def parse_timeout(value, what: str = "--timeout") -> float:
