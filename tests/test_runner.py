@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -76,3 +77,17 @@ def test_killed_by_a_signal_is_a_fault(tmp_path):
 def test_missing_interpreter_is_reported_not_raised(tmp_path):
     result = runner.run(["/nonexistent/python"], cwd=tmp_path, timeout_s=5, output_path=tmp_path / "o.log")
     assert result.returncode == 127 and "cannot start" in result.tail()
+
+
+def test_kill_group_returns_only_once_no_member_runs(tmp_path):
+    """SIGKILL is delivered, not instant: under load a grandchild was seen alive right after
+    kill_group returned (the evals' time-limit test, about one run in three under -n 3)."""
+    pidfile = tmp_path / "bg.pid"
+    proc = subprocess.Popen(["bash", "-c", f"sleep 30 & echo $! > {pidfile}; sleep 30"], start_new_session=True)
+    for _ in range(500):
+        if pidfile.exists() and pidfile.read_text().strip():
+            break
+        time.sleep(0.01)
+    assert runner._live_members(proc.pid) >= 2  # the shell (or the sleep it exec'd) and the background sleep
+    runner.kill_group(proc, grace_s=0.2)
+    assert runner._live_members(proc.pid) == 0

@@ -71,11 +71,29 @@ class RunResult:
         return text[-chars:]
 
 
-def kill_group(proc: subprocess.Popen, grace_s: float = _TERM_GRACE_S) -> None:
-    """SIGTERM the child's whole process group, then SIGKILL what is left after ``grace_s``.
+def _live_members(pgid: int) -> int:
+    """How many processes of group ``pgid`` are still running (not zombies), from /proc; 0 where
+    there is no /proc to read."""
+    count = 0
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so split after the last ")".
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            count += 1
+    return count
 
-    The child must lead its own group (``start_new_session=True``); the evals' agent launcher uses
-    this too.
+
+def kill_group(proc: subprocess.Popen, grace_s: float = _TERM_GRACE_S, settle_s: float = 2.0) -> None:
+    """SIGTERM the child's whole process group, then SIGKILL what is left after ``grace_s``; returns
+    once no member runs any more (bounded by ``settle_s``: SIGKILL is delivered, not instant).
+
+    Zombies count as gone: in a container whose PID 1 never reaps orphans they stay forever, and
+    they run nothing. The child must lead its own group (``start_new_session=True``); the evals'
+    agent launcher uses this too.
     """
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
         try:
@@ -91,6 +109,9 @@ def kill_group(proc: subprocess.Popen, grace_s: float = _TERM_GRACE_S) -> None:
         except subprocess.TimeoutExpired:
             continue
         break
+    end = time.monotonic() + settle_s
+    while _live_members(proc.pid) and time.monotonic() < end:
+        time.sleep(0.01)
 
 
 class Gate:
