@@ -158,3 +158,14 @@ def test_correctness_jobs_out_of_range_is_a_one_line_error(tmp_path):
     code, data, _ = call(repo, "init", "--kernel", "rms_norm", "--correctness-jobs", "0")
     assert code == 2 and "--correctness-jobs must be from 1 to 16" in json.dumps(data)
     assert not (repo / "sandbox" / "session.yaml").exists()
+
+
+@pytest.mark.slow
+def test_a_kernel_that_does_not_import_keeps_its_crash_class_when_sharded(tmp_path):
+    """A collection error ends every child before the split: the class is the error's, not the split's."""
+    repo = _sharded_session(tmp_path, 2)
+    before = snapshot(repo)
+    append_to_kernel(repo, "import a_module_that_does_not_exist  # ATTACK none, a broken import")
+    code, _data, _ = call(repo, "try", "broken import")
+    row = assert_not_kept_nothing_lost(repo, before, code)
+    assert (row["status"], row.get("crash_class")) == ("crash", "compile"), row

@@ -262,18 +262,22 @@ def _run_shards(session, name, deadline, checkout, fenced_files, on_start, outpu
             if report_file.exists():
                 shutil.copyfile(report_file, output.with_name(f"{output.stem}.shard{index}.report.jsonl"))
     merged, split_problem = runreport.merge_shards([report for _result, report, _file in children])
-    problem = (CrashClass.INCOMPLETE_TESTS, split_problem) if split_problem else None
-    for index, (_result, report, _file) in enumerate(children):
-        # Imports are checked child by child: a merged module table could hide one child's stray import.
-        stray = origin_problem(report.modules, checkout.root, fenced_files, require_import=report.ended)
-        if problem is None and stray:
-            problem = (CrashClass.MEASURED_WRONG_CODE, f"shard {index + 1}: {stray}")
     # A share can be empty (fewer tests than children): pytest then exits with "no tests", which
-    # is no crash here; the split check above has already counted what every share ran.
+    # is no crash here; the split check counts what every share ran.
     ran = [c for c in children if not (c[1].ended and c[1].shard and c[1].shard["mine"] == 0
                                        and c[0].returncode == runner.PYTEST_NO_TESTS)] or children
     crashed = [c for c in ran if runner.classify(c[0]) is not None]
     speaker = crashed[0][0] if crashed else max((c[0] for c in ran), key=lambda r: r.duration_s)
+    problem = None
+    # A crashed child already fails the stage with its own class (compile, fault, ...); "no tests"
+    # is the exception: children that were steered off their shares also end with it.
+    if all(runner.classify(c[0]) in (None, CrashClass.NO_TESTS) for c in crashed):
+        problem = (CrashClass.INCOMPLETE_TESTS, split_problem) if split_problem else None
+        for index, (_result, report, _file) in enumerate(children):
+            # Imports are checked child by child: a merged table could hide one child's stray import.
+            stray = origin_problem(report.modules, checkout.root, fenced_files, require_import=report.ended)
+            if problem is None and stray:
+                problem = (CrashClass.MEASURED_WRONG_CODE, f"shard {index + 1}: {stray}")
     result = replace(speaker, output_path=output, duration_s=max(c[0].duration_s for c in children))
     return result, merged, problem
 
