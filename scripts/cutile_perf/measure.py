@@ -208,6 +208,8 @@ def run_stage(session: Session, name: str, tag: str, deadline: Deadline, *, chec
     runs = session.sandbox / "runs"
     output = runs / f"{tag}-{name}.log"
     if deadline.left() <= 0:
+        if gate is not None:
+            gate.unused()
         return Stage(name, CrashClass.TIMEOUT, 0.0, _rel(session, output), detail="no time left in the iteration budget")
     private = Path(tempfile.mkdtemp(prefix="cutile-perf-run-"))
     try:

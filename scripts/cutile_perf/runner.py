@@ -116,7 +116,11 @@ def kill_group(proc: subprocess.Popen, grace_s: float = _TERM_GRACE_S, settle_s:
 
 class Gate:
     """A pipe a pre-started pytest child waits on before its first test (``CUTILE_PERF_GATE_FD``):
-    ``open()`` lets it run, ``close()`` (or the harness dying) cancels it. Either, once."""
+    ``open()`` lets it run, ``close()`` (or the harness dying) cancels it. Either, once.
+
+    The read end belongs to ``run``, which hands it to the child and closes it when the child has
+    ended (never earlier: the number could be reused before the child has inherited it); a caller
+    that never calls ``run`` closes it with ``unused()``."""
 
     def __init__(self) -> None:
         self.read_fd, self._write_fd = os.pipe()
@@ -133,6 +137,9 @@ class Gate:
         if self._write_fd is not None:
             os.close(self._write_fd)
             self._write_fd = None
+
+    def unused(self) -> None:
+        os.close(self.read_fd)
 
 
 def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
