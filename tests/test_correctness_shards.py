@@ -169,3 +169,23 @@ def test_a_kernel_that_does_not_import_keeps_its_crash_class_when_sharded(tmp_pa
     code, _data, _ = call(repo, "try", "broken import")
     row = assert_not_kept_nothing_lost(repo, before, code)
     assert (row["status"], row.get("crash_class")) == ("crash", "compile"), row
+
+
+def test_children_started_from_several_threads_are_all_recorded_for_resume(tmp_path):
+    """Shards and a pre-started perf child report their process groups from different threads;
+    every group must reach iteration.json, or a killed try's resume could leave one running."""
+    import threading
+    from types import SimpleNamespace
+
+    from cutile_perf import txn
+
+    session = SimpleNamespace(sandbox=tmp_path)
+    state = txn.State(1, "x", "1-x", "base", "ref", ["k.py"])
+    threads = [threading.Thread(target=lambda i=i: [state.add_child(session, i * 100 + j) for j in range(25)])
+               for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    saved = json.loads((tmp_path / txn.STATE_FILE).read_text())
+    assert sorted(saved["children"]) == sorted(i * 100 + j for i in range(6) for j in range(25))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -81,11 +82,17 @@ class State:
         _test_hook(step)
 
     def add_child(self, session: Session, pgid: int) -> None:
-        self.children.append(pgid)
-        self.save(session)
+        # Children start from several threads (sharded correctness, a pre-started perf child): one
+        # append-and-save at a time, or a later save could write a list without an earlier pgid.
+        with _CHILDREN_LOCK:
+            self.children.append(pgid)
+            self.save(session)
 
     def clear(self, session: Session) -> None:
         self.path(session).unlink(missing_ok=True)
+
+
+_CHILDREN_LOCK = threading.Lock()
 
 
 def _test_hook(step: str) -> None:
