@@ -100,22 +100,31 @@ def aa_rows(args, t: decide.Thresholds, rng: random.Random) -> list[list]:
              f"max {max(extra)}, mean {statistics.fmean(extra):.1f}", "<= 1 %", "MET" if rate <= 0.01 else "MISSED"]]
 
 
-def ratchet_rows(args, t: decide.Thresholds, rng: random.Random) -> list[list]:
-    drift, beyond = [], 0
-    for _ in range(args.sessions):
-        sim = Simulator(args.noise, args.drift, rng)
-        ref = baseline(sim, TRUE_MS, args.repeats, t)
+def ratchet_drifts(sessions: int, steps: int, noise: float, drift: float, slowdown: float, repeats: int,
+                   t: decide.Thresholds, rng: random.Random) -> list[tuple[float, float]]:
+    """Per session, ``steps`` tries in a row, each ``slowdown`` slower on one case than the kept code:
+    (how far the kept code ended from the baseline on that case, that case's gate)."""
+    out = []
+    for _ in range(sessions):
+        sim = Simulator(noise, drift, rng)
+        ref = baseline(sim, TRUE_MS, repeats, t)
         gate = decide.single_run_gate(decide.case_noise(ref.noise, CASES[0], t), t)
         kept = base = dict(TRUE_MS)
-        for _step in range(args.steps):
-            cand = {**kept, CASES[0]: kept[CASES[0]] * (1 + args.slowdown)}
+        for _step in range(steps):
+            cand = {**kept, CASES[0]: kept[CASES[0]] * (1 + slowdown)}
             verdict, _runs, measured = one_try(sim, ref, base, cand, t)
             if verdict.action == "keep":
                 kept = cand
                 if verdict.decision is not None and verdict.decision.rebaseline:
                     base, ref = cand, decide.Reference("cand", measured, ref.noise, runs=ref.runs)
-        drift.append(kept[CASES[0]] / TRUE_MS[CASES[0]] - 1)
-        beyond += drift[-1] > gate
+        out.append((kept[CASES[0]] / TRUE_MS[CASES[0]] - 1, gate))
+    return out
+
+
+def ratchet_rows(args, t: decide.Thresholds, rng: random.Random) -> list[list]:
+    results = ratchet_drifts(args.sessions, args.steps, args.noise, args.drift, args.slowdown, args.repeats, t, rng)
+    drift = [d for d, _gate in results]
+    beyond = sum(d > gate for d, gate in results)
     return [[f"ratchet: {args.steps} tries of +{args.slowdown * 100:.0f} % each on one case",
              f"kept HEAD drift median {statistics.median(drift) * 100:+.1f} %, max {max(drift) * 100:+.1f} %; "
              f"beyond that case's gate in {beyond}/{args.sessions} sessions", "-",
