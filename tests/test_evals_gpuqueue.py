@@ -32,6 +32,19 @@ def _gpu_run(meta, *args):
                           capture_output=True, text=True, timeout=120)
 
 
+def _gpu_run_queued(meta, queue: Path, command: str) -> tuple[threading.Thread, dict]:
+    """Call gpu-run from a thread (it blocks until its job is answered) and return once the job is
+    queued: (the thread, a dict that gets the finished call under "proc")."""
+    result: dict = {}
+    caller = threading.Thread(target=lambda: result.update(proc=_gpu_run(meta, command)))
+    caller.start()
+    for _ in range(200):  # the job file appears once the client has queued it
+        if list((queue / gpuqueue.JOBS).glob("*.json")):
+            break
+        caller.join(0.05)
+    return caller, result
+
+
 def _drain(queue: Path, work: Path) -> list[dict]:
     """What the team's transport does: pack here, run there (here too, in the test), collect here."""
     assert gpuqueue.pack(queue, work / "stage")
@@ -46,13 +59,7 @@ def test_job_runs_in_the_trial_repo_and_its_commit_comes_back(trial):
     kernel.write_text(kernel.read_text() + "\n# uncommitted edit made before the call\n")
     command = ("grep -q 'uncommitted edit' src/tilesuite/ops/cutile/rms_norm.py && git commit -qam 'made there' "
                "&& cutile-perf --help > /dev/null && echo ran-on-gpu")
-    result = {}
-    caller = threading.Thread(target=lambda: result.update(proc=_gpu_run(meta, command)))
-    caller.start()
-    for _ in range(200):  # the job file appears once the client has queued it
-        if list((queue / gpuqueue.JOBS).glob("*.json")):
-            break
-        caller.join(0.05)
+    caller, result = _gpu_run_queued(meta, queue, command)
     rows = _drain(queue, tmp)
     caller.join(60)
     proc = result["proc"]
@@ -83,12 +90,7 @@ def test_a_file_deleted_here_between_batches_does_not_come_back(trial):
 
 def test_quota_is_shared_by_a_trials_jobs_and_then_refuses(trial):
     meta, queue, tmp = trial
-    caller = threading.Thread(target=lambda: _gpu_run(meta, "sleep 1.2"))
-    caller.start()
-    for _ in range(200):
-        if list((queue / gpuqueue.JOBS).glob("*.json")):
-            break
-        caller.join(0.05)
+    caller, _result = _gpu_run_queued(meta, queue, "sleep 1.2")
     _drain(queue, tmp)
     caller.join(60)
     assert gpuqueue.used_seconds(queue, str(Path(meta["repo"]).parent)) >= 1.0
@@ -260,12 +262,7 @@ def test_red_team_an_agent_cannot_escape_its_quota_by_naming_the_grader(trial):
     """Grading jobs do not count against an agent's quota; an agent's own command that merely
     mentions --grade-only (a comment will do) is still the agent's and still counts."""
     meta, queue, tmp = trial
-    caller = threading.Thread(target=lambda: _gpu_run(meta, "sleep 1.2 # --grade-only"))
-    caller.start()
-    for _ in range(200):
-        if list((queue / gpuqueue.JOBS).glob("*.json")):
-            break
-        caller.join(0.05)
+    caller, _result = _gpu_run_queued(meta, queue, "sleep 1.2 # --grade-only")
     _drain(queue, tmp)
     caller.join(60)
     assert gpuqueue.used_seconds(queue, str(Path(meta["repo"]).parent)) >= 1.0
@@ -304,13 +301,7 @@ def test_pack_under_a_byte_limit_leaves_the_jobs_that_do_not_fit_pending(tmp_pat
 def test_close_answers_waiting_callers_and_refuses_new_jobs_without_touching_the_quota(trial):
     """When the GPU cannot be reached any more (its budget spent), no agent may wait forever."""
     meta, queue, tmp = trial
-    result = {}
-    caller = threading.Thread(target=lambda: result.update(proc=_gpu_run(meta, "echo never")))
-    caller.start()
-    for _ in range(200):
-        if list((queue / gpuqueue.JOBS).glob("*.json")):
-            break
-        caller.join(0.05)
+    caller, result = _gpu_run_queued(meta, queue, "echo never")
     assert gpuqueue.main(["close", str(queue), "device budget spent"]) == 0
     caller.join(60)
     proc = result["proc"]
