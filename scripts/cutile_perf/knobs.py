@@ -113,16 +113,22 @@ def shard() -> tuple[int, int] | None:
     return i, k
 
 
-def take_gate_fd() -> int | None:
-    """The descriptor of the gate a pre-started perf child waits on (``CUTILE_PERF_GATE_FD``), taken
-    out of the environment once; None when the child was not pre-started."""
-    value = os.environ.pop("CUTILE_PERF_GATE_FD", None)
+def _take_fd(name: str) -> int | None:
+    """The descriptor number in ``name``, taken out of the environment (once: code imported later
+    cannot read it back); None when unset."""
+    value = os.environ.pop(name, None)
     if not value:
         return None
     try:
         return int(value)
     except ValueError:
-        raise BadEnvValue(f"CUTILE_PERF_GATE_FD={value!r}: expected a file descriptor number") from None
+        raise BadEnvValue(f"{name}={value!r}: expected a file descriptor number") from None
+
+
+def take_gate_fd() -> int | None:
+    """The descriptor of the gate a pre-started perf child waits on (``CUTILE_PERF_GATE_FD``);
+    None when the child was not pre-started."""
+    return _take_fd("CUTILE_PERF_GATE_FD")
 
 
 def take_report_key() -> bytes | None:
@@ -131,13 +137,9 @@ def take_report_key() -> bytes | None:
     A pipe, not a variable: code imported later in the same process cannot read it back from
     ``os.environ`` or ``/proc/self/environ``.
     """
-    value = os.environ.pop("CUTILE_PERF_KEY_FD", None)
-    if not value:
+    fd = _take_fd("CUTILE_PERF_KEY_FD")
+    if fd is None:
         return None
-    try:
-        fd = int(value)
-    except ValueError:
-        raise BadEnvValue(f"CUTILE_PERF_KEY_FD={value!r}: expected a file descriptor number") from None
     try:
         with os.fdopen(fd, "rb") as fh:
             return fh.read()
