@@ -83,35 +83,43 @@ def test_when_correctness_fails_no_perf_test_runs(tmp_path):
     assert ran == []  # held at the gate, then cancelled
 
 
-# Red team: the pre-started perf child imports the kernel while the correctness run is still going,
-# and a thread it leaves behind edits a protected test file once correctness is over, in the gap
-# between the correctness stage's check and the perf tests.
+# Red team: the pre-started perf child imports the kernel while the correctness run is still going.
+# The kernel registers a plugin there that edits a protected test file when the first perf test
+# starts: after the correctness stage has checked the protected files, inside the perf child.
 LATE_TAMPER = '''
 # ATTACK late-tamper
-import threading as _threading
-import time as _time
+import inspect as _inspect
+
+import pytest as _pytest
 
 
-def _later():
-    _time.sleep(1.5)
-    _path = __REPO__ + "/{test}"
-    with open(_path, "a") as _fh:
-        _fh.write("\\n# tampered after the correctness run\\n")
+class _LateEdit:
+    @_pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item):
+        if item.name.startswith("test_perf"):
+            with open(__REPO__ + "/{test}", "a") as _fh:
+                _fh.write("\\n# tampered after the correctness run\\n")
 
 
-_threading.Thread(target=_later, daemon=True).start()
+for _frame in _inspect.stack():
+    _cfg = getattr(_frame.frame.f_locals.get("self"), "config", None)
+    if _cfg is not None and hasattr(_cfg, "pluginmanager"):
+        if not _cfg.pluginmanager.has_plugin("late-edit"):
+            _cfg.pluginmanager.register(_LateEdit(), "late-edit")
+        break
 '''
 
 
 @pytest.mark.slow
-def test_a_protected_file_changed_while_the_perf_child_waits_is_caught(tmp_path):
+def test_a_protected_file_changed_after_the_correctness_check_is_caught(tmp_path):
     repo = _prestarted_session(tmp_path)
     before = snapshot(repo)
-    edit_kernel(repo, latency=FAST, sleep=0.5)  # every test sleeps: the thread outlives correctness
+    edit_kernel(repo, latency=FAST)
     append_to_kernel(repo, LATE_TAMPER.replace("{test}", TEST_REL))
     code, _data, _ = call(repo, "try", "faster, with a late edit of the tests")
     row = assert_not_kept_nothing_lost(repo, before, code, marker="# ATTACK late-tamper")
     assert (row["status"], row.get("crash_class")) == ("crash", "tampered"), row
+    assert "perf run" in row.get("reason", ""), row.get("reason")  # caught by the perf stage's own check
 
 
 @pytest.mark.parametrize("perf_cmd", ['{python} -m pytest {test} -n 4 -k test_perf', '{python} -m pytest {test} -n4',
