@@ -221,6 +221,8 @@ def tilegym(src: Path, op: str, tries: int, repeats: int, probes: int, out: Path
         _print_table(f"TileGym {op}: one try, means over {len(tries_rows)} A/A tries "
                      f"({', '.join(r['status'] for r in tries_rows)})", try_breakdown(tries_rows))
 
+        if probes < 1:  # --probes 0: the try breakdown alone, when GPU time is short
+            return
         sess = session.load(work)
         _say(f"\nTileGym {op}: one pytest child, taken apart (wall s; median of {probes} unless said)")
 
@@ -251,7 +253,7 @@ def main_cli() -> int:
     parser.add_argument("--op", default="layer_norm_legacy", help="with --tilegym: the op (default layer_norm_legacy)")
     parser.add_argument("--tries", type=int, default=3, help="with --tilegym: A/A tries (default 3)")
     parser.add_argument("--repeats", type=int, default=3, help="with --tilegym: baseline perf runs (default 3)")
-    parser.add_argument("--probes", type=int, default=3, help="with --tilegym: runs of each child probe (default 3)")
+    parser.add_argument("--probes", type=int, default=3, help="with --tilegym: runs of each child probe (default 3; 0 skips the child breakdown)")
     parser.add_argument("--out", type=Path, help="with --tilegym: copy the session log here after each try")
     parser.add_argument("--correctness-jobs", type=int, default=1,
                         help="with --tilegym: init --correctness-jobs N (correctness in N children at once)")

@@ -491,6 +491,9 @@ def test_prepare_only_then_grade_only(sim, capsys):
     assert cli.main(["--tasks-file", str(tasks_file), "--prepare-only", "--task", "sim-rmsnorm",
                      "--out", str(tmp / "out")]) == 0
     assert Path(capsys.readouterr().out.strip()).parent.name == "skill-2"  # never over an earlier trial
+    assert cli.main(["--tasks-file", str(tasks_file), "--prepare-only", "--task", "sim-rmsnorm", "--trials", "2",
+                     "--out", str(tmp / "out")]) == 0
+    assert [Path(line).parent.name for line in capsys.readouterr().out.split()] == ["skill-3", "skill-4"]
     repo = prompt.parent / "repo"
     assert (repo / ".agents" / "skills" / "cutile-perf" / "SKILL.md").is_file()
     _set_latency(repo, HALF_LATENCY)

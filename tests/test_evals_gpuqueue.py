@@ -210,6 +210,34 @@ def test_a_grading_group_is_one_job_that_carries_every_trial_there_and_back(tmp_
     assert gpuqueue.finished_jobs(queue, str(dirs[1]))[0]["id"] == job.id
 
 
+def test_grading_a_tilegym_task_carries_its_reference_file_not_the_checkout(tmp_path):
+    """The GPU machine gets trial dirs only, and a TileGym checkout does not fit the transport next
+    to three trials: the one file the task's reference names travels inside the first trial dir."""
+    tilegym = tmp_path / "TileGym"
+    source = tilegym / "src/tilegym/ops/cutile/rms_norm.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("# upstream kernel\n")
+    (tilegym / "tests").mkdir()
+    (tilegym / "tests/big.py").write_text("x" * 1000)
+    dirs = []
+    for name in ("skill-1", "skill-2"):
+        trial = tmp_path / "out" / name
+        (trial / "repo").mkdir(parents=True)
+        (trial / "task.json").write_text(json.dumps({"task": "tilegym-rmsnorm-persistent"}))
+        dirs.append(trial)
+    queue = tmp_path / "q"
+    assert gpuqueue.main(["grade", str(queue), *map(str, dirs), "--group", "--tilegym", str(tilegym)]) == 0
+    (job,) = [gpuqueue.Job.load(p) for p in (queue / gpuqueue.JOBS).glob("*.json")]
+    carried = dirs[0] / gpuqueue.REFERENCE_DIR
+    assert f"--tilegym {carried}" in job.command
+    assert sorted(str(p.relative_to(carried)) for p in carried.rglob("*") if p.is_file()) == [
+        "src/tilegym/ops/cutile/rms_norm.py"]
+    assert (carried / "src/tilegym/ops/cutile/rms_norm.py").read_text() == "# upstream kernel\n"
+    # Without a reference to time, nothing is carried and no --tilegym is passed.
+    assert gpuqueue.main(["grade", str(queue), str(dirs[1]), "--no-reference", "--tilegym", str(tilegym)]) == 0
+    assert not (dirs[1] / gpuqueue.REFERENCE_DIR).exists()
+
+
 def test_grade_only_refuses_a_group_of_different_tasks(tmp_path, capsys):
     repos = []
     for task_id in ("rmsnorm-make-faster", "softmax-make-faster"):
@@ -289,11 +317,14 @@ def test_pack_under_a_byte_limit_leaves_the_jobs_that_do_not_fit_pending(tmp_pat
                                      gpu_queue=queue, gpu_seconds=60.0)["repo"]).parent for i in (1, 2)]
     first = gpuqueue.submit(queue, trials[0], "true", timeout_s=5)
     second = gpuqueue.submit(queue, trials[1], "true", timeout_s=5)
-    one_trial = gpuqueue._packed_size(str(trials[0]))
-    packed = gpuqueue.pack(queue, tmp_path / "stage", max_bytes=one_trial + one_trial // 2)
+    one_trial, both = gpuqueue._packed_size([str(trials[0])]), gpuqueue._packed_size([str(t) for t in trials])
+    # Trials of one task are copies of one repository: packed together they cost little more than one.
+    assert one_trial < both < 1.3 * one_trial
+    limit = (one_trial + both) // 2
+    packed = gpuqueue.pack(queue, tmp_path / "stage", max_bytes=limit)
     assert [j.id for j in packed] == [first.id]
     assert [p.stem for p in (queue / gpuqueue.JOBS).glob("*.json")] == [second.id]
-    assert (tmp_path / "stage" / "trials.tar").stat().st_size <= one_trial + one_trial // 2
+    assert (tmp_path / "stage" / "trials.tar").stat().st_size <= limit
     # The oldest job always goes, even over the limit: otherwise it would wait forever.
     assert [j.id for j in gpuqueue.pack(queue, tmp_path / "stage2", max_bytes=1)] == [second.id]
 

@@ -316,15 +316,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             if len(chosen) != 1:
                 print("error: --prepare-only takes exactly one --task", file=sys.stderr)
                 return 2
+            if a.trials < 1:
+                print("error: --trials must be at least 1", file=sys.stderr)
+                return 2
             out = a.out or Path(tempfile.mkdtemp(prefix="cutile-perf-evals-"))
             mode = _mode(a.no_skill)
-            meta = prepare_trial(chosen[0], out / chosen[0]["id"] / f"{mode}-{next_trial(out, chosen[0]['id'], mode)}",
-                                 skill=not a.no_skill, suffix=suffix, tilegym=a.tilegym,
-                                 gpu_queue=a.gpu_queue, gpu_seconds=a.gpu_seconds, note=a.note,
-                                 show_examples=a.show_examples)
-            print(f"repo {meta['repo']}; put {meta['bin']} first on PATH; then grade with: "
-                  f"python evals/run.py --grade-only {meta['repo']}", file=sys.stderr)
-            print(meta["prompt_file"])
+            for _ in range(a.trials):  # numbered after the trials already in --out, so a re-run adds, never replaces
+                meta = prepare_trial(chosen[0], out / chosen[0]["id"] / f"{mode}-{next_trial(out, chosen[0]['id'], mode)}",
+                                     skill=not a.no_skill, suffix=suffix, tilegym=a.tilegym,
+                                     gpu_queue=a.gpu_queue, gpu_seconds=a.gpu_seconds, note=a.note,
+                                     show_examples=a.show_examples)
+                print(f"repo {meta['repo']}; put {meta['bin']} first on PATH; then grade with: "
+                      f"python evals/run.py --grade-only {meta['repo']}", file=sys.stderr)
+                print(meta["prompt_file"])
             return 0
         needs = [t["id"] for t in chosen if tasks.source(t) == "tilegym"]
         if needs and not a.tilegym:  # before any trial starts, not an hour into the run

@@ -194,25 +194,36 @@ def _add_trial(tar: tarfile.TarFile, trial_dir: str, source: Path | None = None)
     tar.add(str(source or trial_dir), arcname=top, filter=_trial_filter(top))
 
 
-def _packed_size(trial_dir: str) -> int:
-    """Bytes the trial dir takes in the compressed stage (packed alone, so slightly over)."""
+# xz at preset 9 has a 64 MiB window, so trials of one task (copies of one repository) compress to
+# little more than one of them: three TileGym trials took 1.4 MB, against 4.8 MB with gzip.
+_COMPRESSION = {"mode": "w:xz", "preset": 9}
+
+
+def _open_stage(fileobj_or_path) -> tarfile.TarFile:
+    if isinstance(fileobj_or_path, (str, Path)):
+        return tarfile.open(fileobj_or_path, **_COMPRESSION)
+    return tarfile.open(fileobj=fileobj_or_path, **_COMPRESSION)
+
+
+def _packed_size(trial_dirs: list[str]) -> int:
+    """Bytes these trial dirs take together in the compressed stage."""
     with tempfile.TemporaryFile() as raw:
-        with tarfile.open(fileobj=raw, mode="w:gz") as tar:
-            _add_trial(tar, trial_dir)
+        with _open_stage(raw) as tar:
+            for trial in trial_dirs:
+                _add_trial(tar, trial)
         return raw.tell()
 
 
 def _jobs_that_fit(jobs: list[Job], max_bytes: int) -> list[Job]:
     """The oldest jobs whose trial dirs fit in ``max_bytes`` of stage; always at least the oldest
     (a trial bigger than the limit would otherwise wait forever). The rest stay pending."""
-    sizes: dict[str, int] = {}
+    trials: list[str] = []
     chosen: list[Job] = []
     for job in jobs:
-        new = [t for t in job.trials() if t not in sizes]
-        extra = {t: _packed_size(t) for t in new}
-        if chosen and sum(sizes.values()) + sum(extra.values()) > max_bytes:
+        new = [t for t in job.trials() if t not in trials]
+        if chosen and new and _packed_size([*trials, *new]) > max_bytes:
             continue  # a later, smaller job may still fit; this one goes first next batch
-        sizes.update(extra)
+        trials += new
         chosen.append(job)
     return chosen
 
@@ -229,7 +240,7 @@ def pack(queue: Path, stage: Path, max_bytes: int | None = None) -> list[Job]:
     if not jobs:
         return []
     stage.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(stage / "trials.tar", "w:gz") as tar:
+    with _open_stage(stage / "trials.tar") as tar:
         for trial in dict.fromkeys(t for j in jobs for t in j.trials()):
             _add_trial(tar, trial)
     atomic.write_text(stage / "batch.json", json.dumps([j.to_dict() for j in jobs], indent=1) + "\n")
@@ -283,7 +294,7 @@ def run_batch(stage: Path, out: Path, root: Path = Path("/"), budget_s: float | 
                         "seconds": round(result.duration_s, 2), "output": text[-OUTPUT_TAIL:],
                         "finished": time.time()})
         print(f"job {job.id}: exit {result.returncode} in {result.duration_s:.1f} s", file=sys.stderr, flush=True)
-    with tarfile.open(out / "trials-out.tar", "w:gz") as tar:
+    with _open_stage(out / "trials-out.tar") as tar:
         for trial, there in trials.items():
             shutil.rmtree(there / "bin", ignore_errors=True)
             _add_trial(tar, trial, there)
@@ -367,15 +378,39 @@ def wait_for_jobs(queue: Path, window_s: float, poll_s: float = 2.0) -> None:
     time.sleep(window_s)
 
 
+REFERENCE_DIR = "tilegym-reference"  # in a trial dir: the TileGym files its task's reference names
+
+
+def _carry_tilegym_reference(trial_dir: Path, tilegym: Path) -> Path:
+    """Copy the ``tilegym:`` files that the trial's task names as its reference into the trial dir,
+    at their TileGym paths, and return that folder: the GPU machine gets trial dirs only, and a
+    whole TileGym checkout does not fit the transport next to them."""
+    from cutile_perf_evals import tasks  # noqa: PLC0415 - only grading with a reference needs the task list
+
+    meta = json.loads((trial_dir / "task.json").read_text(encoding="utf-8"))
+    task = tasks.by_id(tasks.load_tasks(), meta["task"])
+    dest = trial_dir / REFERENCE_DIR
+    for spec in tasks.reference(task).values():
+        if spec.startswith("tilegym:"):
+            rel = spec[len("tilegym:"):]
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(tilegym / rel, dest / rel)
+    return dest
+
+
 def queue_grading(queue: Path, trial_dirs: list[Path], *, rounds: int, no_reference: bool,
-                  timeout_s: float, group: bool = False) -> list[Job]:
+                  timeout_s: float, group: bool = False, tilegym: Path | None = None) -> list[Job]:
     """Grading jobs, run on the GPU machine like an agent's job (never counted in the agent's quota):
-    one per trial, or with ``group`` one for all (same task: one shared base and reference)."""
+    one per trial, or with ``group`` one for all (same task: one shared base and reference).
+    ``tilegym``: the checkout a ``tilegym:`` reference is read from (copied into the job's trial dir)."""
     extra = " --no-reference" if no_reference else ""
     dirs = [Path(t).resolve() for t in trial_dirs]
 
     def command(ds: list[Path]) -> str:
-        return GRADE_COMMAND.format(repos=" ".join(shlex.quote(str(d / "repo")) for d in ds), rounds=rounds, extra=extra)
+        more = extra
+        if tilegym is not None and not no_reference:
+            more += f" --tilegym {shlex.quote(str(_carry_tilegym_reference(ds[0], Path(tilegym).resolve())))}"
+        return GRADE_COMMAND.format(repos=" ".join(shlex.quote(str(d / "repo")) for d in ds), rounds=rounds, extra=more)
     if group:
         return [submit(queue, dirs[0], command(dirs), timeout_s, also=tuple(dirs[1:]), grading=True)]
     return [submit(queue, d, command([d]), timeout_s, grading=True) for d in dirs]
@@ -407,6 +442,7 @@ def _parser():
     gr.add_argument("--no-reference", action="store_true")
     gr.add_argument("--timeout", type=float, default=300.0)
     gr.add_argument("--group", action="store_true", help="one job for all the trials (of one task): shared base timing")
+    gr.add_argument("--tilegym", type=Path, help="TileGym checkout for a tilegym: reference (its files travel with the job)")
     cl = sub.add_parser("close", help="the GPU cannot be reached any more: answer every waiting job, refuse new ones")
     cl.add_argument("queue", type=Path)
     cl.add_argument("reason")
@@ -440,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if a.verb == "grade":
             jobs = queue_grading(a.queue, a.trials, rounds=a.rounds, no_reference=a.no_reference, timeout_s=a.timeout,
-                                 group=a.group)
+                                 group=a.group, tilegym=a.tilegym)
             print(f"{len(jobs)} grading job(s) queued")
             return 0
         rows = collect(a.out, a.queue)
