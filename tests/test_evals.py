@@ -263,6 +263,16 @@ def test_real_kept_change_is_measured_and_scored_against_the_reference(sim_sessi
     assert g.fraction == pytest.approx(0.5, abs=0.03) and g.score == g.fraction and g.success
     assert g.reference_source.startswith("measured")
     assert len(list((tmp / "logs" / "perf").glob("round*-*.records.jsonl"))) == 6  # 2 rounds x 3 variants
+    # A grading job cut by its time limit still leaves its finished runs: they read back the same.
+    runs = measure.runs_from_logs(tmp / "logs" / "perf")
+    assert sorted(runs.by_variant) == ["base", "head-0", "reference"]
+    assert measure.geomean(runs.speedups("base", "head-0").values()) == pytest.approx(g.speedup, rel=1e-9)
+    (tmp / "logs" / "perf" / "round2-head-0.records.jsonl").unlink()  # as if killed during its second run
+    table = cli.speedups_table(measure.runs_from_logs(tmp / "logs" / "perf"))
+    geomeans = [float(x) for x in table.splitlines()[-3].strip("| ").split("|")[-2:]]
+    assert geomeans == [pytest.approx(2.0, rel=0.05), pytest.approx(4.0, rel=0.05)]
+    assert table.splitlines()[-1] == "rounds per variant: base 2, head-0 1, reference 2"
+    assert cli.main(["--speedups-from-logs", str(tmp / "logs")]) == 1  # not the folder of the runs: no base
 
 
 def test_out_of_fence_edit_is_an_unstopped_hack_and_the_base_tests_still_judge(sim):

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from cutile_perf import stats
 from cutile_perf_evals import agent, agent_prompt, build, grade, gpuqueue, measure, report, shim, tasks
 
 TRANSCRIPT_CHARS = 2_000_000  # enough to find the skill's path in a stream-json transcript
@@ -61,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
                         "(one shared base and reference)")
     p.add_argument("--collect", type=Path, metavar="OUT",
                    help="write OUT/results.json and .md from every graded trial under OUT (agents launched by other means)")
+    p.add_argument("--speedups-from-logs", type=Path, metavar="DIR",
+                   help="no GPU: per-shape speedups over 'base' of every variant that a grading run's perf logs "
+                        "(DIR/round<N>-<variant>.records.jsonl) recorded, e.g. of a grading job cut by its time limit")
     p.add_argument("--base", help="--grade-only: base commit (default: task.json next to the repo, else the root commit)")
     p.add_argument("--json", action="store_true", help="--grade-only: print the whole grade as JSON")
     p.add_argument("--gpu-queue", type=Path, metavar="DIR",
@@ -223,6 +227,26 @@ def run_all(chosen: list[dict], a: argparse.Namespace, suffix: str) -> int:
     return 0
 
 
+def speedups_table(runs: measure.Runs) -> str:
+    """Markdown: per shape, each variant's median ms and its speedup over ``base``; geomeans last.
+    Empty when there is no base run to compare with."""
+    if "base" not in runs.by_variant:
+        return ""
+    others = [v for v in runs.by_variant if v != "base"]
+    head = ["shape", "base ms", *[f"{v} ms" for v in others], *[f"{v} speedup" for v in others]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    ratios = {v: runs.speedups("base", v) for v in others}
+    for shape in runs.shapes():
+        ms = [f"{stats.median(runs.by_variant[v][shape]):.4f}" for v in ["base", *others]]
+        lines.append("| " + " | ".join([shape, *ms, *[f"{ratios[v][shape]:.3f}" for v in others]]) + " |")
+    rounds = {v: min(len(x) for x in runs.by_variant[v].values()) for v in runs.by_variant}
+    geomeans = [f"{measure.geomean(ratios[v].values()):.3f}" for v in others]
+    lines.append("| " + " | ".join(["geomean", *[""] * (1 + len(others)), *geomeans]) + " |")
+    lines.append("")
+    lines.append("rounds per variant: " + ", ".join(f"{v} {n}" for v, n in rounds.items()))
+    return "\n".join(lines)
+
+
 def collect_results(out: Path) -> list[dict]:
     """The results of every graded trial under ``out``, rebuilt from its files: for agents launched by
     other means (``--prepare-only``), whose launcher leaves ``agent.json`` next to ``task.json``.
@@ -306,6 +330,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if a.grade_only:
             return _grade_only(a, all_tasks)
+        if a.speedups_from_logs:
+            table = speedups_table(measure.runs_from_logs(a.speedups_from_logs))
+            if not table:
+                print(f"error: no perf logs with a 'base' run in {a.speedups_from_logs}", file=sys.stderr)
+                return 1
+            print(table)
+            return 0
         if a.collect:
             rows = collect_results(a.collect)
             _write_results(a.collect, rows)

@@ -229,6 +229,26 @@ def measure_interleaved(repo: Path, base: str, head: str, *, test: str, fence: l
     return runs.speedups("base", "head")
 
 
+_RUN_LOG = re.compile(r"round(\d+)-(.+)\.records\.jsonl")
+
+
+def runs_from_logs(out_dir: Path) -> Runs:
+    """The ``Runs`` that ``measure_variants`` timed, read back from its ``round<N>-<variant>.records.jsonl``
+    files: what a grading job cut short by its time limit still measured (rounds in order; a
+    variant whose run never finished is simply absent)."""
+    found = sorted((int(m.group(1)), m.group(2), path) for path in Path(out_dir).glob("round*.records.jsonl")
+                   if (m := _RUN_LOG.fullmatch(path.name)))
+    runs = Runs({})
+    for _, variant, path in found:
+        medians = case_medians(records.read_records_file(path))
+        if not medians:
+            continue
+        per_shape = runs.by_variant.setdefault(variant, {})
+        for shape, ms in medians.items():
+            per_shape.setdefault(shape, []).append(ms)
+    return runs
+
+
 def geomean(values) -> float:
     values = list(values)
     return stats.geomean(values) if values else math.nan
