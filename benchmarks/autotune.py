@@ -13,28 +13,25 @@ Sections (run from the checkout root with PYTHONPATH=scripts:examples/kernels/sr
 4. budget: 256 matmul configs, legality-pruned for sm_90 and 4096^3, then the model-based
    ``surrogate`` strategy and ``sample_refine`` (same budget) vs exhaustive over the legal ones.
 
-Measured (H200, 16 CPUs, cuda-tile 1.7.0, matmul 4096^3 fp16; single runs). Sections 1-2 from
-``python benchmarks/autotune.py tuning overhead`` after the handoff fix, 3-4 from the full run
-just before it:
+Measured (H200, 16 CPUs, cuda-tile 1.7.0, matmul 4096^3 fp16; single runs). Tuning and launch
+rows from ``python benchmarks/autotune.py tuning overhead`` on 2026-12-01 with the probe cut
+(``cutile_perf.tune.timing.probe_cut``); the others from an earlier full run:
 
 | measurement | ours | reference | goal |
 | --- | --- | --- | --- |
-| first tuning, 8 configs | 1.19 s = compile 0.94 s (threads, 8 handoffs) + timing 0.24 s | exhaustive_search 2.48 s: 2.1x | >= 2x met |
-| first tuning, 16 configs | 1.35 s = compile 0.88 s + timing 0.48 s | 5.93 s: 4.4x | >= 5x MISSED |
-| first tuning, 30 configs | 2.03 s = compile 1.15 s + timing 0.88 s | 12.12 s: 6.0x | >= 8x MISSED |
+| first tuning, 8 configs | 0.69 s = compile 0.65 s + timing 0.04 s (7 cut) | exhaustive_search 2.16 s: 3.1x | >= 2x met |
+| first tuning, 16 configs | 0.93 s = compile 0.81 s + timing 0.12 s (11 cut) | 5.15 s: 5.5x | >= 5x met |
+| first tuning, 30 configs | 1.53 s = compile 1.08 s + timing 0.45 s (17 cut) | 11.19 s: 7.3x | >= 8x MISSED |
 | winner at 8/16/30 | 128x128x64 occupancy 1 num_ctas 1 | same | same |
-| Autotuner.launch over raw ct.launch (5.55 us) | +0.34 us (dict lookup alone +0.10 us) | - | <= 0.5 us met |
+| Autotuner.launch over raw ct.launch (4.93 us) | -0.20 us (within noise) | - | <= 0.5 us met |
 | second process, warm persistent cache | 0.27 s, compiled 0, timed 0 | - | 0 and 0 met |
 | legality pruning | 256 -> 224 configs (32: shared memory, accumulator spill) | - | - |
 | surrogate on 224 configs | 56 evaluated (25 %), winner = exhaustive best (+0.0 %) | exhaustive 224 | <= 2 % with <= 30 % met |
 | sample_refine, same budget | 36 evaluated, winner +14.0 % (local optimum) | exhaustive 224 | - |
 
-The full run's own tuning rows, before the fix (0 handoffs: from_kernel_args fills in the mangled
-symbol, the JIT passes none, so no signature matched): 2.8x / 3.7x / 5.0x at 8/16/30, load 1.06 s
-at 30 configs (0.09 s with handoffs); launch +0.56 us over 6.72 us. Why 16 and 30 still miss:
-ours times with exhaustive_search's own sampler, and that stage alone took 0.48 s / 0.88 s, 8 %
-and 7 % of exhaustive_search's whole run (8x needs 12.5 %); stage 1 is bounded by frontends
-that run one at a time (cuTile's lock and the GIL) plus the slowest tileiras.
+Why 30 configs still misses 8x: it needs ours at <= 1.40 s and compiling alone took 1.08 s;
+stage 1 is bounded by frontends that run one at a time (cuTile's lock and the GIL) plus the
+slowest tileiras. Before the probe cut the same rows were 2.1x / 4.4x / 6.0x.
 """
 from __future__ import annotations
 
