@@ -161,6 +161,11 @@ def test_only_a_wrong_result_is_a_revert_row():
     assert crash.parse("tampered") is crash.CrashClass.TAMPERED and str(crash.CrashClass.FAULT) == "fault"
 
 
+def test_changed_thresholds_are_the_ones_away_from_their_defaults():
+    assert Thresholds().changed() == []
+    assert Thresholds.from_dict({"plausible_factor": 30.0, "keep": 0.02}).changed() == [("plausible_factor", 30.0, 3.0)]
+
+
 def test_decide_module_keeps_its_frozen_defaults():
     # The defaults are part of every session's frozen rules; changing one is a deliberate act.
     assert (T.noise_k, T.min_noise, T.recheck_fraction, T.slower_z, T.plausible_factor, T.min_confirm_pairs) == (

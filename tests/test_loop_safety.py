@@ -224,6 +224,23 @@ def test_fence_that_cannot_name_a_repo_file_is_a_usage_error(session_repo, capsy
     assert "0.5" in (session_repo / KERNEL_REL).read_text()
 
 
+def test_a_loosened_threshold_is_allowed_before_the_baseline_and_named_in_status_and_report(tilegym_like_repo, capsys):
+    """Seen in a live eval: an agent short of GPU time raised plausible_factor from 3 to 30 before
+    its baseline, so a 14x gain skipped the interleaved re-check. Allowed (thresholds are the
+    session's to set until the baseline), but never silent: status and the report name it."""
+    repo = tilegym_like_repo
+    code, data = cli(capsys, repo, "init", "--kernel", "rms_norm")
+    assert code == 0, data
+    allow_no_gpu(repo)
+    edit_session(repo, thresholds={"plausible_factor": 30.0})
+    assert cli(capsys, repo, "baseline", "--repeats", "1")[0] == 0
+    code, data = cli(capsys, repo, "status")
+    assert code == 0 and data["changed_thresholds"] == {"plausible_factor": {"value": 30.0, "default": 3.0}}
+    assert cli(capsys, repo, "report")[0] == 0
+    report = (repo / "sandbox" / "report.md").read_text()
+    assert "**Thresholds changed from the defaults**" in report and "plausible_factor 30.0 (default 3.0)" in report
+
+
 # --- odd text and odd files -----------------------------------------------------------------------
 
 

@@ -94,6 +94,12 @@ def test_report_sections():
         assert expected in text, expected
 
 
+def test_report_names_thresholds_changed_from_the_defaults():
+    assert "Thresholds changed" not in render_report(ENTRIES, {"thresholds": {"keep": 0.02}}, None)
+    text = render_report(ENTRIES, {"thresholds": {"plausible_factor": 30.0, "noise_k": 1.5}}, None)
+    assert "**Thresholds changed from the defaults**" in text and "plausible_factor 30.0 (default 3.0)." in text
+
+
 def test_report_without_baseline_or_plot_says_so():
     text = render_report([], {}, None)
     assert "No baseline (iteration 0) in the log yet" in text and "No plot was drawn." in text

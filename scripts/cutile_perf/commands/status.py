@@ -37,6 +37,9 @@ def status(*, repo: Path, show_all: bool) -> Outcome:
                      f"{baseline.get('latency_ms', float('nan')):.6f} ms at {str(baseline.get('commit'))[:10]}")
     else:
         lines.append("no baseline yet: run `cutile-perf baseline`")
+    changed = thresholds.changed()
+    if changed:
+        lines.append("thresholds changed from the defaults: " + ", ".join(f"{n} {v} (default {d})" for n, v, d in changed))
     lines.append(f"stop: {stop}" if stop else "stop condition: none holds")
     if hint:
         lines.append(f"hint: {hint}")
@@ -53,5 +56,6 @@ def status(*, repo: Path, show_all: bool) -> Outcome:
     data = {"rows": shown, "baseline": baseline, "stop": stop, "hint": hint,
             "next": [i.letter for i in left], "stale_lock": stale, "pending_changes": pending,
             "head": git_ops.head(g), "log_broken": broken,
-            "interrupted_step": pending_state.step if pending_state else None}
+            "interrupted_step": pending_state.step if pending_state else None,
+            "changed_thresholds": {n: {"value": v, "default": d} for n, v, d in changed}}
     return Outcome("\n".join(lines), data, 1 if broken else 0)
