@@ -19,6 +19,8 @@ import pytest
 from fixtures_repo import KERNEL_REL, allow_no_gpu, edit_kernel, git, tilegym_like_repo  # noqa: F401
 from test_cli_loop import FAST, SLOW, _dead_pid, cli, edit_session, entries, head, session_repo  # noqa: F401
 
+from cutile_perf import session as session_mod
+
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 LOCK = "sandbox/cutile-perf.lock"
 
@@ -224,21 +226,27 @@ def test_fence_that_cannot_name_a_repo_file_is_a_usage_error(session_repo, capsy
     assert "0.5" in (session_repo / KERNEL_REL).read_text()
 
 
-def test_a_loosened_threshold_is_allowed_before_the_baseline_and_named_in_status_and_report(tilegym_like_repo, capsys):
+def test_a_loosened_threshold_or_narrowed_test_command_is_named_in_status_and_report(tilegym_like_repo, capsys):
     """Seen in a live eval: an agent short of GPU time raised plausible_factor from 3 to 30 before
-    its baseline, so a 14x gain skipped the interleaved re-check. Allowed (thresholds are the
-    session's to set until the baseline), but never silent: status and the report name it."""
+    its baseline, so a 14x gain skipped the interleaved re-check; another narrowed the correctness
+    command to one kernel mode. Allowed (the session's to set until the baseline), but never
+    silent: status and the report name both."""
     repo = tilegym_like_repo
     code, data = cli(capsys, repo, "init", "--kernel", "rms_norm")
     assert code == 0, data
     allow_no_gpu(repo)
-    edit_session(repo, thresholds={"plausible_factor": 30.0})
+    narrowed = session_mod.CORRECTNESS_TEMPLATE.replace("not test_perf", "not test_perf and not float64")
+    edit_session(repo, thresholds={"plausible_factor": 30.0}, correctness_cmd=narrowed)
     assert cli(capsys, repo, "baseline", "--repeats", "1")[0] == 0
     code, data = cli(capsys, repo, "status")
     assert code == 0 and data["changed_thresholds"] == {"plausible_factor": {"value": 30.0, "default": 3.0}}
+    assert data["edited_commands"] == {"correctness_cmd": {"command": narrowed,
+                                                           "init": session_mod.CORRECTNESS_TEMPLATE}}
+    assert data["edited_commands"].keys() == {"correctness_cmd"}  # init's perf command is not "edited"
     assert cli(capsys, repo, "report")[0] == 0
     report = (repo / "sandbox" / "report.md").read_text()
     assert "**Thresholds changed from the defaults**" in report and "plausible_factor 30.0 (default 3.0)" in report
+    assert f"**correctness_cmd edited before the baseline**: `{narrowed}`" in report
 
 
 # --- odd text and odd files -----------------------------------------------------------------------

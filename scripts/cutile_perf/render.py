@@ -152,7 +152,9 @@ def _row(entry: dict) -> dict:
     }
 
 
-def render_report(entries: list[dict], session: dict, plot_path: str | None) -> str:
+def render_report(entries: list[dict], session: dict, plot_path: str | None,
+                  edited_commands: list[tuple[str, str, str]] = ()) -> str:
+    """``edited_commands``: ``Session.edited_commands()``, named at the top like changed thresholds."""
     summary = summarize_session(entries)
     env_source = summary["baseline"] or (entries[-1] if entries else {})
     thresholds = (session or {}).get("thresholds")
@@ -160,6 +162,7 @@ def render_report(entries: list[dict], session: dict, plot_path: str | None) -> 
     return load_template("report.md.j2").render(
         s=summary,
         changed_thresholds=changed,
+        edited_commands=list(edited_commands),
         session=_flat_items(session or {}),
         environment=_flat_items(env_source.get("env") or {}),
         plot_path=plot_path,

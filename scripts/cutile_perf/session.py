@@ -43,6 +43,15 @@ def sandbox(repo: Path) -> Path:
     return Path(repo) / SANDBOX
 
 
+def _one_quoted_path(text: str) -> bool:
+    """True for exactly what ``shlex.quote`` makes of one path (as init writes it), nothing more."""
+    try:
+        parts = shlex.split(text)
+    except ValueError:
+        return False
+    return len(parts) == 1 and shlex.quote(parts[0]) == text
+
+
 @dataclass(frozen=True)
 class Session:
     repo: Path
@@ -100,6 +109,23 @@ class Session:
             raise UsageError(f"session.yaml: the {which} command cannot be parsed ({exc})") from None
         values = {"python": sys.executable, "test": self.test}
         return [p.format(**values) if "{" in p else p for p in parts]
+
+    def edited_commands(self) -> list[tuple[str, str, str]]:
+        """``(key, command, init's command)`` for each test command edited away from what ``init``
+        writes. Editing is allowed until the baseline, and narrowing the correctness selection to
+        save GPU time is what an agent in a hurry does (seen in a live eval), so status and the
+        report name it: a kept row is only as checked as the tests its command selects."""
+        edited = []
+        if self.correctness_cmd != CORRECTNESS_TEMPLATE:
+            edited.append(("correctness_cmd", self.correctness_cmd, CORRECTNESS_TEMPLATE))
+        # init's perf command is the template, with {test} replaced by a separate perf file's quoted
+        # path when scaffold-perf wrote one (selection.perf_command).
+        before, after = PERF_TEMPLATE.split("{test}")
+        cmd = self.perf_cmd
+        named = cmd[len(before):len(cmd) - len(after)] if cmd.startswith(before) and cmd.endswith(after) else ""
+        if cmd != PERF_TEMPLATE and not _one_quoted_path(named):
+            edited.append(("perf_cmd", self.perf_cmd, PERF_TEMPLATE))
+        return edited
 
     def to_data(self) -> dict:
         data = asdict(self)

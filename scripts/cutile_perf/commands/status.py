@@ -40,6 +40,9 @@ def status(*, repo: Path, show_all: bool) -> Outcome:
     changed = thresholds.changed()
     if changed:
         lines.append("thresholds changed from the defaults: " + ", ".join(f"{n} {v} (default {d})" for n, v, d in changed))
+    edited = session.edited_commands()
+    for key, command, default in edited:
+        lines.append(f"{key} edited: {command} (init wrote: {default})")
     lines.append(f"stop: {stop}" if stop else "stop condition: none holds")
     if hint:
         lines.append(f"hint: {hint}")
@@ -57,5 +60,6 @@ def status(*, repo: Path, show_all: bool) -> Outcome:
             "next": [i.letter for i in left], "stale_lock": stale, "pending_changes": pending,
             "head": git_ops.head(g), "log_broken": broken,
             "interrupted_step": pending_state.step if pending_state else None,
-            "changed_thresholds": {n: {"value": v, "default": d} for n, v, d in changed}}
+            "changed_thresholds": {n: {"value": v, "default": d} for n, v, d in changed},
+            "edited_commands": {k: {"command": c, "init": d} for k, c, d in edited}}
     return Outcome("\n".join(lines), data, 1 if broken else 0)
