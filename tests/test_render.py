@@ -95,9 +95,12 @@ def test_report_sections():
 
 
 def test_report_names_thresholds_changed_from_the_defaults():
-    assert "Thresholds changed" not in render_report(ENTRIES, {"thresholds": {"keep": 0.02}}, None)
-    text = render_report(ENTRIES, {"thresholds": {"plausible_factor": 30.0, "noise_k": 1.5}}, None)
+    plain = render_report(ENTRIES, {}, None)
+    assert "Thresholds changed" not in plain and "edited before" not in plain
+    text = render_report(ENTRIES, {}, None, changed_thresholds=[("plausible_factor", 30.0, 3.0)],
+                         edited_commands=[("correctness_cmd", "pytest -k narrow", "pytest -k wide")])
     assert "**Thresholds changed from the defaults**" in text and "plausible_factor 30.0 (default 3.0)." in text
+    assert "**correctness_cmd edited before the baseline**: `pytest -k narrow` (init wrote `pytest -k wide`)" in text
 
 
 def test_report_without_baseline_or_plot_says_so():

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cutile_perf import atomic, checkout_root, stats
-from cutile_perf.decide import Thresholds, combine_latency, format_change
+from cutile_perf.decide import combine_latency, format_change
 from cutile_perf.history import current_baseline, shape_medians
 
 if TYPE_CHECKING:  # jinja2 is imported on first render only: commands that render nothing skip it
@@ -152,16 +152,16 @@ def _row(entry: dict) -> dict:
     }
 
 
-def render_report(entries: list[dict], session: dict, plot_path: str | None,
+def render_report(entries: list[dict], session: dict, plot_path: str | None, *,
+                  changed_thresholds: list[tuple[str, object, object]] = (),
                   edited_commands: list[tuple[str, str, str]] = ()) -> str:
-    """``edited_commands``: ``Session.edited_commands()``, named at the top like changed thresholds."""
+    """``changed_thresholds`` (``Thresholds.changed()``) and ``edited_commands``
+    (``Session.edited_commands()``) are named at the top: what the session loosened before its baseline."""
     summary = summarize_session(entries)
     env_source = summary["baseline"] or (entries[-1] if entries else {})
-    thresholds = (session or {}).get("thresholds")
-    changed = Thresholds.from_dict(thresholds).changed() if isinstance(thresholds, dict) else []
     return load_template("report.md.j2").render(
         s=summary,
-        changed_thresholds=changed,
+        changed_thresholds=list(changed_thresholds),
         edited_commands=list(edited_commands),
         session=_flat_items(session or {}),
         environment=_flat_items(env_source.get("env") or {}),

@@ -20,6 +20,8 @@ def report(*, repo: Path, output: Path | None) -> Outcome:
     described = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(session).items()}
     # The plot sits next to the report and is linked by its bare name, so report.md still shows it
     # wherever the two files are copied together (an absolute path breaks on any other machine).
-    atomic.write_text(target, render.render_report(entries, described, plot.name, session.edited_commands()))
+    atomic.write_text(target, render.render_report(entries, described, plot.name,
+                                                   changed_thresholds=session.thresholds.changed(),
+                                                   edited_commands=session.edited_commands()))
     return Outcome(f"report: {target} (plot: {plot})", {"report": str(target), "plot": str(plot),
                                                           "iterations": len(entries)})
