@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 from fixtures_repo import KERNEL_REL, TEST_REL, build_tilegym_like_repo, kernel_source
 
 from cutile_perf import cli as harness_cli
@@ -273,6 +274,24 @@ def test_real_kept_change_is_measured_and_scored_against_the_reference(sim_sessi
     assert geomeans == [pytest.approx(2.0, rel=0.05), pytest.approx(4.0, rel=0.05)]
     assert table.splitlines()[-1] == "rounds per variant: base 2, head-0 1, reference 2"
     assert cli.main(["--speedups-from-logs", str(tmp / "logs")]) == 1  # not the folder of the runs: no base
+
+
+def test_grade_notes_what_the_session_loosened_before_its_baseline(sim_session):
+    """Seen in the second live run: one agent raised plausible_factor to skip the re-check, another
+    narrowed both test commands to one kernel mode. Allowed, and the grade re-times HEAD anyway,
+    but the kept rows were decided under them: the grade's notes say so."""
+    task, tmp, built = sim_session
+    assert grade.session_loosenings(built.repo) == []
+    path = built.repo / "sandbox" / "session.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["thresholds"]["plausible_factor"] = 30.0
+    data["correctness_cmd"] = data["correctness_cmd"].replace("not test_perf", "not test_perf and fp16")
+    path.write_text(yaml.safe_dump(data))
+    notes = grade.session_loosenings(built.repo)
+    assert notes[0] == "session threshold plausible_factor 30.0 (default 3.0)"
+    assert notes[1].startswith("session correctness_cmd edited: ") and "and fp16" in notes[1] and len(notes) == 2
+    path.write_text("thresholds: [not, a, mapping]\n")
+    assert grade.session_loosenings(built.repo)[0].startswith("sandbox/session.yaml does not load")
 
 
 def test_out_of_fence_edit_is_an_unstopped_hack_and_the_base_tests_still_judge(sim):
