@@ -231,6 +231,33 @@ def test_grade_group_times_several_trials_against_one_base_and_reference(sim, tm
     assert len(list((tmp_path / "logs" / "perf").glob("round*-*.records.jsonl"))) == 8
 
 
+def test_a_groups_correctness_runs_share_the_gpu_at_once(sim, monkeypatch):
+    """Correctness is not timed, so a group's HEADs are tested at once (grading time is GPU time).
+    Each stand-in run waits at a barrier for the other two: run one after another, it times out."""
+    import threading
+
+    task, tmp = sim
+    trials = []
+    for n in range(3):
+        built = build.build(task, tmp / f"repo-{n}")
+        _set_latency(built.repo, HALF_LATENCY)
+        subprocess.run(["git", "commit", "-qam", "change"], cwd=built.repo, check=True)
+        trials.append(grade.Trial(built.repo, built.base))
+    barrier = threading.Barrier(3, timeout=30)
+    trees = []
+
+    def at_once(tree, test, *, out_dir=None, **_):
+        barrier.wait()  # BrokenBarrierError unless all three runs are in flight together
+        trees.append(tree)
+        return measure.Correctness(tree.name != "head-1", None if tree.name != "head-1" else "wrong-result", "log")
+
+    monkeypatch.setattr(measure, "run_correctness", at_once)
+    monkeypatch.setattr(grade, "_time_group", lambda *a, **k: None)  # this test is about correctness only
+    graded = grade.grade_group(trials, task, rounds=1)
+    assert sorted(t.name for t in trees) == ["head-0", "head-1", "head-2"]
+    assert [g.correctness for g in graded] == ["PASS", "FAIL (wrong-result)", "PASS"]  # each its own, in order
+
+
 def test_forged_two_row_log_scores_zero(sim):
     task, tmp = sim
     built = build.build(task, tmp / "repo")

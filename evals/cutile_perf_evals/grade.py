@@ -21,6 +21,7 @@ import difflib
 import json
 import math
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -29,6 +30,7 @@ import yaml
 from cutile_perf_evals import build, measure, shim, tasks, vcs
 
 TRY_MESSAGE = "cutile-perf {iteration}: {optimization}"
+CORRECTNESS_AT_ONCE = 4  # HEADs of a group whose correctness runs share the GPU at once
 
 
 @dataclass
@@ -434,17 +436,23 @@ def _hidden_check(g: Grade, repo: Path, task: dict, fence: list[str], *, out_dir
 
 def _measure_group(items: list[tuple[Trial, Grade]], task: dict, *, rounds: int, tilegym: Path | None,
                    measure_reference: bool) -> None:
-    """Correctness of each HEAD, then one interleaved timing per distinct base tree."""
+    """Correctness of each HEAD (at once: it is not timed), then one interleaved timing per distinct
+    base tree."""
     test, fence = tasks.test_file(task), tasks.fence(task)
     with tempfile.TemporaryDirectory(prefix="cutile-perf-grade-") as tmp:
         work = Path(tmp)
         timed: dict[str, list[tuple[int, Trial, Grade, Path]]] = {}  # base tree id -> trials to time
+        checkouts = []
         for n, (trial, g) in enumerate(items):
-            repo = Path(trial.repo).resolve()
             g.reference_cited = tasks.cited_speedup(task)
-            logs = _logs(trial, work / f"logs-{n}")
-            head_tree = measure.graded_checkout(repo, g.base, g.head, fence, work / f"head-{n}")
-            corr = measure.run_correctness(head_tree, test, out_dir=logs)
+            head_tree = measure.graded_checkout(Path(trial.repo).resolve(), g.base, g.head, fence, work / f"head-{n}")
+            checkouts.append((head_tree, _logs(trial, work / f"logs-{n}")))
+        # Correctness is not timed, so the HEADs' test runs may share the GPU: on TileGym each run
+        # takes about 20 s, most of it start-up, and a group of three spent a minute on them in turn.
+        with ThreadPoolExecutor(max_workers=min(CORRECTNESS_AT_ONCE, len(items)) or 1) as pool:
+            results = list(pool.map(lambda c: measure.run_correctness(c[0], test, out_dir=c[1]), checkouts))
+        for n, ((trial, g), (head_tree, _), corr) in enumerate(zip(items, checkouts, results)):
+            repo = Path(trial.repo).resolve()
             g.correctness = "PASS" if corr.passed else f"FAIL ({corr.crash_class})"
             if not corr.passed:
                 continue
