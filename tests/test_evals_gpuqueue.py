@@ -329,6 +329,18 @@ def test_pack_under_a_byte_limit_leaves_the_jobs_that_do_not_fit_pending(tmp_pat
     assert [j.id for j in gpuqueue.pack(queue, tmp_path / "stage2", max_bytes=1)] == [second.id]
 
 
+def test_a_job_imports_the_repositorys_own_package_as_a_development_install_would(trial):
+    """TileGym's tests `import tilegym`; a user's checkout is installed in development mode, so a
+    job's own `python -m pytest` must find the repository's src/ too (and the machine's path after it)."""
+    meta, queue, tmp = trial
+    caller, result = _gpu_run_queued(meta, queue, 'python -c "import tilesuite, sys; print(tilesuite.__file__)"')
+    rows = _drain(queue, tmp)
+    caller.join(60)
+    assert rows[0]["exit"] == 0, rows[0]["output"]
+    there = tmp / "gpu-machine" / str(Path(meta["repo"])).lstrip("/") / "src" / "tilesuite" / "__init__.py"
+    assert rows[0]["output"].strip().endswith(str(there))
+
+
 def test_close_answers_waiting_callers_and_refuses_new_jobs_without_touching_the_quota(trial):
     """When the GPU cannot be reached any more (its budget spent), no agent may wait forever."""
     meta, queue, tmp = trial

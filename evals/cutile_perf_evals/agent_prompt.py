@@ -17,7 +17,9 @@ GPU_NOTE = (
     "`gpu-run '<shell command>'`. It queues the command, runs it with bash in a copy of this repository on the "
     "GPU machine (same path, same files, same git state, uncommitted changes included) and, when it ends, copies "
     "the repository (files and .git) back here and prints the command's output. The same commands are on PATH "
-    "there (`python`, `pytest`, and anything in the repository). Jobs wait in a queue shared with other users, "
+    "there (`python`, `pytest`, and anything in the repository); the repository's `src/` is on PYTHONPATH there, "
+    "as a development install would be, and the GPU libraries are found through PYTHONPATH too, so extend it, "
+    "never replace it. Jobs wait in a queue shared with other users, "
     "so one call can take several minutes: prefer few calls that each do a lot. Your jobs together may use at "
     "most {seconds:g} seconds of GPU time (gpu-run prints what is left); a job is killed at its timeout "
     "(`gpu-run --timeout SECONDS '...'`, default 300, never more than what is left).")

@@ -254,6 +254,16 @@ def _extract(tar_path: Path, dest: Path) -> None:
         tar.extractall(dest, filter="tar")
 
 
+def _job_pythonpath(repo: Path) -> str:
+    """The repository's ``src/`` first, then the machine's own path: a user's checkout is installed
+    in development mode, so ``import tilegym`` works from its tests. Without this, agents on the
+    second live run lost jobs to "No module named 'tilegym'" in their own pytest calls (cutile-perf's
+    children were fine: it puts a checkout's package roots on the path itself)."""
+    own = [str(repo / "src")] if (repo / "src").is_dir() else []
+    inherited = os.environ.get("PYTHONPATH", "")
+    return os.pathsep.join([*own, *([inherited] if inherited else [])])
+
+
 def run_batch(stage: Path, out: Path, root: Path = Path("/"), budget_s: float | None = None) -> list[dict]:
     """On the GPU machine: unpack the trials at their own paths, run each job, pack the trials back.
 
@@ -283,7 +293,7 @@ def run_batch(stage: Path, out: Path, root: Path = Path("/"), budget_s: float | 
             shim.write_wrapper(bin_dir, trial / GPU_LOG, withhold=tuple(meta.get("withhold_examples") or ()))
         log = trial / "gpu-jobs" / f"{job.id}.log"
         env = {"PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")]),
-               "CUTILE_PERF_CHECKOUT": str(CHECKOUT)}
+               "CUTILE_PERF_CHECKOUT": str(CHECKOUT), "PYTHONPATH": _job_pythonpath(trial / "repo")}
         print(f"job {job.id}: {job.command[:200]}", file=sys.stderr, flush=True)
         result = runner.run(["bash", "-c", job.command], cwd=trial / "repo", timeout_s=job.timeout_s,
                             output_path=log, env_overrides=env)
