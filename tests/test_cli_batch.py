@@ -167,3 +167,35 @@ def test_a_candidate_that_crashes_is_one_crash_row_and_the_batch_goes_on(session
     assert decisions == [DECISION_OF_WRONG, "keep"], decisions
     assert git(repo, "status", "--porcelain").strip() == ""
     assert (repo / KERNEL_REL).read_text() == kernel_source(FAST)
+
+
+def test_check_finds_on_the_cpu_what_would_stop_the_gpu_job_and_runs_nothing(tilegym_like_repo, capsys):
+    """Seen in a live eval: a queued GPU job stopped in 0.9 s on a session.yaml that could not
+    load. `batch --check` finds that, a missing baseline, or a budget too small for one try, here."""
+    repo = tilegym_like_repo
+    assert cli(capsys, repo, "init", "--kernel", "rms_norm", "--timeout", "60")[0] == 0
+    allow_no_gpu(repo)
+    path = write_plan(repo, [("faster", FAST), ("slower", SLOW)])
+    kernel_before = (repo / KERNEL_REL).read_text()
+    code, data = cli(capsys, repo, "batch", str(path), "--check")
+    assert (code, data["ready"]) == (1, False)  # no baseline and no --baseline: the job would refuse
+    code, data = cli(capsys, repo, "batch", str(path), "--check", "--baseline", "1")
+    assert (code, data["ready"], data["try_seconds_bound"]) == (0, True, None)
+
+    session_yaml = repo / "sandbox/session.yaml"
+    good = session_yaml.read_text()
+    session_yaml.write_text(good.replace("min_confirm_pairs: 3", "min_confirm_pairs: 1"))
+    assert main(["batch", "--repo", str(repo), str(path), "--check", "--baseline", "1"]) == 2
+    assert "confirm pairs must satisfy" in capsys.readouterr().err
+    session_yaml.write_text(good)
+
+    assert cli(capsys, repo, "baseline", "--repeats", "1")[0] == 0
+    rows_before = (repo / "sandbox/experiments.jsonl").read_text()
+    code, data = cli(capsys, repo, "batch", str(path), "--check", "--budget", "100000")
+    bound = data["try_seconds_bound"]
+    assert code == 0 and bound > 0 and data["entries_that_fit"] == 2
+    code, data = cli(capsys, repo, "batch", str(path), "--check", "--budget", str(bound / 2))
+    assert (code, data["entries_that_fit"], data["ready"]) == (1, 0, False)
+    # Nothing ran: no row, no commit, the kernel untouched.
+    assert (repo / "sandbox/experiments.jsonl").read_text() == rows_before
+    assert (repo / KERNEL_REL).read_text() == kernel_before

@@ -182,7 +182,8 @@ def _add_try(subparsers) -> None:
 
 def _add_batch(subparsers) -> None:
     p = _sub(subparsers, "batch", "one try per prepared candidate of a plan file, in one GPU job, within a time budget",
-             "Example:\n  cutile-perf batch sandbox/plan.yaml --budget 170\n\n"
+             "Example:\n  cutile-perf batch sandbox/plan.yaml --budget 170\n"
+             "  cutile-perf batch sandbox/plan.yaml --budget 170 --check   # here, before the GPU job\n\n"
              "The plan (YAML) lists tries, each one change with its candidate files kept in sandbox/:\n"
              "  tries:\n"
              "    - optimization: \"occupancy 4\"\n"
@@ -192,11 +193,15 @@ def _add_batch(subparsers) -> None:
     p.add_argument("--budget", type=float, help="seconds for the whole batch; entries that would not finish are not started")
     p.add_argument("--baseline", type=int, metavar="REPEATS",
                    help="when no baseline is recorded yet, record it first with this many perf runs (same job)")
+    p.add_argument("--check", action="store_true",
+                   help="no GPU, nothing run: check the session, the plan and the tree as the job would, and say "
+                        "how many entries the budget holds (exit 1: the job would not reach its first try)")
 
     def run(a: argparse.Namespace) -> Outcome:
         from cutile_perf.commands.batch import batch
 
-        return batch(repo=a.repo, plan_path=a.plan, budget_s=a.budget, baseline_repeats=a.baseline)
+        return batch(repo=a.repo, plan_path=a.plan, budget_s=a.budget, baseline_repeats=a.baseline,
+                     check_only=a.check)
 
     p.set_defaults(handler=run)
 

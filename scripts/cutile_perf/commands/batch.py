@@ -17,10 +17,11 @@ from cutile_perf import envcheck, git_ops, iteration, plan
 from cutile_perf import session as session_mod
 from cutile_perf.commands import Outcome, say
 from cutile_perf.commands.try_ import try_
-from cutile_perf.errors import EXIT_OK, DirtyTree, NoChange, Refused, UsageError
+from cutile_perf.errors import EXIT_OK, EXIT_REJECTED, DirtyTree, NoChange, Refused, UsageError
 
 
-def batch(*, repo: Path, plan_path: Path, budget_s: float | None, baseline_repeats: int | None = None) -> Outcome:
+def batch(*, repo: Path, plan_path: Path, budget_s: float | None, baseline_repeats: int | None = None,
+          check_only: bool = False) -> Outcome:
     start = time.monotonic()
     if budget_s is not None and not budget_s > 0:
         raise UsageError(f"--budget must be a positive number of seconds, not {budget_s!r}")
@@ -31,12 +32,11 @@ def batch(*, repo: Path, plan_path: Path, budget_s: float | None, baseline_repea
     except OSError as exc:
         raise UsageError(f"cannot read the plan {plan_path}: {exc.strerror or exc}") from exc
     plan.check(entries, root=session.repo, in_fence=session.in_fence)
+    if check_only:  # before a queued or billed GPU job: what would refuse it, found here for free
+        return _check(session, entries, budget_s, baseline_repeats)
     iteration.require_gpu(session, envcheck.Probe())
     g = git_ops.open_repo(session.repo)
-    dirty = iteration.fenced_changes(session, git_ops.changed_paths(g))
-    if dirty:
-        raise DirtyTree(f"uncommitted changes to fenced files: {', '.join(dirty)}; a candidate would overwrite them",
-                        "try them (cutile-perf try) or stash them first")
+    _refuse_fenced_work(session, g)
     if iteration.open_history(session, g).reference() is None:
         if baseline_repeats is None:
             raise Refused("no baseline recorded yet", "run `cutile-perf baseline` first, or pass --baseline N")
@@ -75,6 +75,47 @@ def batch(*, repo: Path, plan_path: Path, budget_s: float | None, baseline_repea
                      "commit": result.data.get("commit"), "stop": result.data.get("stop"),
                      "seconds": round(time.monotonic() - began, 1)})
     return _outcome(done, [])
+
+
+def _refuse_fenced_work(session, g) -> None:
+    dirty = iteration.fenced_changes(session, git_ops.changed_paths(g))
+    if dirty:
+        raise DirtyTree(f"uncommitted changes to fenced files: {', '.join(dirty)}; a candidate would overwrite them",
+                        "try them (cutile-perf try) or stash them first")
+
+
+def _check(session, entries: list, budget_s: float | None, baseline_repeats: int | None) -> Outcome:
+    """``--check``: everything ``batch`` verifies before it starts, with no GPU and nothing run, and
+    how many entries the budget can hold at the log's worst-case ``try``. Exit 1 when the job would
+    not get to its first try."""
+    g = git_ops.open_repo(session.repo)
+    _refuse_fenced_work(session, g)
+    history = iteration.open_history(session, g)
+    lines = [f"plan: {len(entries)} entries, candidate files present and inside the fence"]
+    data: dict = {"entries": len(entries), "ready": True}
+    if history.reference() is None:
+        if baseline_repeats is None:
+            lines.append("no baseline yet: this job would refuse; pass --baseline N to record it first in the same job")
+            data["ready"] = False
+        else:
+            lines.append(f"no baseline yet: the job records it first ({baseline_repeats} perf runs); the time a try "
+                         "can take is known only after that, so --budget is applied from then on")
+    bound = history.try_seconds_bound(session.thresholds.max_confirm_pairs)
+    data["try_seconds_bound"] = bound
+    if bound is not None:
+        lines.append(f"a try can take up to {bound:.0f} s (the log's slowest correctness and perf runs, "
+                     f"plus {session.thresholds.max_confirm_pairs} interleaved re-check pairs)")
+        if budget_s is not None:
+            fit = min(len(entries), int(budget_s // bound))
+            lines.append(f"--budget {budget_s:.0f} s holds {fit} of the {len(entries)} entries at that bound")
+            data["entries_that_fit"] = fit
+            data["ready"] = data["ready"] and fit > 0
+    for key, command, default in session.edited_commands():
+        lines.append(f"note: {key} edited from init's: {command}")
+    for name, value, default in session.thresholds.changed():
+        lines.append(f"note: threshold {name} {value} (default {default})")
+    lines.append("ready for the GPU job" if data["ready"] else "NOT READY: the GPU job would not reach its first try")
+    return Outcome("\n".join(lines), data, EXIT_OK if data["ready"] else EXIT_REJECTED)
 
 
 def _outcome(done: list[dict], not_started: list[str]) -> Outcome:
