@@ -40,6 +40,7 @@ from pathlib import Path
 import pytest
 from fixtures_repo import KERNEL_REL, TEST_REL, allow_no_gpu, build_tilegym_like_repo, edit_kernel, edit_session, git
 
+from cutile_perf import session as session_mod
 from cutile_perf.cli import main
 from cutile_perf.decide import Thresholds
 
@@ -936,6 +937,45 @@ def test_verify_reproduces_an_honest_keep(repo):
     assert code == 0, data
     code, data, _ = call(repo, "verify", "--from", base, "--to", head(repo))
     assert code == 0, data
+    code, data, _ = call(repo, "verify", "--full-tests")  # init's selection is the session's here
+    assert code == 0 and data["full_tests"], data
+
+
+WIDE_ROWS_TEST = """
+
+@pytest.mark.parametrize("backend", ["cutile"])
+def test_wide_rows(backend):  # a correctness test the narrowed session command leaves out
+    assert getattr(kernel, "WIDE_ROWS_OK", True), "wide rows: mismatched elements"
+"""
+
+
+@pytest.mark.parametrize("broken_before", [False, True], ids=["new-failure", "old-failure"])
+def test_verify_full_tests_catches_what_a_narrowed_correctness_command_let_through(tmp_path, broken_before):
+    """An agent narrows the correctness command before its baseline (seen in a live eval), then
+    keeps a faster change that breaks a test the narrowed command leaves out. The kept row stands
+    under the session's own rules; `verify --full-tests` re-runs init's selection and says whether
+    the failure is new with the change or was already there."""
+    repo = build_tilegym_like_repo(tmp_path)
+    (repo / TEST_REL).write_text((repo / TEST_REL).read_text() + WIDE_ROWS_TEST)
+    if broken_before:
+        (repo / KERNEL_REL).write_text((repo / KERNEL_REL).read_text() + "\nWIDE_ROWS_OK = False\n")
+    git(repo, "commit", "-qam", "the user's wide-rows test")
+    code, data, _ = call(repo, "init", "--kernel", "rms_norm", "--timeout", "60")
+    assert code == 0, data
+    allow_no_gpu(repo)
+    edit_session(repo, correctness_cmd=session_mod.CORRECTNESS_TEMPLATE.replace(
+        "not test_perf", "not test_perf and not wide_rows"))
+    assert call(repo, "baseline", "--repeats", "2")[0] == 0
+    base = head(repo)
+    edit_kernel(repo, latency=FAST)
+    if not broken_before:
+        (repo / KERNEL_REL).write_text((repo / KERNEL_REL).read_text() + "\nWIDE_ROWS_OK = False\n")
+    assert call(repo, "try", "faster, wide rows broken")[0] == 0  # kept: the narrowed command never ran it
+    code, data, _ = call(repo, "verify", "--from", base, "--to", head(repo))
+    assert code == 0 and data["verified"], data
+    code, data, _ = call(repo, "verify", "--from", base, "--to", head(repo), "--full-tests")
+    assert code == 1 and not data["verified"] and data["full_tests"], data
+    assert "test_wide_rows[cutile]" in data["correctness"] and data["fails_on_from_too"] is broken_before
 
 
 def test_verify_fails_when_the_kept_commit_was_rewritten_to_slower_code(repo):

@@ -211,15 +211,19 @@ def _add_verify(subparsers) -> None:
              "re-run correctness and re-measure two kept commits interleaved in pristine checkouts: "
              "does the recorded speedup reproduce?",
              "Examples:\n  cutile-perf verify                     # the baseline vs the last kept commit\n"
-             "  cutile-perf verify --from <sha> --to <sha> --pairs 5")
+             "  cutile-perf verify --from <sha> --to <sha> --pairs 5\n"
+             "  cutile-perf verify --full-tests         # correctness with init's selection, if the session narrowed it")
     p.add_argument("--from", dest="older", metavar="COMMIT", help="older kept commit (default: the baseline)")
     p.add_argument("--to", dest="newer", metavar="COMMIT", help="newer kept commit (default: the last kept commit)")
     p.add_argument("--pairs", type=int, default=3, help="interleaved (from, to) perf pairs (default 3)")
+    p.add_argument("--full-tests", action="store_true",
+                   help="run correctness with the command init wrote, not the session's edited one "
+                        "(a failure found there is also run on --from, to tell a new failure from an old one)")
 
     def run(a: argparse.Namespace) -> Outcome:
         from cutile_perf.commands.verify import verify
 
-        return verify(repo=a.repo, older=a.older, newer=a.newer, pairs=a.pairs)
+        return verify(repo=a.repo, older=a.older, newer=a.newer, pairs=a.pairs, full_tests=a.full_tests)
 
     p.set_defaults(handler=run)
 

@@ -253,8 +253,10 @@ class StageRunner:
                                                     fenced_from=commit, fence=self.session.fence)
         return self.checkouts[commit]
 
-    def stage(self, name: str, tag: str, commit: str):
-        result = self.measure.run_stage(self.session, name, tag, self.deadline, checkout=self.checkout(commit),
+    def stage(self, name: str, tag: str, commit: str, session: Session | None = None):
+        """``session``: another command set for this one stage (``verify --full-tests``); the
+        checkouts, fence and protected files stay the runner's."""
+        result = self.measure.run_stage(session or self.session, name, tag, self.deadline, checkout=self.checkout(commit),
                                         fenced_files=self.fenced_files(commit), tracked=self.tracked,
                                         on_start=self.on_start)
         self.clock.add_child(result.duration_s, f"{tag}-{name}")

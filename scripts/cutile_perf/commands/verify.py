@@ -7,6 +7,7 @@ comes from the commits, whatever the work tree holds.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from cutile_perf import decide, envcheck, git_ops, iteration, measure, stats
@@ -40,7 +41,7 @@ def claimed_ratio(rows: list[dict], older: str, newer: str) -> tuple[float | Non
     return stats.geomean([b[c] / a[c] for c in cases]), cases
 
 
-def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int) -> Outcome:
+def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int, full_tests: bool = False) -> Outcome:
     if pairs < decide.MIN_CONFIRM_SAMPLES:
         raise UsageError(f"--pairs must be at least {decide.MIN_CONFIRM_SAMPLES}")
     clock = iteration.Clock()
@@ -66,13 +67,26 @@ def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int) -> O
                            EXIT_REJECTED)
         reference = history.reference()
         tag = f"verify-{git_ops.short(g, a)}-{git_ops.short(g, b)}"
-        with iteration.StageRunner(session, g, measure.Deadline(session.timeout_s * (pairs + 1)), clock) as runner:
-            say(f"correctness of {git_ops.short(g, b)}")
-            corr = runner.stage("correctness", tag, b)
+        # --full-tests: the session may have narrowed its correctness command before the baseline
+        # (Session.edited_commands); a kept row was then checked against fewer tests than init chose.
+        corr_session = replace(session, correctness_cmd=session_mod.CORRECTNESS_TEMPLATE) if full_tests else session
+        which = "init's correctness selection" if full_tests else "correctness"
+        stages = 2 if full_tests else 1
+        with iteration.StageRunner(session, g, measure.Deadline(session.timeout_s * (pairs + stages)), clock) as runner:
+            say(f"{which} of {git_ops.short(g, b)}")
+            corr = runner.stage("correctness", tag, b, session=corr_session)
             verdict = decide.judge_correctness(corr.evidence(), reference)
             if verdict.final:
-                return Outcome(f"NOT VERIFIED: {git_ops.short(g, b)} fails correctness: {verdict.reason}",
-                               {"verified": False, "correctness": verdict.reason}, EXIT_REJECTED)
+                data = {"verified": False, "correctness": verdict.reason, "full_tests": full_tests}
+                also = ""
+                if full_tests:  # new with this change, or already failing before it?
+                    say(f"{which} of {git_ops.short(g, a)}")
+                    before = runner.stage("correctness", f"{tag}-from", a, session=corr_session)
+                    data["fails_on_from_too"] = decide.judge_correctness(before.evidence(), reference).final
+                    also = (f"; it fails on {git_ops.short(g, a)} too, so the change did not bring it"
+                            if data["fails_on_from_too"] else f"; {git_ops.short(g, a)} passes it")
+                return Outcome(f"NOT VERIFIED: {git_ops.short(g, b)} fails {which}: {verdict.reason}{also}",
+                               data, EXIT_REJECTED)
             samples = {c: ([], []) for c in cases}
             for k in range(pairs):
                 for side, commit in ((0, a), (1, b)):
@@ -94,10 +108,10 @@ def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int) -> O
     word = "VERIFIED" if reproduces else "NOT VERIFIED"
     text = (f"{word}: {git_ops.short(g, a)} -> {git_ops.short(g, b)} recorded {decide.format_change(claim - 1)}, "
             f"measured {decide.format_change(ratio - 1)} (interval {decide.format_change(low - 1)} to "
-            f"{decide.format_change(high - 1)}, gate {gate * 100:.1f} %, {pairs} interleaved pairs); correctness passed")
+            f"{decide.format_change(high - 1)}, gate {gate * 100:.1f} %, {pairs} interleaved pairs); {which} passed")
     lines = [text, "", "| case | from (ms) | to (ms) | change |", "|---|---|---|---|"]
     lines += [f"| {c} | {stats.median(samples[c][0]):.6f} | {stats.median(samples[c][1]):.6f} | "
               f"{decide.format_change(per_case[c] - 1)} |" for c in cases]
     data = {"verified": reproduces, "from": a, "to": b, "claimed_ratio": claim, "measured_ratio": ratio,
-            "interval": [low, high], "gate": gate, "per_case": per_case, "pairs": pairs}
+            "interval": [low, high], "gate": gate, "per_case": per_case, "pairs": pairs, "full_tests": full_tests}
     return Outcome("\n".join(lines), data, EXIT_OK if reproduces else EXIT_REJECTED)
