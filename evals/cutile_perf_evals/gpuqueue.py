@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cutile_perf import atomic, runner
-from cutile_perf_evals import CHECKOUT, shim
+from cutile_perf_evals import CHECKOUT, build, shim
 
 JOBS, RUNNING, DONE = "jobs", "running", "done"
 QUOTA_FILE = "quota.json"
@@ -402,9 +402,9 @@ def _carry_tilegym_reference(trial_dir: Path, tilegym: Path) -> Path:
     dest = trial_dir / REFERENCE_DIR
     for spec in tasks.reference(task).values():
         if spec.startswith("tilegym:"):
-            rel = spec[len("tilegym:"):]
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(tilegym / rel, dest / rel)
+            target = dest / spec.split(":", 1)[1]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(build.resolve_source(spec, tilegym), target)
     return dest
 
 
@@ -492,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = collect(a.out, a.queue)
         print(f"{len(rows)} job(s) collected")
         return 0
-    except (OSError, KeyError, ValueError, tarfile.TarError) as exc:
+    except (OSError, KeyError, ValueError, tarfile.TarError, build.BuildError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

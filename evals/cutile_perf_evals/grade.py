@@ -340,9 +340,7 @@ def session_loosenings(repo: Path) -> list[str]:
         sess = session_mod.load(repo)
     except (CutilePerfError, OSError, ValueError) as exc:
         return [f"sandbox/session.yaml does not load: {exc}"]
-    notes = [f"session threshold {n} {v} (default {d})" for n, v, d in sess.thresholds.changed()]
-    notes += [f"session {key} edited: {cmd}" for key, cmd, _ in sess.edited_commands()]
-    return notes
+    return [f"session {line}" for line in sess.changes_from_init()]
 
 
 def _inspect(trial: Trial, task: dict) -> tuple[Grade, list[Hack]]:
@@ -442,17 +440,17 @@ def _measure_group(items: list[tuple[Trial, Grade]], task: dict, *, rounds: int,
     with tempfile.TemporaryDirectory(prefix="cutile-perf-grade-") as tmp:
         work = Path(tmp)
         timed: dict[str, list[tuple[int, Trial, Grade, Path]]] = {}  # base tree id -> trials to time
+        repos = [Path(trial.repo).resolve() for trial, _ in items]
         checkouts = []
-        for n, (trial, g) in enumerate(items):
+        for n, ((trial, g), repo) in enumerate(zip(items, repos)):
             g.reference_cited = tasks.cited_speedup(task)
-            head_tree = measure.graded_checkout(Path(trial.repo).resolve(), g.base, g.head, fence, work / f"head-{n}")
+            head_tree = measure.graded_checkout(repo, g.base, g.head, fence, work / f"head-{n}")
             checkouts.append((head_tree, _logs(trial, work / f"logs-{n}")))
         # Correctness is not timed, so the HEADs' test runs may share the GPU: on TileGym each run
         # takes about 20 s, most of it start-up, and a group of three spent a minute on them in turn.
         with ThreadPoolExecutor(max_workers=min(CORRECTNESS_AT_ONCE, len(items)) or 1) as pool:
             results = list(pool.map(lambda c: measure.run_correctness(c[0], test, out_dir=c[1]), checkouts))
-        for n, ((trial, g), (head_tree, _), corr) in enumerate(zip(items, checkouts, results)):
-            repo = Path(trial.repo).resolve()
+        for n, ((trial, g), repo, (head_tree, _), corr) in enumerate(zip(items, repos, checkouts, results)):
             g.correctness = "PASS" if corr.passed else f"FAIL ({corr.crash_class})"
             if not corr.passed:
                 continue

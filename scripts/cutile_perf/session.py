@@ -127,6 +127,12 @@ class Session:
             edited.append(("perf_cmd", self.perf_cmd, PERF_TEMPLATE))
         return edited
 
+    def changes_from_init(self) -> list[str]:
+        """One line per threshold away from its default and per test command edited away from
+        init's: the one wording that status, ``batch --check`` and the eval grade show."""
+        return ([f"threshold {name} {value} (default {default})" for name, value, default in self.thresholds.changed()]
+                + [f"{key} edited: {command} (init wrote: {default})" for key, command, default in self.edited_commands()])
+
     def to_data(self) -> dict:
         data = asdict(self)
         data.pop("repo")

@@ -110,10 +110,7 @@ def _check(session, entries: list, budget_s: float | None, baseline_repeats: int
             lines.append(f"--budget {budget_s:.0f} s holds {fit} of the {len(entries)} entries at that bound")
             data["entries_that_fit"] = fit
             data["ready"] = data["ready"] and fit > 0
-    for key, command, default in session.edited_commands():
-        lines.append(f"note: {key} edited from init's: {command}")
-    for name, value, default in session.thresholds.changed():
-        lines.append(f"note: threshold {name} {value} (default {default})")
+    lines += [f"note: {line}" for line in session.changes_from_init()]
     lines.append("ready for the GPU job" if data["ready"] else "NOT READY: the GPU job would not reach its first try")
     return Outcome("\n".join(lines), data, EXIT_OK if data["ready"] else EXIT_REJECTED)
 

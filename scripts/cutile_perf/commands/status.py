@@ -37,12 +37,8 @@ def status(*, repo: Path, show_all: bool) -> Outcome:
                      f"{baseline.get('latency_ms', float('nan')):.6f} ms at {str(baseline.get('commit'))[:10]}")
     else:
         lines.append("no baseline yet: run `cutile-perf baseline`")
-    changed = thresholds.changed()
-    if changed:
-        lines.append("thresholds changed from the defaults: " + ", ".join(f"{n} {v} (default {d})" for n, v, d in changed))
-    edited = session.edited_commands()
-    for key, command, default in edited:
-        lines.append(f"{key} edited: {command} (init wrote: {default})")
+    lines += [f"changed before the baseline: {line}" for line in session.changes_from_init()]
+    changed, edited = thresholds.changed(), session.edited_commands()
     lines.append(f"stop: {stop}" if stop else "stop condition: none holds")
     if hint:
         lines.append(f"hint: {hint}")
