@@ -158,3 +158,24 @@ def test_all_skipped_needs_skips_and_no_failures():
     assert not survey.all_skipped(survey.RunSummary(False, "no-tests", 1.0, 1, outcomes={"skipped": 1, "failed": 1}))
     assert not survey.all_skipped(survey.RunSummary(False, "no-tests", 1.0, 1, outcomes={"deselected": 3}))
     assert not survey.all_skipped(survey.RunSummary(True, None, 1.0, 1, outcomes={"passed": 1}))
+
+
+def test_survey_and_init_find_an_uninstalled_checkout_through_its_src(tilegym_like_repo, capsys):
+    """NVIDIA TileGym's conftest does not put ``src/`` on ``sys.path`` (it is pip-installed where it runs).
+    The measured runs import the fenced code from the checkout anyway (``pristine.import_path``); the
+    collections of init and survey, and survey's runs, must too, or init refuses and survey reports an
+    import error on a checkout that ``try`` would measure. Without it this test fails on
+    "No module named 'fakegym'"."""
+    repo = tilegym_like_repo
+    conftest = repo / "tests" / "conftest.py"
+    conftest.write_text(conftest.read_text().replace(
+        'sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))\n', ""))
+    git(repo, "commit", "-qam", "conftest without the sys.path edit, as in TileGym")
+    code, data = cli(capsys, repo, "--run", "--sample", "1", "--timeout", "60")
+    assert code == 0, data
+    row = by_op(data)["rms_norm"]
+    for which in ("correctness", "perf"):
+        assert row["selections"][which]["count"] > 0 and not row["selections"][which]["error"], row
+        assert row["runs"][which]["ok"], row
+    assert main(["init", "--repo", str(repo), "--kernel", "rms_norm", "--timeout", "60", "--json"]) == 0
+    assert "No module named" not in capsys.readouterr().out

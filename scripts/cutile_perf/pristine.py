@@ -123,13 +123,22 @@ def module_name(checkout_root: Path, rel: str) -> str | None:
     return ".".join(parts) or None
 
 
+def import_path(checkout_root: Path, fenced_files: Iterable[str], inherited: str = "") -> dict[str, str]:
+    """``{"PYTHONPATH": ...}`` with the checkout's package roots first, then ``inherited``.
+
+    Every child that imports the fenced code gets it: init's and survey's collections and runs as
+    well as the measured runs, so an uninstalled TileGym checkout (``import tilegym`` from ``src/``)
+    is found by all of them or by none, never refused by init and then measured by ``try``.
+    """
+    roots = [str(p) for p in package_roots(checkout_root, fenced_files)]
+    return {"PYTHONPATH": os.pathsep.join([*roots, *([inherited] if inherited else [])])}
+
+
 def child_env(checkout_root: Path, fenced_files: Iterable[str], pycache: Path, base_env: dict[str, str]) -> dict[str, str]:
     """``base_env`` for a child running in the checkout: its package roots first, bytecode elsewhere."""
-    roots = [str(p) for p in package_roots(checkout_root, fenced_files)]
-    inherited = base_env.get("PYTHONPATH", "")
     return {
         **base_env,
-        "PYTHONPATH": os.pathsep.join([*roots, *([inherited] if inherited else [])]),
+        **import_path(checkout_root, fenced_files, base_env.get("PYTHONPATH", "")),
         # Bytecode goes to a fresh per-run folder: a forged or stale __pycache__ is never read.
         "PYTHONPYCACHEPREFIX": str(pycache),
         "PYTHONNOUSERSITE": "1",

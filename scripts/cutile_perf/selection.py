@@ -76,17 +76,19 @@ def error_summary(text: str) -> str:
     return " | ".join((errors or lines)[-3:])[:400] or "pytest produced no output"
 
 
-def collect(which: str, argv: Sequence[str], *, cwd: Path, timeout_s: float = COLLECT_TIMEOUT_S) -> Selection:
+def collect(which: str, argv: Sequence[str], *, cwd: Path, timeout_s: float = COLLECT_TIMEOUT_S,
+            env: dict[str, str] | None = None) -> Selection:
     """Run the collection of ``argv`` in ``cwd``; never raises for a failing pytest.
 
     Output goes to a temporary file (the runner's rule: never an unread pipe) and bytecode writing
-    is off, so a refused ``init`` leaves the repository exactly as it was.
+    is off, so a refused ``init`` leaves the repository exactly as it was. ``env``: more variables
+    for the child (the checkout's import path, ``pristine.import_path``).
     """
     full = collect_argv(argv)
     with tempfile.TemporaryDirectory(prefix="cutile-perf-collect-") as tmp:
         out = Path(tmp) / f"{which}.log"
         result = runner.run(full, cwd=cwd, timeout_s=timeout_s, output_path=out,
-                            env_overrides={"PYTHONDONTWRITEBYTECODE": "1"})
+                            env_overrides={**(env or {}), "PYTHONDONTWRITEBYTECODE": "1"})
         text = result.tail(1_000_000)
     ids = parse_collect_output(text)
     error = ""
