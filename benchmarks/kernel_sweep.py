@@ -13,6 +13,7 @@ Usage:
   python benchmarks/kernel_sweep.py --only swiglu   # one op
   python benchmarks/kernel_sweep.py --round 3       # only the third round's configs
   python benchmarks/kernel_sweep.py --only layer_norm --round 4   # layer norm's leaner arithmetic
+  python benchmarks/kernel_sweep.py --round 5 --with-compile   # check_bounds=False vs the shipped best, and Inductor
   python benchmarks/kernel_sweep.py --quick         # QUICK_CASES shapes, short budgets (smoke run)
 """
 from __future__ import annotations
@@ -34,9 +35,19 @@ ZERO = ct.PaddingMode.ZERO
 LOG2E = 1.4426950408889634
 
 
+def _row_tile(x, TILE_M, TILE_N, LOAD_TMA, BOUNDS):
+    """This CTA's (TILE_M, TILE_N) row tile. Unchecked (round 5) without a padding mode: tileiras 13.4
+    fails ("failed to compile Tile IR program", nothing more) on padding_mode=ZERO with check_bounds=False."""
+    if BOUNDS:
+        return ct.load(x, (ct.bid(0), 0), (TILE_M, TILE_N), padding_mode=ZERO, allow_tma=LOAD_TMA)
+    return ct.load(x, (ct.bid(0), 0), (TILE_M, TILE_N), allow_tma=LOAD_TMA, check_bounds=False)
+
+
 @ct.kernel
 def rms_norm_kernel(x, weight, out, eps: float, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int],
-                    PERSISTENT: ct.Constant[bool], LOAD_TMA: ct.Constant[bool], STORE_TMA: ct.Constant[bool]):
+                    PERSISTENT: ct.Constant[bool], LOAD_TMA: ct.Constant[bool], STORE_TMA: ct.Constant[bool],
+                    BOUNDS: ct.Constant[bool]):
+    # BOUNDS=False (round 5): check_bounds=False on the row tiles; the host guarantees whole tiles.
     n = x.shape[1]
     w = ct.reshape(ct.astype(ct.load(weight, (0,), (TILE_N,), padding_mode=ZERO), ct.float32), (1, TILE_N))
     if PERSISTENT:
@@ -46,10 +57,9 @@ def rms_norm_kernel(x, weight, out, eps: float, TILE_M: ct.Constant[int], TILE_N
             rstd = ct.rsqrt(ct.sum(xr * xr, axis=1, keepdims=True) / n + eps)
             ct.store(out, (block, 0), ct.astype(xr * rstd * w, out.dtype), latency=3, allow_tma=STORE_TMA)
     else:
-        xr = ct.astype(ct.load(x, (ct.bid(0), 0), (TILE_M, TILE_N), padding_mode=ZERO, allow_tma=LOAD_TMA),
-                       ct.float32)
+        xr = ct.astype(_row_tile(x, TILE_M, TILE_N, LOAD_TMA, BOUNDS), ct.float32)
         rstd = ct.rsqrt(ct.sum(xr * xr, axis=1, keepdims=True) / n + eps)
-        ct.store(out, (ct.bid(0), 0), ct.astype(xr * rstd * w, out.dtype), allow_tma=STORE_TMA)
+        ct.store(out, (ct.bid(0), 0), ct.astype(xr * rstd * w, out.dtype), allow_tma=STORE_TMA, check_bounds=BOUNDS)
 
 
 def _layer_norm_lean(t, w, b, inv_n: float, eps: float, AFFINE_FMA: bool):
@@ -68,7 +78,8 @@ def _layer_norm_lean(t, w, b, inv_n: float, eps: float, AFFINE_FMA: bool):
 @ct.kernel
 def layer_norm_kernel(x, weight, bias, out, eps: float, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int],
                       PERSISTENT: ct.Constant[bool], LOAD_TMA: ct.Constant[bool], STORE_TMA: ct.Constant[bool],
-                      ONE_PASS: ct.Constant[bool], CHEAP_STATS: ct.Constant[bool], AFFINE_FMA: ct.Constant[bool]):
+                      ONE_PASS: ct.Constant[bool], CHEAP_STATS: ct.Constant[bool], AFFINE_FMA: ct.Constant[bool],
+                      BOUNDS: ct.Constant[bool]):
     n = x.shape[1]
     in_row = ct.reshape(ct.arange(TILE_N, dtype=ct.int32), (1, TILE_N)) < n
     w = ct.reshape(ct.astype(ct.load(weight, (0,), (TILE_N,), padding_mode=ZERO), ct.float32), (1, TILE_N))
@@ -83,10 +94,9 @@ def layer_norm_kernel(x, weight, bias, out, eps: float, TILE_M: ct.Constant[int]
                 ct.store(out, (block, 0), ct.astype(_layer_norm_lean(t, w, b, inv_n, eps, AFFINE_FMA), out.dtype),
                          latency=3, allow_tma=STORE_TMA)
         else:
-            t = ct.astype(ct.load(x, (ct.bid(0), 0), (TILE_M, TILE_N), padding_mode=ZERO, allow_tma=LOAD_TMA),
-                          ct.float32)
+            t = ct.astype(_row_tile(x, TILE_M, TILE_N, LOAD_TMA, BOUNDS), ct.float32)
             ct.store(out, (ct.bid(0), 0), ct.astype(_layer_norm_lean(t, w, b, inv_n, eps, AFFINE_FMA), out.dtype),
-                     allow_tma=STORE_TMA)
+                     allow_tma=STORE_TMA, check_bounds=BOUNDS)
     elif PERSISTENT:
         for block in range(ct.bid(0), ct.num_tiles(x, axis=0, shape=(TILE_M, TILE_N)), ct.num_blocks(0)):
             t = ct.astype(ct.load(x, (block, 0), (TILE_M, TILE_N), padding_mode=ZERO, latency=10,
@@ -151,14 +161,26 @@ def swiglu_kernel(a, b, out, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int],
     ct.store(out, idx, ct.astype(gated, out.dtype))
 
 
+def _flat_tile(a, TILE, BOUNDS, LATENCY):
+    """This CTA's tile of a 1-D array; unchecked without a padding mode (see _row_tile)."""
+    if BOUNDS:
+        if LATENCY > 0:
+            return ct.load(a, (ct.bid(0),), (TILE,), padding_mode=ZERO, latency=LATENCY)
+        return ct.load(a, (ct.bid(0),), (TILE,), padding_mode=ZERO)
+    if LATENCY > 0:
+        return ct.load(a, (ct.bid(0),), (TILE,), check_bounds=False, latency=LATENCY)
+    return ct.load(a, (ct.bid(0),), (TILE,), check_bounds=False)
+
+
 @ct.kernel
-def swiglu_flat_kernel(a, b, out, TILE: ct.Constant[int]):
-    """The tensors as 1-D arrays: one tile index, no per-row bounds."""
-    av = ct.astype(ct.load(a, (ct.bid(0),), (TILE,), padding_mode=ZERO), ct.float32)
-    bv = ct.astype(ct.load(b, (ct.bid(0),), (TILE,), padding_mode=ZERO), ct.float32)
+def swiglu_flat_kernel(a, b, out, TILE: ct.Constant[int], BOUNDS: ct.Constant[bool], LATENCY: ct.Constant[int]):
+    """The tensors as 1-D arrays: one tile index, no per-row bounds. Round 5: BOUNDS=False drops the
+    bounds check (the host guarantees whole tiles); LATENCY > 0 gives both loads that latency hint."""
+    av = ct.astype(_flat_tile(a, TILE, BOUNDS, LATENCY), ct.float32)
+    bv = ct.astype(_flat_tile(b, TILE, BOUNDS, LATENCY), ct.float32)
     denom = 1.0 + ct.exp2(av * -LOG2E, flush_to_zero=True)
     gated = ct.truediv(av, denom, flush_to_zero=True, rounding_mode=ct.RoundingMode.APPROX) * bv
-    ct.store(out, (ct.bid(0),), ct.astype(gated, out.dtype))
+    ct.store(out, (ct.bid(0),), ct.astype(gated, out.dtype), check_bounds=BOUNDS)
 
 
 @dataclass(frozen=True)
@@ -173,13 +195,14 @@ class RowConfig:
     one_pass: bool = False  # layer norm only: mean and E[x^2] in one pass (non-persistent kernel)
     cheap_stats: bool = False  # layer norm only (round 4, one-pass): sums times 1/n, rsqrt without denormal path
     affine_fma: bool = False  # layer norm only (round 4, with cheap_stats): y = (x*rstd - mean*rstd)*w + b, 2 FMAs
+    bounds: bool = True  # round 5: False = check_bounds=False on the row tiles (whole tiles only)
 
     def label(self) -> str:
         return (f"tm={self.tile_m} occ={self.occupancy or '-'} warps={self.warps or '-'} "
                 f"{'persistent' if self.persistent else 'grid=all'} "
                 f"load={'tma' if self.load_tma else 'ldg'} store={'tma' if self.store_tma else 'stg'}"
                 + (" one-pass" if self.one_pass else "") + (" cheap-stats" if self.cheap_stats else "")
-                + (" fma-affine" if self.affine_fma else ""))
+                + (" fma-affine" if self.affine_fma else "") + ("" if self.bounds else " unchecked"))
 
 
 @dataclass(frozen=True)
@@ -189,11 +212,14 @@ class SwigluConfig:
     occupancy: int
     fast: bool
     load_tma: bool | None = None  # None: the compiler chooses (it picks LDG here, and with True too)
+    bounds: bool = True  # flat only (round 5): False = check_bounds=False (whole tiles only)
+    latency: int = 0  # flat only (round 5): latency hint on both loads, 0 = none
 
     def label(self) -> str:
         shape = f"flat {self.tile_n}" if self.tile_m == 0 else f"{self.tile_m}x{self.tile_n}"
         tma = {None: "", True: " load=tma", False: " load=ldg"}[self.load_tma]
-        return f"tile={shape} occ={self.occupancy or '-'} {'fast' if self.fast else 'precise'} sigmoid{tma}"
+        return (f"tile={shape} occ={self.occupancy or '-'} {'fast' if self.fast else 'precise'} sigmoid{tma}"
+                + ("" if self.bounds else " unchecked") + (f" latency={self.latency}" if self.latency else ""))
 
 
 def _row_grid(rows: int, cfg: RowConfig, device_index: int) -> tuple[int]:
@@ -215,15 +241,17 @@ def row_function(op: str, cfg: RowConfig):
         rows = as_rows(x)
         out = torch.empty_like(rows)
         tile_n = next_power_of_2(rows.shape[1])
+        if not cfg.bounds and (rows.shape[0] % cfg.tile_m or rows.shape[1] != tile_n):
+            raise ValueError(f"unchecked tiles need whole tiles: {tuple(rows.shape)} vs {cfg.tile_m}x{tile_n}")
         grid = _row_grid(rows.shape[0], cfg, rows.device.index)
         if op == "softmax":
             args = (rows, out, cfg.tile_m, tile_n, *flags)
         elif op == "layer_norm":
             args = (rows, *[p.contiguous() for p in params], out, 1e-5, cfg.tile_m, tile_n, *flags, cfg.one_pass,
-                    cfg.cheap_stats, cfg.affine_fma)
+                    cfg.cheap_stats, cfg.affine_fma, cfg.bounds)
         else:
             eps = 1e-6 if op == "rms_norm" else 1e-5
-            args = (rows, *[p.contiguous() for p in params], out, eps, cfg.tile_m, tile_n, *flags)
+            args = (rows, *[p.contiguous() for p in params], out, eps, cfg.tile_m, tile_n, *flags, cfg.bounds)
         ct.launch(current_stream(), grid, kernel, args)
         return out.view(x.shape)
 
@@ -236,8 +264,11 @@ def swiglu_function(cfg: SwigluConfig):
     def run(a, b):
         if cfg.tile_m == 0:
             a1, b1 = a.contiguous().view(-1), b.contiguous().view(-1)
+            if not cfg.bounds and a1.numel() % cfg.tile_n:
+                raise ValueError(f"unchecked tiles need whole tiles: {a1.numel()} elements, tile {cfg.tile_n}")
             out = torch.empty_like(a1)
-            ct.launch(current_stream(), (ct.cdiv(a1.numel(), cfg.tile_n),), kernel, (a1, b1, out, cfg.tile_n))
+            ct.launch(current_stream(), (ct.cdiv(a1.numel(), cfg.tile_n),), kernel,
+                      (a1, b1, out, cfg.tile_n, cfg.bounds, cfg.latency))
             return out.view(a.shape)
         a2, b2 = as_rows(a), as_rows(b)
         out = torch.empty_like(a2)
@@ -311,7 +342,19 @@ def row_configs(row_bytes: int, rounds: set[int] | None = None) -> list[RowConfi
         RowConfig(tm32, 2, f, t, f, 0, True, True, True),  # 4 compute warps, 128 registers
         RowConfig(tm32, 1, t, t, f, 8, True, True, True),  # step 08's TileGym persistent layout
     ]
-    chosen = {1: first, 2: second, 3: third, 4: fourth}
+    # Round 5, the last 1-3 % against torch.compile: the shipped best layouts (rms_norm step 05, layer_norm
+    # step 11) with and without check_bounds=False on the row tiles (playbook entry N: not measured on the
+    # H200 before), then half and double the rows per CTA without the checks.
+    fifth = [
+        RowConfig(tm16, 4, f, t, f),  # rms_norm step 05 (8 rows of 1024 fp16 per CTA)
+        RowConfig(tm16, 4, f, t, f, bounds=False),
+        RowConfig(tm8, 4, f, t, f, bounds=False),
+        RowConfig(tm32, 2, f, t, f, bounds=False),
+        RowConfig(tm16, 4, f, t, f, 0, True, True, True),  # layer_norm step 11
+        RowConfig(tm16, 4, f, t, f, 0, True, True, True, bounds=False),
+        RowConfig(tm8, 4, f, t, f, 0, True, True, True, bounds=False),
+    ]
+    chosen = {1: first, 2: second, 3: third, 4: fourth, 5: fifth}
     return [c for r, cs in chosen.items() if rounds is None or r in rounds for c in cs]
 
 
@@ -343,6 +386,14 @@ SWIGLU_ROUNDS = {1: [
     SwigluConfig(0, 4096, 4, True),
     SwigluConfig(1, 512, 0, True),
     SwigluConfig(1, 1024, 8, True),
+], 5: [  # step 06 against check_bounds=False and latency hints on its loads (playbook entry N)
+    SwigluConfig(0, 1024, 0, True),
+    SwigluConfig(0, 1024, 0, True, bounds=False),
+    SwigluConfig(0, 2048, 0, True, bounds=False),
+    SwigluConfig(0, 4096, 0, True, bounds=False),
+    SwigluConfig(0, 1024, 0, True, latency=10),
+    SwigluConfig(0, 1024, 0, True, bounds=False, latency=10),
+    SwigluConfig(0, 1024, 8, True, bounds=False),
 ]}
 
 
@@ -368,11 +419,14 @@ def _compile_config(job: tuple) -> str:
         return f"{case.kernel} {cfg.label()}: {kb._error(exc)}"
 
 
-def sweep_case(case, budget: dict, copy_tbps: float, rounds: set[int] | None = None) -> list[dict]:
+def sweep_case(case, budget: dict, copy_tbps: float, rounds: set[int] | None = None,
+               with_compile: bool = False) -> list[dict]:
     inputs = kb.make_inputs(case)
     expected = kb.torch_reference(case)(*inputs)
     units = kb.work_units(case, inputs)
     configs = [(cfg.label(), function_for(case, cfg)) for cfg in configs_for(case, rounds)]
+    if with_compile:  # torch.compile of the same reference, timed in the same run as the configs
+        configs.append(("torch.compile (Inductor)", torch.compile(kb.torch_reference(case))))
     rows = []
     for label, fn in configs:
         row = {"case": f"{case.kernel} {'x'.join(map(str, case.shape))} {str(case.dtype).replace('torch.', '')}",
@@ -400,8 +454,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="run only cases whose kernel name starts with this (repeatable)")
     parser.add_argument("--precompile", type=int, default=0, metavar="N",
                         help="compile every config first in N processes (cuTile's disk cache)")
-    parser.add_argument("--round", action="append", type=int, default=[], choices=(1, 2, 3, 4),
+    parser.add_argument("--round", action="append", type=int, default=[], choices=(1, 2, 3, 4, 5),
                         help="only the configs of this sweep round (repeatable; default: all rounds)")
+    parser.add_argument("--with-compile", action="store_true",
+                        help="add a torch.compile row per case, timed in the same run")
     args = parser.parse_args(argv)
     rounds = set(args.round) or None
     if not torch.cuda.is_available():
@@ -417,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     copy_tbps = kb.copy_bandwidth_tbps(budget, args.quick)
     print(f"copy ceiling {copy_tbps:.3f} TB/s; times: median, cold L2, CUDA events (cutile_perf.bench)")
     for case in cases:
-        rows = sweep_case(case, budget, copy_tbps, rounds)
+        rows = sweep_case(case, budget, copy_tbps, rounds, args.with_compile)
         for r in sorted(rows, key=lambda r: r["ms"] if r["ms"] is not None else float("inf")):
             ms = f"{r['ms']:.4f}" if r["ms"] is not None else "n/a"
             pct = f"{r['pct']:.1f} %" if r["pct"] is not None else ""

@@ -137,7 +137,7 @@ def test_sweep_rounds_partition_the_configs_of_every_memory_case():
     sweep = load_sweep()
     for case in [c for c in sweep.kb.FULL_CASES if c.kind == "memory"]:
         everything = sweep.configs_for(case)
-        by_round = [cfg for r in (1, 2, 3, 4) for cfg in sweep.configs_for(case, {r})]
+        by_round = [cfg for r in (1, 2, 3, 4, 5) for cfg in sweep.configs_for(case, {r})]
         assert everything == by_round and everything
         if case.module != "layer_norm":  # one-pass statistics and round 4's knobs exist only in the layer norm kernel
             assert not any(getattr(cfg, k, False) for cfg in everything for k in ("one_pass", "cheap_stats", "affine_fma"))
@@ -162,14 +162,21 @@ def test_sweep_kernels_compile_for_sm90():
 
     h2, h1, b2, b1 = (contiguous(ct.float16, 2), contiguous(ct.float16, 1), contiguous(ct.bfloat16, 2),
                       contiguous(ct.bfloat16, 1))
-    cases = [
-        (sweep.rms_norm_kernel, [h2, h1, h2, scalar(ct.float32), 8, 1024, False, True, False]),
-        (sweep.layer_norm_kernel, [h2, h1, h1, h2, scalar(ct.float32), 8, 1024, True, True, False, True, False, False]),
-        (sweep.layer_norm_kernel, [h2, h1, h1, h2, scalar(ct.float32), 8, 1024, False, True, False, True, True, True]),
-        (sweep.layer_norm_kernel, [h2, h1, h1, h2, scalar(ct.float32), 16, 1024, True, True, False, True, True, True]),
+    cases = [  # BOUNDS (the row kernels' last flag, the flat SwiGLU's next to last): False = check_bounds=False
+        (sweep.rms_norm_kernel, [h2, h1, h2, scalar(ct.float32), 8, 1024, False, True, False, True]),
+        (sweep.rms_norm_kernel, [h2, h1, h2, scalar(ct.float32), 8, 1024, False, True, False, False]),
+        (sweep.layer_norm_kernel, [h2, h1, h1, h2, scalar(ct.float32), 8, 1024, True, True, False, True, False, False,
+                                   True]),
+        (sweep.layer_norm_kernel, [h2, h1, h1, h2, scalar(ct.float32), 8, 1024, False, True, False, True, True, True,
+                                   True]),
+        (sweep.layer_norm_kernel, [h2, h1, h1, h2, scalar(ct.float32), 8, 1024, False, True, False, True, True, True,
+                                   False]),
+        (sweep.layer_norm_kernel, [h2, h1, h1, h2, scalar(ct.float32), 16, 1024, True, True, False, True, True, True,
+                                   True]),
         (sweep.softmax_kernel, [h2, h2, 1, 4096, False, False, False]),
         (sweep.swiglu_kernel, [b2, b2, b2, 1, 1024, True, 0]),
-        (sweep.swiglu_flat_kernel, [b1, b1, b1, 1024]),
+        (sweep.swiglu_flat_kernel, [b1, b1, b1, 1024, True, 0]),
+        (sweep.swiglu_flat_kernel, [b1, b1, b1, 1024, False, 10]),
     ]
     for kernel, params in cases:
         cubin = io.BytesIO()

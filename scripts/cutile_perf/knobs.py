@@ -56,6 +56,7 @@ FOREIGN_ENV_VARS: dict[str, str] = {
     "TILEIR_ENABLE_AUTOGEN_ALIAS_MEM_TOKEN": "Triton TileIR backend: auto memory tokens for aliasing accesses (default on)",
     "TILE_IR_DISABLE_FMAD": "Triton TileIR backend: 1 disables FMA contraction",
     "PYTHONPATH": "python: module search path",
+    "TORCH_LOGS": "torch: output_code prints the Triton code torch.compile generates (benchmarks/profile_gap.py)",
 }
 
 _TRUE = {"1", "true", "yes", "on"}
