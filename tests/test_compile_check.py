@@ -236,6 +236,41 @@ def test_compile_error_and_spec_mismatch_are_results_with_exit_1(suite_path, cap
     assert code == 1 and "missing ['eps']" in result["error"] and "unknown ['epsilon']" in result["error"]
 
 
+
+TRAP_KERNEL = """\
+import cuda.tile as ct
+
+
+@ct.kernel
+def unchecked_kernel(x, out, TILE: ct.Constant[int]):
+    t = ct.load(x, (ct.bid(0),), (TILE,), padding_mode=ct.PaddingMode.ZERO, check_bounds=False)
+    ct.store(out, (ct.bid(0),), t, check_bounds=False)
+"""
+
+
+def test_known_compile_traps_names_the_padded_unchecked_load_with_its_file_line():
+    (trap,) = compilecheck.known_compile_traps(TRAP_KERNEL, first_line=10)
+    assert trap.startswith("line 15: a load with padding_mode and check_bounds=False")
+    # Either keyword alone is fine, and so is a store without bounds checks.
+    assert compilecheck.known_compile_traps(TRAP_KERNEL.replace("padding_mode=ct.PaddingMode.ZERO, ", "")) == []
+    assert compilecheck.known_compile_traps(TRAP_KERNEL.replace("check_bounds=False)\n    ct.store", ")\n    ct.store")) == []
+    assert compilecheck.known_compile_traps("def broken(:\n") == []
+
+
+@pytest.mark.toolchain
+def test_a_silent_tileiras_failure_is_explained_by_the_known_trap(tmp_path, capsys):
+    """tileiras 13.4 fails padding_mode=ZERO with check_bounds=False with only "failed to compile Tile
+    IR program"; compile-check names the call."""
+    kernel = tmp_path / "trap.py"
+    kernel.write_text(TRAP_KERNEL)
+    spec = tmp_path / "sig.yaml"
+    spec.write_text("unchecked_kernel:\n  signatures:\n    - x: bfloat16[1]\n      out: bfloat16[1]\n      TILE: 1024\n")
+    code, data = cli(capsys, "--repo", str(tmp_path), "--kernel", str(kernel), "--spec", str(spec))
+    (result,) = data["results"]
+    assert code == 1 and not result["ok"]
+    assert "failed to compile Tile IR program" in result["error"]
+    assert "likely cause: line 6: a load with padding_mode and check_bounds=False" in result["error"]
+
 # --- --record: the tests' own launches become the spec --------------------------------------------
 
 SIM_KERNEL = '''\

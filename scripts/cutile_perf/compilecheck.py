@@ -30,7 +30,9 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import inspect
 import re
+import textwrap
 import sys
 import tempfile
 import time
@@ -339,6 +341,40 @@ def compile_signature(kernel, signature, arch: str, workdir: Path) -> tuple[byte
     return Path(cubin_path).read_bytes(), remarks
 
 
+# tileiras' bare "failed to compile Tile IR program" (exit 5) says nothing about the cause. Calls it
+# is known to refuse, each found on the H200 toolchain (tileiras 13.4), get named next to it.
+_SILENT_FAILURE = "failed to compile Tile IR program"
+
+
+def known_compile_traps(func_source: str, first_line: int = 1) -> list[str]:
+    """Calls in a kernel's source that tileiras 13.4 refuses without saying why (pure; ``first_line``:
+    the source's line number in its file)."""
+    try:
+        tree = ast.parse(textwrap.dedent(func_source))
+    except SyntaxError:
+        return []
+    traps = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "load"):
+            continue
+        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        unchecked = keywords.get("check_bounds")
+        if "padding_mode" in keywords and isinstance(unchecked, ast.Constant) and unchecked.value is False:
+            traps.append(f"line {first_line + node.lineno - 1}: a load with padding_mode and check_bounds=False "
+                         "(tileiras 13.4 refuses the pair; drop padding_mode, nothing is out of bounds there)")
+    return traps
+
+
+def _kernel_traps(kernel) -> list[str]:
+    """known_compile_traps of a @ct.kernel's Python function; [] when its source cannot be read."""
+    func = getattr(kernel, "_pyfunc", None)  # cuda-tile 1.7 keeps the decorated function there
+    try:
+        lines, start = inspect.getsourcelines(func)
+    except (OSError, TypeError):
+        return []
+    return known_compile_traps("".join(lines), start)
+
+
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}"[:400]
@@ -361,6 +397,8 @@ def check_kernel(kernel, name: str, signatures: list[tuple[str, Any]], *, source
                 cubin, remarks = compile_signature(kernel, signature, arch, Path(tmp))
             except Exception as exc:
                 result.error = _one_line(exc)
+                if _SILENT_FAILURE in result.error and (traps := _kernel_traps(kernel)):
+                    result.error += "; likely cause: " + "; ".join(traps)
             else:
                 result.ok = True
                 result.remarks = summarize_remarks(remarks) if remarks is not None else {"note": "no remarks asked"}
