@@ -179,3 +179,21 @@ def test_survey_and_init_find_an_uninstalled_checkout_through_its_src(tilegym_li
         assert row["runs"][which]["ok"], row
     assert main(["init", "--repo", str(repo), "--kernel", "rms_norm", "--timeout", "60", "--json"]) == 0
     assert "No module named" not in capsys.readouterr().out
+
+
+def test_self_tuning_hint_names_kernels_that_tune_at_launch():
+    assert "tunes itself" in survey.self_tuning_hint("result = exhaustive_search(list(configs()), stream, grid_fn)")
+    assert "tunes itself" in survey.self_tuning_hint("def _persistent_bmm_autotune_base(stream, a, b):")
+    assert survey.self_tuning_hint("ct.launch(stream, grid, kernel, args)  # autotuned offline") == ""
+
+
+def test_a_timeout_in_a_self_tuning_kernel_says_why_it_may_be_slow(tilegym_like_repo, capsys):
+    """TileGym's bmm on the H200: its first correctness case tunes 18 configs and ran past 150 s."""
+    edit_kernel(tilegym_like_repo, sleep=30.0)
+    kernel = tilegym_like_repo / KERNEL_REL
+    kernel.write_text(kernel.read_text() + "\n\ndef _unused():\n    return exhaustive_search(None)\n")
+    git(tilegym_like_repo, "commit", "-qam", "the simulated kernel tunes itself")
+    code, data = cli(capsys, tilegym_like_repo, "--run", "--sample", "1", "--timeout", "3")
+    run = by_op(data)["rms_norm"]["runs"]["correctness"]
+    assert run["crash"] == "timeout" and not run["cut"], run
+    assert "killed after 3 s; the kernel file tunes itself" in run["detail"]

@@ -106,6 +106,27 @@ def _session_for(root: Path, kernel_rel: str, test_rel: str, perf_rel: str | Non
         base_commit="", branch="", created="")
 
 
+# A kernel file that tunes itself at launch can spend minutes in its first test: TileGym's bmm runs
+# exhaustive_search over 18 sm_90 configs for every new shape, and its first correctness case ran
+# past the H200 survey's 150 s timeout. Said next to such a timeout, so it is not read as a hang.
+_SELF_TUNING = re.compile(r"exhaustive_search\s*\(|autotune\w*\s*\(")
+
+
+def self_tuning_hint(kernel_source: str) -> str:
+    """'' or what to do about a run killed at its timeout when the kernel file tunes itself (pure)."""
+    if not _SELF_TUNING.search(kernel_source):
+        return ""
+    return ("the kernel file tunes itself at launch (exhaustive_search/autotune), often per shape: raise "
+            "--timeout, or narrow the correctness command to a few shapes before the baseline")
+
+
+def _kernel_source(session: session_mod.Session) -> str:
+    try:
+        return (session.repo / session.kernel_files[0]).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
 def import_path(session: session_mod.Session) -> dict[str, str]:
     """The op's checkout first on PYTHONPATH, as init and the measured runs have it."""
     return pristine.import_path(session.repo, session.kernel_files, os.environ.get("PYTHONPATH", ""))
@@ -167,6 +188,8 @@ def _run_one(session: session_mod.Session, which: str, sel: selection.Selection,
             crash = "no-record"
     if crash and not detail:
         detail = selection.error_summary(result.tail()) if not result.timed_out else f"killed after {timeout_s:g} s"
+        if result.timed_out and not capped and (hint := self_tuning_hint(_kernel_source(session))):
+            detail += f"; {hint}"
     return RunSummary(crash is None, crash, round(result.duration_s, 1), tests, count, outcomes, detail,
                       cut=capped and result.timed_out)
 
