@@ -129,13 +129,6 @@ class Decision:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def changed(self) -> list[tuple[str, object, object]]:
-        """``(name, value, default)`` of each threshold set away from its default. They may be
-        edited until the baseline, and an agent short of GPU time has reasons to loosen one (the
-        plausibility re-check costs interleaved pairs), so status and the report name them."""
-        defaults = asdict(Thresholds())
-        return [(name, value, defaults[name]) for name, value in asdict(self).items() if value != defaults[name]]
-
 
 # --- measurements -------------------------------------------------------------------------------
 
