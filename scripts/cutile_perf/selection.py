@@ -7,6 +7,7 @@ unless the test module itself does at import time.
 """
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import tempfile
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cutile_perf import records, runner
+from cutile_perf import pristine, records, runner
 from cutile_perf import session as session_mod
 
 # Verbosity flags are dropped: "-v" would turn the one-node-id-per-line listing into a tree.
@@ -76,13 +77,19 @@ def error_summary(text: str) -> str:
     return " | ".join((errors or lines)[-3:])[:400] or "pytest produced no output"
 
 
+def import_env(session: session_mod.Session) -> dict[str, str]:
+    """The session's checkout first on PYTHONPATH (``pristine.import_path``), for init's and survey's
+    children: they import the fenced code from where the measured runs of ``try`` do."""
+    return pristine.import_path(session.repo, session.kernel_files, os.environ.get("PYTHONPATH", ""))
+
+
 def collect(which: str, argv: Sequence[str], *, cwd: Path, timeout_s: float = COLLECT_TIMEOUT_S,
             env: dict[str, str] | None = None) -> Selection:
     """Run the collection of ``argv`` in ``cwd``; never raises for a failing pytest.
 
     Output goes to a temporary file (the runner's rule: never an unread pipe) and bytecode writing
     is off, so a refused ``init`` leaves the repository exactly as it was. ``env``: more variables
-    for the child (the checkout's import path, ``pristine.import_path``).
+    for the child (the checkout's import path, ``import_env``).
     """
     full = collect_argv(argv)
     with tempfile.TemporaryDirectory(prefix="cutile-perf-collect-") as tmp:

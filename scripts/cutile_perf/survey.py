@@ -10,7 +10,6 @@ bytecode writing off; nothing in the repository is changed. Library only: nothin
 """
 from __future__ import annotations
 
-import os
 import re
 import tempfile
 import time
@@ -19,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from cutile_perf import kernel_scan, pristine, records, runner, selection
+from cutile_perf import kernel_scan, records, runner, selection
 from cutile_perf import session as session_mod
 from cutile_perf.decide import Thresholds
 from cutile_perf.errors import UsageError
@@ -127,11 +126,6 @@ def _kernel_source(session: session_mod.Session) -> str:
         return ""
 
 
-def import_path(session: session_mod.Session) -> dict[str, str]:
-    """The op's checkout first on PYTHONPATH, as init and the measured runs have it."""
-    return pristine.import_path(session.repo, session.kernel_files, os.environ.get("PYTHONPATH", ""))
-
-
 def sampled_argv(argv: list[str], test_rel: str, node_ids: tuple[str, ...], sample: int,
                  offset: int = 0) -> tuple[list[str], int]:
     """``argv`` with its test-file argument replaced by ``sample`` selected node ids from ``offset``.
@@ -164,7 +158,7 @@ def _run_one(session: session_mod.Session, which: str, sel: selection.Selection,
     argv, tests = sampled_argv(argv, test_rel, sel.node_ids, sample, offset)
     stem = session.kernel_files[0].replace("/", "__").removesuffix(".py")
     out = log_dir / f"{stem}-{which}.log"
-    env = {**import_path(session), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {**selection.import_env(session), "PYTHONDONTWRITEBYTECODE": "1"}
     records_file = log_dir / f"{stem}-perf.records.jsonl"
     if which == "perf":
         records_file.unlink(missing_ok=True)
@@ -224,7 +218,7 @@ def survey_op(root: Path, kernel: Path, *, run: bool, timeout_s: float, sample: 
             return row
         cap = budget.cap(timeout_s)
         row.selections[which] = selection.collect(which, session.argv(which), cwd=root, timeout_s=cap,
-                                                  env=import_path(session))
+                                                  env=selection.import_env(session))
         if cap < timeout_s and row.selections[which].error.startswith("collection did not finish"):
             row.not_done = "budget spent during collection"
             return row

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import re
 from pathlib import Path
 
-from cutile_perf import atomic, envcheck, git_ops, kernel_scan, playbook, pristine, selection
+from cutile_perf import atomic, envcheck, git_ops, kernel_scan, playbook, selection
 from cutile_perf import session as session_mod
 from cutile_perf.commands import Outcome, say
 from cutile_perf.decide import Thresholds
@@ -137,7 +136,7 @@ def check_selections(session: session_mod.Session, *, timeout_s: float) -> list[
     at import) is not a refusal: setting up on a CPU machine and measuring elsewhere is allowed,
     and the line printed says the selection was not checked.
     """
-    env = pristine.import_path(session.repo, session.kernel_files, os.environ.get("PYTHONPATH", ""))
+    env = selection.import_env(session)
     found = [selection.collect(which, session.argv(which), cwd=session.repo, timeout_s=timeout_s, env=env)
              for which in ("correctness", "perf")]
     by_name = {sel.which: sel for sel in found}
