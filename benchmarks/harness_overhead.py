@@ -33,6 +33,9 @@ and each stage with cuTile's compile cache cold and warm: the difference is JIT 
 
     python benchmarks/harness_overhead.py --tilegym <TileGym> --op layer_norm_legacy --tries 4
     python benchmarks/harness_overhead.py --tilegym <TileGym> --op swiglu --correctness-jobs 4 --prestart-perf
+
+``--no-jit-cache`` measures a session without the guarded cuTile compile cache (``jitcache.py``), as
+the loop ran before it existed.
 """
 from __future__ import annotations
 
@@ -186,7 +189,7 @@ def _print_table(title: str, rows: list[tuple[str, float, str]]) -> None:
 
 
 def tilegym(src: Path, op: str, tries: int, repeats: int, probes: int, out: Path | None,
-            correctness_jobs: int = 1, prestart_perf: bool = False) -> None:
+            correctness_jobs: int = 1, prestart_perf: bool = False, jit_cache: bool = True) -> None:
     """Run the loop on a fresh git copy of ``src`` and print where a try's time goes, step by step."""
     import shutil  # noqa: PLC0415
 
@@ -203,8 +206,13 @@ def tilegym(src: Path, op: str, tries: int, repeats: int, probes: int, out: Path
         cli = [sys.executable, "-m", "cutile_perf"]
         init = [*cli, 'init', '--kernel', kernel, '--test', test, '--correctness-jobs', str(correctness_jobs),
                 *(['--prestart-perf'] if prestart_perf else [])]
-        _say(f"{op}: init (correctness in {correctness_jobs} children, perf pre-started: {prestart_perf}) "
-             f"{_wall(init, work, env):.1f} s")
+        _say(f"{op}: init (correctness in {correctness_jobs} children, perf pre-started: {prestart_perf}, "
+             f"session JIT cache: {jit_cache}) {_wall(init, work, env):.1f} s")
+        if not jit_cache:  # session.yaml may be edited until the baseline
+            import yaml  # noqa: PLC0415
+
+            path = work / "sandbox/session.yaml"
+            path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), "jit_cache": False}, sort_keys=False))
         _say(f"{op}: baseline --repeats {repeats} {_wall([*cli, 'baseline', '--repeats', str(repeats)], work, env):.1f} s")
         log_path = work / "sandbox/experiments.jsonl"
         for i in range(tries):
@@ -257,12 +265,15 @@ def main_cli() -> int:
     parser.add_argument("--out", type=Path, help="with --tilegym: copy the session log here after each try")
     parser.add_argument("--correctness-jobs", type=int, default=1,
                         help="with --tilegym: init --correctness-jobs N (correctness in N children at once)")
+    parser.add_argument("--no-jit-cache", dest="jit_cache", action="store_false",
+                        help="with --tilegym: session.yaml jit_cache: false (fresh checkout paths, the user's cuTile "
+                             "cache: every try recompiles every kernel)")
     parser.add_argument("--prestart-perf", action="store_true",
                         help="with --tilegym: init --prestart-perf (perf child started during correctness)")
     args = parser.parse_args()
     if args.tilegym:
         tilegym(args.tilegym.resolve(), args.op, args.tries, args.repeats, args.probes, args.out, args.correctness_jobs,
-                args.prestart_perf)
+                args.prestart_perf, args.jit_cache)
         return 0
     rows = measure(args.iterations, args.runs)
     width = max(len(name) for name, *_ in rows)

@@ -14,7 +14,8 @@ import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from cutile_perf import atomic, envcheck, git_ops, log, render
@@ -230,7 +231,9 @@ class StageRunner:
     for: the baseline, every candidate, the interleaved re-check and ``verify`` all measure this way.
     """
 
-    def __init__(self, session: Session, g, deadline, clock: Clock, on_start=None):
+    def __init__(self, session: Session, g, deadline, clock: Clock, on_start=None, fresh_compile_cache: bool = False):
+        """``fresh_compile_cache``: compile everything in an empty cache of this runner's own
+        (``verify``) instead of the session's guarded one; only with ``jit_cache`` on."""
         from cutile_perf import measure  # noqa: PLC0415 - measure imports session, not iteration
 
         self.measure = measure
@@ -238,6 +241,9 @@ class StageRunner:
         self.tracked = git_ops.tracked_files(g)
         self.checkouts: dict = {}
         self.fenced: dict[str, list[str]] = {}
+        self.fresh_compile_cache = fresh_compile_cache
+        self.compile_cache: Path | None = None  # set on entry when the session keeps a JIT cache
+        self._exits = contextlib.ExitStack()
 
     def fenced_files(self, commit: str) -> list[str]:
         # Asked for by every stage of a commit: list its tree once.
@@ -249,8 +255,12 @@ class StageRunner:
         from cutile_perf import pristine  # noqa: PLC0415
 
         if commit not in self.checkouts:
-            self.checkouts[commit] = pristine.build(self.g, protected_from=self.session.base_commit,
-                                                    fenced_from=commit, fence=self.session.fence)
+            # With the JIT cache, the n-th checkout of every command has the same path (the cache
+            # keys embed it); without it, a fresh random one as always.
+            slot = pristine.slot_root(self.session.repo, len(self.checkouts)) if self.compile_cache else None
+            built = pristine.build(self.g, protected_from=self.session.base_commit, fenced_from=commit,
+                                   fence=self.session.fence, root=slot)
+            self.checkouts[commit] = replace(built, compile_cache=self.compile_cache)
         return self.checkouts[commit]
 
     def stage(self, name: str, tag: str, commit: str, session: Session | None = None):
@@ -310,11 +320,26 @@ class StageRunner:
         return self.measure.defined_names(self.checkout(commit).root, self.fenced_files(commit))
 
     def close(self) -> None:
-        for checkout in self.checkouts.values():
-            checkout.remove()
-        self.checkouts.clear()
+        try:
+            for checkout in self.checkouts.values():
+                checkout.remove()
+            self.checkouts.clear()
+        finally:
+            self._exits.close()  # records the session cache: every child of this command has ended
 
     def __enter__(self) -> StageRunner:
+        from cutile_perf import jitcache  # noqa: PLC0415
+
+        if self.session.jit_cache:
+            if self.fresh_compile_cache:
+                self.compile_cache = self._exits.enter_context(jitcache.fresh_dir())
+            else:
+                self.compile_cache = jitcache.session_dir(self.session.sandbox)
+                dropped = self._exits.enter_context(jitcache.guarded(self.compile_cache))
+                if dropped:
+                    say(f"warning: dropped {len(dropped)} compiled kernel(s) from {self.compile_cache} that no "
+                        "cutile-perf command recorded (written by something else, or changed since); "
+                        "they are compiled again from the commits")
         return self
 
     def __exit__(self, *exc) -> None:

@@ -29,7 +29,7 @@ OWN_ENV_VARS: dict[str, str] = {
 # Read by cuda-tile 1.7, tileiras, TileGym or the Triton TileIR backend (never by us, except
 # where noted): the docs may name them.
 FOREIGN_ENV_VARS: dict[str, str] = {
-    "CUDA_TILE_CACHE_DIR": "cuda-tile: disk cache directory (0/off/none disables it)",
+    "CUDA_TILE_CACHE_DIR": "cuda-tile: disk cache directory (0/off/none disables it); the harness sets it for its pytest children to sandbox/jit-cache/ (verify: an empty folder of its own) when session.yaml has jit_cache: true",
     "CUDA_TILE_CACHE_SIZE": "cuda-tile: disk cache size limit in bytes",
     "CUDA_TILE_COMPILER_TIMEOUT_SEC": "cuda-tile: tileiras timeout",
     "CUDA_TILE_TEMP_DIR": "cuda-tile: temporary files",

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from cutile_perf import pristine, records, runner, runreport
+from cutile_perf import jitcache, pristine, records, runner, runreport
 from cutile_perf.crash import CrashClass
 from cutile_perf.decide import StageEvidence
 from cutile_perf.session import Session
@@ -231,6 +231,8 @@ def _run_child(session, name, deadline, checkout, fenced_files, on_start, output
         overrides["CUTILE_PERF_DEFENCE"] = "1"
     if shard is not None:
         overrides["CUTILE_PERF_SHARD"] = f"{shard[0]}/{shard[1]}"
+    if checkout.compile_cache is not None:
+        overrides[jitcache.ENV] = str(checkout.compile_cache)
     env = pristine.child_env(checkout.root, fenced_files, private / "pycache",
                              {**overrides, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
     argv = [*session.argv(name), *records.PYTEST_PLUGIN_ARGS]

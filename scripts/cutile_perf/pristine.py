@@ -19,6 +19,7 @@ to a per-run prefix, so an editable install of the same package elsewhere is nev
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import stat
@@ -43,6 +44,8 @@ class Checkout:
     fenced_from: str
     skipped: tuple[str, ...]  # committed paths deliberately not written (start-up files, bytecode, links out)
     written: tuple[str, ...] = ()  # the committed files the checkout holds: what a child may not change
+    # The cuTile compile cache its children use (jitcache.py); None: whatever the environment says.
+    compile_cache: Path | None = None
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -65,9 +68,39 @@ def composed_entries(g, protected_from: str, fenced_from: str, fence: Iterable[s
     return sorted(protected + fenced, key=lambda e: e.path)
 
 
-def build(g, *, protected_from: str, fenced_from: str, fence: Iterable[str], parent: Path | None = None) -> Checkout:
-    """Write the composed tree into a new temporary directory (outside the repository)."""
-    root = Path(tempfile.mkdtemp(prefix="cutile-perf-checkout-", dir=parent))
+def slot_root(repo: Path, index: int) -> Path | None:
+    """The stable path of a repository's ``index``-th checkout in a loop command, or None when the
+    per-user folder holding them is not safely ours (then the checkout gets a fresh random path).
+
+    Stable, because cuTile's compile cache keys embed the kernel file's absolute path (jitcache.py):
+    the same path from one command to the next is what lets an unchanged kernel hit the cache.
+    Outside the repository, like every checkout, and one folder per repository.
+    """
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    base = Path(tempfile.gettempdir()) / f"cutile-perf-checkouts-{uid}"
+    try:
+        base.mkdir(mode=0o700, exist_ok=True)
+        info = os.lstat(base)
+    except OSError:
+        return None
+    # A shared temp folder: a folder someone else made (or a link) under our name is not used.
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != uid):
+        return None
+    tag = hashlib.sha256(str(Path(repo).resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return base / tag / f"slot-{index}"
+
+
+def build(g, *, protected_from: str, fenced_from: str, fence: Iterable[str], parent: Path | None = None,
+          root: Path | None = None) -> Checkout:
+    """Write the composed tree into ``root`` (emptied first: a slot from ``slot_root``) or, without
+    it, into a new temporary directory; either way outside the repository."""
+    if root is None:
+        root = Path(tempfile.mkdtemp(prefix="cutile-perf-checkout-", dir=parent))
+    else:
+        if root.is_symlink():  # rmtree refuses a link, and writing through one would leave the slot
+            root.unlink()
+        shutil.rmtree(root, ignore_errors=True)  # what an earlier command left, even after a kill -9
+        root.mkdir(parents=True)
     entries = composed_entries(g, protected_from, fenced_from, fence)
     files = [e for e in entries if e.mode not in (_MODE_SUBMODULE,) and not skipped_by_rule(e.path)]
     skipped = [e.path for e in entries if e not in files]

@@ -80,6 +80,10 @@ class Session:
     # try starts the perf child together with the correctness run and holds it before its first
     # test (runner.Gate): its start-up overlaps correctness; no perf test runs before that passed.
     prestart_perf: bool = False
+    # Children compile into the session's guarded cuTile cache (sandbox/jit-cache/) and checkouts
+    # sit at stable paths, so kernels a change leaves alone are not recompiled (jitcache.py). False:
+    # fresh checkout paths and the user's own cuTile cache, as before the setting existed.
+    jit_cache: bool = True
     schema: int = SCHEMA
 
     @property
@@ -209,7 +213,7 @@ def load(repo: Path) -> Session:
     if unknown:
         raise UsageError(f"{path}: unknown keys {sorted(unknown)}", f"allowed: {sorted(known)}")
     timeout_s = parse_timeout(data.get("timeout_s", 600.0), f"{path}: timeout_s")
-    for key in ("require_gpu", "defence", "prestart_perf"):
+    for key in ("require_gpu", "defence", "prestart_perf", "jit_cache"):
         if not isinstance(data.get(key, False), bool):
             raise UsageError(f"{path}: {key} must be true or false")
     if data.get("prestart_perf") and _runs_xdist(str(data["perf_cmd"])):

@@ -72,7 +72,10 @@ def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int, full
         corr_session = replace(session, correctness_cmd=session_mod.CORRECTNESS_TEMPLATE) if full_tests else session
         which = "init's correctness selection" if full_tests else "correctness"
         stages = 2 if full_tests else 1
-        with iteration.StageRunner(session, g, measure.Deadline(session.timeout_s * (pairs + stages)), clock) as runner:
+        # A fresh compile cache: verify trusts nothing but the commits, not even the session's
+        # guarded cache (jitcache.py, "What the guard does not stop").
+        with iteration.StageRunner(session, g, measure.Deadline(session.timeout_s * (pairs + stages)), clock,
+                                   fresh_compile_cache=True) as runner:
             say(f"{which} of {git_ops.short(g, b)}")
             corr = runner.stage("correctness", tag, b, session=corr_session)
             verdict = decide.judge_correctness(corr.evidence(), reference)

@@ -1,0 +1,119 @@
+"""The session's cuTile compile cache: kept from one loop command to the next, guarded in between.
+
+Why it exists. cuTile keeps compiled kernels in a disk cache (``cutile_cache``: one SQLite file,
+``cache.db``, rows of key -> cubin). The key hashes the kernel's TileIR bytecode, and that bytecode
+embeds the absolute path of the kernel's source file. The harness used to write every pristine
+checkout into a fresh temporary directory, so every key was new: each pytest child recompiled every
+kernel specialization it launched, in every ``try``, unchanged kernels included. Two pieces make
+unchanged kernels hit again:
+
+* checkouts go to stable slots (``pristine.slot_root``): the n-th checkout a loop command builds in
+  a repository always has the same path, so an unchanged kernel has the same bytecode and key;
+* the children's ``CUDA_TILE_CACHE_DIR`` is the session's own ``sandbox/jit-cache/``, never the
+  user's global cache, which anything on the machine may write.
+
+The guard. A cached cubin runs instead of compiling the committed source, so an entry planted by
+someone else would be measured as if the commit had produced it. Every loop command therefore
+starts with ``drop_unrecorded``: an entry that is not in the manifest, or whose cubin changed since
+it was recorded, is deleted (and reported) before any child starts; the command ends with
+``record``, which writes what its own children compiled into the manifest.
+
+What the guard does not stop (harness.md, "Limits"): a process that writes an entry while a loop
+command runs, or that rewrites the manifest along with the cache. ``verify`` is the backstop: it
+compiles everything afresh in an empty cache of its own (``fresh_dir``), from the commits alone.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
+
+from cutile_perf import atomic
+
+CACHE_DIR = "jit-cache"  # under sandbox/
+DB_FILE = "cache.db"  # cutile_cache's file name (tests/test_jitcache.py checks it against the package)
+MANIFEST_FILE = "manifest.json"
+ENV = "CUDA_TILE_CACHE_DIR"
+
+
+def session_dir(sandbox: Path) -> Path:
+    return sandbox / CACHE_DIR
+
+
+def entries(cache_dir: Path) -> dict[str, str] | None:
+    """key -> sha256 of its cubin, for every row of the cache; ``{}`` without a cache, ``None`` when
+    the file cannot be read as cuTile's cache (corrupt, or not SQLite)."""
+    db = cache_dir / DB_FILE
+    if not db.is_file():
+        return {}
+    try:
+        # Read-only: looking must never create or migrate the file.
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)) as conn:
+            return {key: hashlib.sha256(blob).hexdigest() for key, blob in conn.execute("SELECT key, blob FROM cache")}
+    except sqlite3.Error:
+        return None
+
+
+def _manifest(cache_dir: Path) -> dict[str, str]:
+    try:
+        data = json.loads((cache_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # no manifest (first command) or a broken one: nothing is vouched for
+    recorded = data.get("entries") if isinstance(data, dict) else None
+    return {k: v for k, v in recorded.items() if isinstance(k, str) and isinstance(v, str)} \
+        if isinstance(recorded, dict) else {}
+
+
+def unrecorded(found: dict[str, str], recorded: dict[str, str]) -> list[str]:
+    """The keys of ``found`` that ``recorded`` does not vouch for: new keys, or the same key with another cubin."""
+    return sorted(key for key, digest in found.items() if recorded.get(key) != digest)
+
+
+def drop_unrecorded(cache_dir: Path) -> list[str]:
+    """Delete every entry the manifest does not vouch for; return their keys (``["cache.db"]`` when the
+    whole file was unreadable and was removed)."""
+    found = entries(cache_dir)
+    if found is None:
+        (cache_dir / DB_FILE).unlink(missing_ok=True)
+        return [DB_FILE]
+    stray = unrecorded(found, _manifest(cache_dir))
+    if stray:
+        with closing(sqlite3.connect(cache_dir / DB_FILE, timeout=5.0)) as conn:
+            conn.executemany("DELETE FROM cache WHERE key = ?", [(key,) for key in stray])
+            conn.commit()
+    return stray
+
+
+def record(cache_dir: Path) -> None:
+    """Vouch for what the cache holds now (called when a loop command's children have all ended)."""
+    found = entries(cache_dir)
+    if found is None:  # a child left a broken file: vouch for nothing, the next command removes it
+        found = {}
+    atomic.write_text(cache_dir / MANIFEST_FILE, json.dumps({"entries": found}, indent=0, sort_keys=True) + "\n")
+
+
+@contextmanager
+def guarded(cache_dir: Path) -> Iterator[list[str]]:
+    """A loop command's use of the session cache: drop what no earlier command recorded, yield the
+    dropped keys, and record the cache when the block ends (also on an error or Ctrl-C)."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    dropped = drop_unrecorded(cache_dir)
+    try:
+        yield dropped
+    finally:
+        record(cache_dir)
+
+
+@contextmanager
+def fresh_dir() -> Iterator[Path]:
+    """An empty cache for one command (``verify``), removed afterwards: nothing compiled before is reused."""
+    path = Path(tempfile.mkdtemp(prefix="cutile-perf-jit-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
