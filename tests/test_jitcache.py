@@ -6,6 +6,7 @@ each pytest child, which cache folder it was given and where its kernel file liv
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import sqlite3
@@ -13,6 +14,7 @@ import textwrap
 from contextlib import closing
 from pathlib import Path
 
+import git
 import pytest
 from fixtures_repo import allow_no_gpu, build_tilegym_like_repo, edit_kernel, edit_session
 from test_redteam import append_to_kernel, call
@@ -87,7 +89,7 @@ def test_the_file_names_and_the_table_are_cutile_caches_own(tmp_path):
     cache_mod = pytest.importorskip("cutile_cache._cache", reason="cuda-tile's cache module is not installed")
     assert jitcache.DB_FILE == cache_mod._CACHE_FILENAME
     cache_mod.cache_store(str(tmp_path), "k", b"cubin bytes", {"kernel_names": ["k"]})
-    assert jitcache.entries(tmp_path) == {"k": __import__("hashlib").sha256(b"cubin bytes").hexdigest()}
+    assert jitcache.entries(tmp_path) == {"k": hashlib.sha256(b"cubin bytes").hexdigest()}
     jitcache.record(tmp_path)
     _put(tmp_path, "planted", b"y")
     assert jitcache.drop_unrecorded(tmp_path) == ["planted"]
@@ -141,8 +143,6 @@ def test_slots_are_stable_per_repository_and_index_and_outside_it(tmp_path):
 
 def test_a_slot_left_by_a_killed_command_or_replaced_by_a_link_is_rebuilt_from_git(tmp_path):
     repo = build_tilegym_like_repo(tmp_path)
-    import git  # noqa: PLC0415
-
     g = git.Repo(repo)
     head = g.head.commit.hexsha
     slot = tmp_path / "slot"
