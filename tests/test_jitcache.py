@@ -241,3 +241,20 @@ def test_jit_cache_must_be_true_or_false(tmp_path):
     edit_session(repo, jit_cache="yes")
     code, data, _ = call(repo, "status")
     assert code != 0 and "jit_cache must be true or false" in json.dumps(data)
+
+
+def test_status_warns_about_kernels_no_command_compiled(tmp_path):
+    repo = build_tilegym_like_repo(tmp_path)
+    code, data, _ = call(repo, "init", "--kernel", "rms_norm", "--timeout", "60")
+    assert code == 0, data
+    cache = repo / "sandbox" / jitcache.CACHE_DIR
+    with jitcache.guarded(cache):  # what a loop command's children compiled
+        _put(cache, "ours", b"x")
+    code, data, text = call(repo, "status")
+    assert data["compile_cache"] == {"kernels": 1, "unrecorded": 0, "unreadable": False}
+    _put(cache, "planted", b"y")
+    code, data, text = call(repo, "status")
+    assert data["compile_cache"] == {"kernels": 2, "unrecorded": 1, "unreadable": False}
+    edit_session(repo, jit_cache=False)
+    code, data, text = call(repo, "status")
+    assert data["compile_cache"] is None

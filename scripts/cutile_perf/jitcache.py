@@ -74,6 +74,15 @@ def unrecorded(found: dict[str, str], recorded: dict[str, str]) -> list[str]:
     return sorted(key for key, digest in found.items() if recorded.get(key) != digest)
 
 
+def state(cache_dir: Path) -> dict:
+    """What ``status`` shows: how many kernels the cache holds, and how many of them the next loop
+    command will drop (``unreadable`` when the file is not cuTile's cache)."""
+    found = entries(cache_dir)
+    if found is None:
+        return {"kernels": 0, "unrecorded": 0, "unreadable": True}
+    return {"kernels": len(found), "unrecorded": len(unrecorded(found, _manifest(cache_dir))), "unreadable": False}
+
+
 def drop_unrecorded(cache_dir: Path) -> list[str]:
     """Delete every entry the manifest does not vouch for; return their keys (``["cache.db"]`` when the
     whole file was unreadable and was removed)."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cutile_perf import decide, git_ops, iteration, playbook, render, txn
+from cutile_perf import decide, git_ops, iteration, jitcache, playbook, render, txn
 from cutile_perf import session as session_mod
 from cutile_perf.commands import Outcome
 
@@ -52,10 +52,16 @@ def status(*, repo: Path, show_all: bool) -> Outcome:
         lines.append(f"warning: a killed `{lock.get('command')}` left its lock: run `cutile-perf resume`")
     if pending:
         lines.append(f"uncommitted changes: {', '.join(pending[:5])}")
+    cache = jitcache.state(jitcache.session_dir(session.sandbox)) if session.jit_cache else None
+    if cache and (cache["unrecorded"] or cache["unreadable"]):
+        what = ("is not a cuTile cache" if cache["unreadable"]
+                else f"holds {cache['unrecorded']} kernel(s) no cutile-perf command compiled")
+        lines.append(f"warning: the compile cache sandbox/{jitcache.CACHE_DIR}/ {what}: the next loop command drops them")
     data = {"rows": shown, "baseline": baseline, "stop": stop, "hint": hint,
             "next": [i.letter for i in left], "stale_lock": stale, "pending_changes": pending,
             "head": git_ops.head(g), "log_broken": broken,
             "interrupted_step": pending_state.step if pending_state else None,
+            "compile_cache": cache,
             "changed_thresholds": {n: {"value": v, "default": d} for n, v, d in changed},
             "edited_commands": {k: {"command": c, "init": d} for k, c, d in edited}}
     return Outcome("\n".join(lines), data, 1 if broken else 0)
