@@ -17,6 +17,7 @@ off, since nothing here needs one.
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import textwrap
 from pathlib import Path
@@ -145,6 +146,13 @@ def kernel_source(latency: dict[str, float] | None = None, *, noise: float = 0.0
                   sleep: float = 0.0) -> str:
     latency = latency or {"256x1024": 1.0, "4096x1024": 2.0}
     return KERNEL_TEMPLATE.format(latency=latency, noise=noise, behaviour=behaviour, sleep=sleep)
+
+
+def interruptible() -> None:
+    """``preexec_fn`` for a CLI process a test interrupts: SIGINT back to its default. A suite started
+    as a background job (``nohup ... &``) inherits SIGINT ignored, and Python keeps an ignored SIGINT
+    ignored, so the Ctrl-C tests would see no interrupt at all."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def git(repo: Path, *args: str) -> str:

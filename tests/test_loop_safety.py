@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fixtures_repo import KERNEL_REL, allow_no_gpu, edit_kernel, git, tilegym_like_repo  # noqa: F401
+from fixtures_repo import KERNEL_REL, allow_no_gpu, edit_kernel, git, interruptible, tilegym_like_repo  # noqa: F401
 from test_cli_loop import FAST, SLOW, _dead_pid, cli, edit_session, entries, head, session_repo  # noqa: F401
 
 from cutile_perf import session as session_mod
@@ -33,7 +33,8 @@ def start_try(repo: Path, optimization: str, *, cwd: Path | None = None) -> subp
     """``cutile-perf try`` as a real process, so it can be signalled mid-iteration."""
     env = {**os.environ, "PYTHONPATH": str(SCRIPTS)}
     return subprocess.Popen([sys.executable, "-m", "cutile_perf", "try", "--repo", str(repo), "--json", optimization],
-                            env=env, cwd=cwd or repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, cwd=cwd or repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
 
 
 def start_session(repo: Path, capsys, *init_args: str) -> None:

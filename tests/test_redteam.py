@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fixtures_repo import KERNEL_REL, TEST_REL, allow_no_gpu, build_tilegym_like_repo, edit_kernel, edit_session, git
+from fixtures_repo import (KERNEL_REL, TEST_REL, allow_no_gpu, build_tilegym_like_repo, edit_kernel, edit_session, git,
+                           interruptible)
 
 from cutile_perf import session as session_mod
 from cutile_perf.cli import main
@@ -79,7 +80,8 @@ def spawn(repo: Path, command: str, *args: str, env: dict[str, str] | None = Non
     full_env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(
         p for p in (str(SCRIPTS), (env or {}).get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))) if p)}
     return subprocess.Popen([sys.executable, "-m", "cutile_perf", command, "--repo", str(repo), "--json", *args],
-                            env=full_env, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=full_env, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
 
 
 def head(repo: Path) -> str:
