@@ -17,7 +17,7 @@ from pathlib import Path
 import git
 import pytest
 from fixtures_repo import allow_no_gpu, build_tilegym_like_repo, edit_kernel, edit_session
-from test_redteam import append_to_kernel, call
+from test_redteam import append_to_kernel, call, rows
 
 from cutile_perf import jitcache, pristine
 
@@ -206,6 +206,8 @@ def test_children_compile_into_the_guarded_session_cache_from_the_same_paths_and
     assert code in (0, 1), data
     assert "dropped 1 compiled kernel(s)" in capsys.readouterr().err
     assert "planted-key" not in _keys(cache)
+    assert rows(repo)[-1]["compile_cache_dropped"] == 1  # on the record, for a reviewer
+    assert all("compile_cache_dropped" not in row for row in rows(repo)[:-1])
     second = _observed(log)
     # Same slot, same kernel path: an unchanged kernel has the same cuTile cache key as before.
     assert {path for _, path in second} == {path for _, path in first}

@@ -103,6 +103,13 @@ def test_report_names_thresholds_changed_from_the_defaults():
     assert "**correctness_cmd edited before the baseline**: `pytest -k narrow` (init wrote `pytest -k wide`)" in text
 
 
+def test_report_names_the_commands_that_dropped_unrecorded_compiled_kernels():
+    assert "dropped from the session cache" not in render_report(ENTRIES, {}, None)
+    tampered = [*ENTRIES[:2], {**ENTRIES[2], "compile_cache_dropped": 3}, *ENTRIES[3:]]
+    text = render_report(tampered, {}, None)
+    assert "**Compiled kernels dropped from the session cache**" in text and "iteration 2 (3 kernel(s))" in text
+
+
 def test_report_without_baseline_or_plot_says_so():
     text = render_report([], {}, None)
     assert "No baseline (iteration 0) in the log yet" in text and "No plot was drawn." in text

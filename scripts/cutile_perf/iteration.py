@@ -243,6 +243,7 @@ class StageRunner:
         self.fenced: dict[str, list[str]] = {}
         self.fresh_compile_cache = fresh_compile_cache
         self.compile_cache: Path | None = None  # set on entry when the session keeps a JIT cache
+        self.dropped_compiled: list[str] = []  # cache entries no earlier command recorded, dropped on entry
         self._exits = contextlib.ExitStack()
 
     def fenced_files(self, commit: str) -> list[str]:
@@ -335,11 +336,11 @@ class StageRunner:
                 self.compile_cache = self._exits.enter_context(jitcache.fresh_dir())
             else:
                 self.compile_cache = jitcache.session_dir(self.session.sandbox)
-                dropped = self._exits.enter_context(jitcache.guarded(self.compile_cache))
+                dropped = self.dropped_compiled = self._exits.enter_context(jitcache.guarded(self.compile_cache))
                 if dropped:
                     say(f"warning: dropped {len(dropped)} compiled kernel(s) from {self.compile_cache} that no "
-                        "cutile-perf command recorded (written by something else, or changed since); "
-                        "they are compiled again from the commits")
+                        "cutile-perf command recorded (written by something else, changed since, or left by a "
+                        "killed command); they are compiled again from the commits")
         return self
 
     def __exit__(self, *exc) -> None:

@@ -132,6 +132,8 @@ def summarize_session(entries: list[dict]) -> dict:
         "rejected": [_row(e) for e in entries if e.get("status") in ("revert", "crash")],
         "iterations": max((e.get("iteration", 0) for e in entries), default=0),
         "review": [_row(e) for e in entries if e.get("review")],
+        "compile_cache_dropped": [{"iteration": e.get("iteration"), "dropped": e["compile_cache_dropped"]}
+                                  for e in entries if e.get("compile_cache_dropped")],
     }
 
 
