@@ -53,7 +53,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))  # the simulated repository builder lives with the tests
 
-from fixtures_repo import allow_no_gpu, build_tilegym_like_repo, edit_kernel  # noqa: E402
+from fixtures_repo import allow_no_gpu, build_tilegym_like_repo, edit_kernel, edit_session  # noqa: E402
 
 from cutile_perf import stats  # noqa: E402
 from cutile_perf.cli import main  # noqa: E402
@@ -209,10 +209,7 @@ def tilegym(src: Path, op: str, tries: int, repeats: int, probes: int, out: Path
         _say(f"{op}: init (correctness in {correctness_jobs} children, perf pre-started: {prestart_perf}, "
              f"session JIT cache: {jit_cache}) {_wall(init, work, env):.1f} s")
         if not jit_cache:  # session.yaml may be edited until the baseline
-            import yaml  # noqa: PLC0415
-
-            path = work / "sandbox/session.yaml"
-            path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), "jit_cache": False}, sort_keys=False))
+            edit_session(work, jit_cache=False)
         _say(f"{op}: baseline --repeats {repeats} {_wall([*cli, 'baseline', '--repeats', str(repeats)], work, env):.1f} s")
         log_path = work / "sandbox/experiments.jsonl"
         for i in range(tries):

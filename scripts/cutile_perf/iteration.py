@@ -317,6 +317,11 @@ class StageRunner:
         self.clock.add_child(perf.duration_s, f"{tag}-perf")
         return correctness, perf
 
+    def row_fields(self) -> dict:
+        """What a baseline or try row says of this runner: the unrecorded compiled kernels it dropped,
+        when there were any (on the record a reviewer reads, not only on stderr)."""
+        return {"compile_cache_dropped": len(self.dropped_compiled)} if self.dropped_compiled else {}
+
     def defined_names(self, commit: str) -> set[str]:
         return self.measure.defined_names(self.checkout(commit).root, self.fenced_files(commit))
 

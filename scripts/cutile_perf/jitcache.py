@@ -74,23 +74,29 @@ def unrecorded(found: dict[str, str], recorded: dict[str, str]) -> list[str]:
     return sorted(key for key, digest in found.items() if recorded.get(key) != digest)
 
 
+def _look(cache_dir: Path) -> tuple[dict[str, str], list[str]] | None:
+    """(every entry, the keys the manifest does not vouch for), or None for an unreadable cache file."""
+    found = entries(cache_dir)
+    return None if found is None else (found, unrecorded(found, _manifest(cache_dir)))
+
+
 def state(cache_dir: Path) -> dict:
     """What ``status`` shows: how many kernels the cache holds, and how many of them the next loop
     command will drop (``unreadable`` when the file is not cuTile's cache)."""
-    found = entries(cache_dir)
-    if found is None:
+    looked = _look(cache_dir)
+    if looked is None:
         return {"kernels": 0, "unrecorded": 0, "unreadable": True}
-    return {"kernels": len(found), "unrecorded": len(unrecorded(found, _manifest(cache_dir))), "unreadable": False}
+    return {"kernels": len(looked[0]), "unrecorded": len(looked[1]), "unreadable": False}
 
 
 def drop_unrecorded(cache_dir: Path) -> list[str]:
     """Delete every entry the manifest does not vouch for; return their keys (``["cache.db"]`` when the
     whole file was unreadable and was removed)."""
-    found = entries(cache_dir)
-    if found is None:
+    looked = _look(cache_dir)
+    if looked is None:
         (cache_dir / DB_FILE).unlink(missing_ok=True)
         return [DB_FILE]
-    stray = unrecorded(found, _manifest(cache_dir))
+    stray = looked[1]
     if stray:
         with closing(sqlite3.connect(cache_dir / DB_FILE, timeout=5.0)) as conn:
             conn.executemany("DELETE FROM cache WHERE key = ?", [(key,) for key in stray])

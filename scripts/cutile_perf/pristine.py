@@ -90,12 +90,11 @@ def slot_root(repo: Path, index: int) -> Path | None:
     return base / tag / f"slot-{index}"
 
 
-def build(g, *, protected_from: str, fenced_from: str, fence: Iterable[str], parent: Path | None = None,
-          root: Path | None = None) -> Checkout:
+def build(g, *, protected_from: str, fenced_from: str, fence: Iterable[str], root: Path | None = None) -> Checkout:
     """Write the composed tree into ``root`` (emptied first: a slot from ``slot_root``) or, without
     it, into a new temporary directory; either way outside the repository."""
     if root is None:
-        root = Path(tempfile.mkdtemp(prefix="cutile-perf-checkout-", dir=parent))
+        root = Path(tempfile.mkdtemp(prefix="cutile-perf-checkout-"))
     else:
         if root.is_symlink():  # rmtree refuses a link, and writing through one would leave the slot
             root.unlink()

@@ -78,7 +78,7 @@ def baseline(*, repo: Path, repeats: int) -> Outcome:
             patch=None, decision=None, reason="baseline (no code change)", frozen=session.frozen(),
             passed_tests=sorted(corr.passed),
             kernel_names={c: n for c, n in names.items() if c in shapes and measure.names_defined(n, defined)},
-            **({"compile_cache_dropped": len(runner.dropped_compiled)} if runner.dropped_compiled else {}),
+            **runner.row_fields(),
         )
         iteration.record(session, g, entry)
     worst = max(noise.values()) if noise else 0.0

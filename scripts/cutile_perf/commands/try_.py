@@ -170,8 +170,7 @@ class _Iteration:
                       reason=verdict.reason, review=verdict.review, reference_commit=self.ref.commit, **extra)
         if verdict.decision is not None:
             fields["decision"] = asdict(verdict.decision)
-        if self.runner.dropped_compiled:  # on the row, not only on stderr: what a reviewer reads
-            fields["compile_cache_dropped"] = len(self.runner.dropped_compiled)
+        fields.update(self.runner.row_fields())
         if perf is not None and perf.shapes:
             fields["shapes"] = iteration.shapes_field(perf.shapes, perf.test_ids)
             if status != "crash" and set(self.ref.medians) <= set(perf.shapes):
