@@ -1,4 +1,4 @@
-"""Power and false-verdict rates of the keep/revert rules (``cutile_perf.decide.judge``), CPU only.
+"""Power and false-verdict rates of the keep/revert rules (``cutile_perf.judge.decide.judge``), CPU only.
 
 Simulates sessions the way the loop runs them, calling the real pure rules: a baseline of
 ``--repeats`` perf runs (noise floor), one candidate run, then, when the judge asks, interleaved
@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-from cutile_perf import decide, stats  # noqa: E402
+from cutile_perf.judge import decide, stats# noqa: E402
 
 CASES = ("256x1024", "4096x1024", "16384x4096")
 TRUE_MS = {"256x1024": 1.0, "4096x1024": 2.0, "16384x4096": 8.0}
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     rows = slowdown_rows(args, t, rng) + aa_rows(args, t, rng) + ratchet_rows(args, t, rng)
     print(f"noise {args.noise * 100:.1f} % per sample, drift {args.drift * 100:.1f} % per run, baseline "
-          f"{args.repeats} runs, seed {args.seed}, thresholds: defaults of cutile_perf.decide.Thresholds")
+          f"{args.repeats} runs, seed {args.seed}, thresholds: defaults of cutile_perf.judge.decide.Thresholds")
     print("| scenario | outcome | extra perf runs | goal | verdict |")
     print("|---|---|---|---|---|")
     for row in rows:

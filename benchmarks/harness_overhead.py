@@ -55,7 +55,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # the simulated repository build
 
 from fixtures_repo import allow_no_gpu, build_tilegym_like_repo, edit_kernel, edit_session  # noqa: E402
 
-from cutile_perf import stats  # noqa: E402
+from cutile_perf.judge import stats# noqa: E402
 from cutile_perf.cli import main  # noqa: E402
 
 GOAL_S = 0.5
@@ -193,7 +193,8 @@ def tilegym(src: Path, op: str, tries: int, repeats: int, probes: int, out: Path
     """Run the loop on a fresh git copy of ``src`` and print where a try's time goes, step by step."""
     import shutil  # noqa: PLC0415
 
-    from cutile_perf import records, session  # noqa: PLC0415
+    from cutile_perf.child import records# noqa: PLC0415
+    from cutile_perf.store import session
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "tilegym"

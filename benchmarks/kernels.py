@@ -45,7 +45,8 @@ sys.path.insert(0, str(ROOT / "scripts"))  # cutile_perf, when not installed
 
 import torch  # noqa: E402
 
-from cutile_perf import bench, stats  # noqa: E402
+from cutile_perf import bench# noqa: E402
+from cutile_perf.judge import stats
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from cutile_perf import atomic
+from cutile_perf.store import atomic
 
 
 def test_write_text_replaces_and_keeps_old_content_on_failure(tmp_path, monkeypatch):

@@ -9,10 +9,10 @@ import pytest
 import yaml
 from fixtures_repo import KERNEL_REL, allow_no_gpu, git, kernel_source, tilegym_like_repo  # noqa: F401
 
-from cutile_perf import plan
+from cutile_perf.loop import plan
 from cutile_perf.cli import main
 from cutile_perf.errors import UsageError
-from cutile_perf.history import History
+from cutile_perf.loop.history import History
 
 BASE = {"256x1024": 1.0, "4096x1024": 2.0}
 FAST = {"256x1024": 0.5, "4096x1024": 1.0}

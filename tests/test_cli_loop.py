@@ -19,7 +19,7 @@ from fixtures_repo import (  # noqa: F401
     KERNEL_REL, TEST_REL, allow_no_gpu, edit_kernel, edit_session, git, tilegym_like_repo)
 
 from cutile_perf.cli import main
-from cutile_perf.decide import Thresholds
+from cutile_perf.judge.decide import Thresholds
 
 FAST = {"256x1024": 0.5, "4096x1024": 1.0}
 SLOW = {"256x1024": 1.5, "4096x1024": 3.0}
@@ -313,7 +313,7 @@ def test_commands_without_session_are_refused(tilegym_like_repo, capsys):
 @pytest.fixture
 def no_gpu(monkeypatch):
     """Make every environment check report a missing GPU, on any machine."""
-    from cutile_perf import envcheck
+    from cutile_perf.child import envcheck
 
     env = envcheck.Environment(cuda_tile="1.7.0", problems=(envcheck.Problem("gpu", "no NVIDIA GPU found"),))
     monkeypatch.setattr(envcheck, "check", lambda **_: env)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fixtures_repo import tilegym_like_repo  # noqa: F401
 
-from cutile_perf import compile_report, compilecheck
+from cutile_perf.kernel import compile_report, compilecheck
 from cutile_perf.cli import main
 from cutile_perf.errors import UsageError
 
@@ -315,7 +315,7 @@ import cuda.tile as ct
 import cuda.tile._cext as cext
 from cuda.tile.compilation import ConstantConstraint
 
-from cutile_perf.compilecheck import contiguous_array
+from cutile_perf.kernel.compilecheck import contiguous_array
 
 def _constraints(kernel, args, convention):
     return [contiguous_array(str(a.dtype).removeprefix("torch."), a.dim()) if hasattr(a, "dim")

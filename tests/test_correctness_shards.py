@@ -12,7 +12,8 @@ import pytest
 from fixtures_repo import allow_no_gpu, build_tilegym_like_repo, edit_kernel, edit_session
 from test_redteam import FAST, append_to_kernel, assert_not_kept_nothing_lost, call, rows, snapshot
 
-from cutile_perf import knobs, runreport
+from cutile_perf import knobs
+from cutile_perf.child import runreport
 from cutile_perf.errors import BadEnvValue
 
 # --- the split rule -------------------------------------------------------------------------------
@@ -177,7 +178,7 @@ def test_children_started_from_several_threads_are_all_recorded_for_resume(tmp_p
     import threading
     from types import SimpleNamespace
 
-    from cutile_perf import txn
+    from cutile_perf.loop import txn
 
     session = SimpleNamespace(sandbox=tmp_path)
     state = txn.State(1, "x", "1-x", "base", "ref", ["k.py"])

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from cutile_perf.decide import (
+from cutile_perf.judge.decide import (
     Decision,
     Thresholds,
     combine_latency,
@@ -17,8 +17,8 @@ from cutile_perf.decide import (
     slower_threshold,
     stop_condition,
 )
-from cutile_perf import decide as decide_module
-from cutile_perf.stats import median
+from cutile_perf.judge import decide as decide_module
+from cutile_perf.judge.stats import median
 
 T = Thresholds()
 BASE = {"262144-1024": 0.2799, "262144-2048": 0.55, "65536-8192": 0.41}

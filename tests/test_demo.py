@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from cutile_perf import envcheck
+from cutile_perf.child import envcheck
 from cutile_perf.cli import main
 from cutile_perf.commands import demo as demo_mod
 from cutile_perf.commands.try_ import decision_line
@@ -89,7 +89,7 @@ def test_existing_directory_not_made_by_demo_is_never_deleted(tmp_path):
 
 
 def test_fresh_copy_makes_a_committed_repo_without_optimizations(tmp_path):
-    from cutile_perf import git_ops
+    from cutile_perf.store import git_ops
 
     dest = tmp_path / "demo"
     demo_mod._fresh_copy(SUITE, dest)

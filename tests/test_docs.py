@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cutile_perf import cli, doccheck, knobs, playbook
+from cutile_perf import cli, knobs
+from cutile_perf.skill import doccheck, playbook
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted(
@@ -164,7 +165,7 @@ def test_skill_routes_to_every_reference():
 
 
 def test_playbook_doc_follows_the_harness_table():
-    # `init`/`status` suggest items by letter from cutile_perf.playbook; the doc must use the same
+    # `init`/`status` suggest items by letter from cutile_perf.skill.playbook; the doc must use the same
     # letters and the same order, or the agent is sent to the wrong section.
     text = (ROOT / "references" / "optimization-playbook.md").read_text()
     for letter in playbook.PLAYBOOK:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import subprocess
 
-from cutile_perf import envcheck
+from cutile_perf.child import envcheck
 
 
 def test_check_without_gpu_tools_reports_a_gpu_problem(monkeypatch):

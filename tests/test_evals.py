@@ -619,7 +619,7 @@ def test_measure_interleaved_on_two_commits(sim):
 
 
 def test_case_medians_keeps_every_direction():
-    from cutile_perf.records import ShapeRecord
+    from cutile_perf.child.records import ShapeRecord
 
     recs = [ShapeRecord("t.py::test_perf[cutile-1024]", "cutile", "forward", {"median": 1.0}),
             ShapeRecord("t.py::test_perf[cutile-1024]", "cutile", "backward", {"median": 3.0}),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cutile_perf import assets
+from cutile_perf.skill import assets
 from cutile_perf.cli import main
 from cutile_perf.commands.demo import load_steps
 from cutile_perf.commands.example import pick_step

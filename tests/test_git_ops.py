@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from fixtures_repo import KERNEL_REL, git, tilegym_like_repo  # noqa: F401  (fixture import)
 
-from cutile_perf import git_ops
+from cutile_perf.store import git_ops
 from cutile_perf.errors import UsageError
 
 

@@ -14,7 +14,7 @@ import pytest
 from fixtures_ops import SOFTMAX_KERNEL_REL, add_simulated_softmax
 from fixtures_repo import TEST_REL, git, tilegym_like_repo  # noqa: F401
 
-from cutile_perf import selection
+from cutile_perf.child import selection
 from cutile_perf.cli import main
 
 

@@ -19,7 +19,8 @@ import pytest
 from fixtures_repo import allow_no_gpu, build_tilegym_like_repo, edit_kernel, edit_session
 from test_redteam import append_to_kernel, call, rows
 
-from cutile_perf import jitcache, pristine
+from cutile_perf.store import jitcache
+from cutile_perf.child import pristine
 
 # The columns cutile_cache creates (cuda-tile 1.7); the guard reads key and blob only.
 _TABLE = "CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, blob BLOB NOT NULL, blob_size INTEGER NOT NULL, " \
@@ -102,7 +103,7 @@ def test_cutile_bytecode_embeds_the_kernel_files_path_which_is_why_slots_are_sta
     """The fact the design rests on: one kernel, two folders, two bytecodes (so two cache keys)."""
     from cuda.tile.compilation import export_kernel  # no GPU and no tileiras needed for bytecode
 
-    from cutile_perf import compilecheck
+    from cutile_perf.kernel import compilecheck
 
     source = textwrap.dedent("""\
         import cuda.tile as ct

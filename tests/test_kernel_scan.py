@@ -6,7 +6,8 @@ import textwrap
 import pytest
 from fixtures_repo import KERNEL_REL, TEST_REL, tilegym_like_repo  # noqa: F401
 
-from cutile_perf import kernel_scan, playbook
+from cutile_perf.kernel import kernel_scan
+from cutile_perf.skill import playbook
 from cutile_perf.errors import UsageError
 
 MATMUL = textwrap.dedent('''

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from cutile_perf.history import History, current_baseline, shape_medians
-from cutile_perf.log import anchor_of, append_entry, check_chain, read_entries, read_log, validate_entry
+from cutile_perf.loop.history import History, current_baseline, shape_medians
+from cutile_perf.store.log import anchor_of, append_entry, check_chain, read_entries, read_log, validate_entry
 
 
 def next_iteration(entries):

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 from fixtures_repo import build_tilegym_like_repo, git
 
-from cutile_perf import crash, decide, git_ops, pristine, runreport
-from cutile_perf.decide import Reference, StageEvidence, Thresholds, judge
+from cutile_perf.judge import crash, decide
+from cutile_perf.store import git_ops
+from cutile_perf.child import pristine, runreport
+from cutile_perf.judge.decide import Reference, StageEvidence, Thresholds, judge
 
 T = Thresholds()
 REF = Reference(commit="base", medians={"a": 1.0, "b": 2.0}, noise={"a": 0.01, "b": 0.01},
@@ -153,7 +155,7 @@ def test_thresholds_reject_non_finite_and_inconsistent_values():
 def test_harness_doc_carries_the_generated_crash_class_table():
     text = (Path(__file__).resolve().parents[1] / "references" / "harness.md").read_text(encoding="utf-8")
     inside = text.split("<!-- crash-classes:begin -->\n", 1)[1].split("<!-- crash-classes:end -->", 1)[0]
-    assert inside == crash.markdown_table(), "regenerate with cutile_perf.crash.markdown_table()"
+    assert inside == crash.markdown_table(), "regenerate with cutile_perf.judge.crash.markdown_table()"
 
 
 def test_only_a_wrong_result_is_a_revert_row():
@@ -177,7 +179,7 @@ def test_decide_module_keeps_its_frozen_defaults():
 
 
 def test_forward_and_backward_records_are_cases_of_their_own_and_a_backward_regression_reverts():
-    from cutile_perf import measure
+    from cutile_perf.child import measure
 
     value = {"cutile": {"forward": {"median": 1.0}, "backward": {"median": 3.0}},
              "torch": {"forward": {"median": 9.0}}}
@@ -192,7 +194,7 @@ def test_forward_and_backward_records_are_cases_of_their_own_and_a_backward_regr
 
 
 def test_a_case_recorded_twice_is_a_bad_record():
-    from cutile_perf import measure
+    from cutile_perf.child import measure
 
     value = {"cutile": {"forward": {"median": 1.0}}}
     found = [("t.py::test_perf[cutile-8]", "passed", value), ("t.py::test_perf[cutile-8]", "passed", value)]

@@ -19,7 +19,7 @@ import pytest
 from fixtures_repo import KERNEL_REL, allow_no_gpu, edit_kernel, git, interruptible, tilegym_like_repo  # noqa: F401
 from test_cli_loop import FAST, SLOW, _dead_pid, cli, edit_session, entries, head, session_repo  # noqa: F401
 
-from cutile_perf import session as session_mod
+from cutile_perf.store import session as session_mod
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 LOCK = "sandbox/cutile-perf.lock"

@@ -15,7 +15,7 @@ import pytest
 from fixtures_repo import TEST_REL, allow_no_gpu, build_tilegym_like_repo, edit_kernel
 from test_redteam import FAST, append_to_kernel, assert_not_kept_nothing_lost, call, rows, snapshot
 
-from cutile_perf import runner
+from cutile_perf.child import runner
 
 READ_GATE = "import os; print(repr(os.read(int(os.environ['CUTILE_PERF_GATE_FD']), 1)))"
 

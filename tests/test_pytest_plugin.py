@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from cutile_perf.records import PYTEST_PLUGIN_ARGS, read_records_file, select
+from cutile_perf.child.records import PYTEST_PLUGIN_ARGS, read_records_file, select
 
 pytest_plugins = ["pytester"]
 

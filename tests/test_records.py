@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from cutile_perf.records import (
+from cutile_perf.child.records import (
     RecordError,
     ShapeRecord,
     format_print_record_line,

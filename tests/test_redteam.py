@@ -41,9 +41,9 @@ import pytest
 from fixtures_repo import (KERNEL_REL, TEST_REL, allow_no_gpu, build_tilegym_like_repo, edit_kernel, edit_session, git,
                            interruptible)
 
-from cutile_perf import session as session_mod
+from cutile_perf.store import session as session_mod
 from cutile_perf.cli import main
-from cutile_perf.decide import Thresholds
+from cutile_perf.judge.decide import Thresholds
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 FENCE = (KERNEL_REL,)

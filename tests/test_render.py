@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cutile_perf import render
-from cutile_perf.render import (
+from cutile_perf.loop import render
+from cutile_perf.loop.render import (
     load_template,
     plot_running_best,
     render_perf_results,
@@ -123,7 +123,7 @@ def test_plot_running_best_writes_a_png(tmp_path):
 
 
 def test_render_does_not_import_matplotlib_until_plotting():
-    code = "import sys, cutile_perf.render; print('matplotlib' in sys.modules)"
+    code = "import sys, cutile_perf.loop.render; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -141,7 +141,7 @@ def test_templates_found_as_package_data_in_an_installed_layout(tmp_path):
     shutil.copytree(ROOT / "scripts" / "cutile_perf", site / "cutile_perf",
                     ignore=shutil.ignore_patterns("__pycache__"))
     assert not (site / "cutile_perf" / "templates").is_symlink()
-    code = ("import cutile_perf.render as r; print(r.template_dirs()); "
+    code = ("import cutile_perf.loop.render as r, cutile_perf.templating as t; print(t.template_dirs()); "
             "print(r.render_perf_results([{'iteration': 0, 'optimization': 'baseline', 'status': 'keep', "
             "'correctness': 'PASS', 'latency_ms': 1.5}]))")
     env = {**os.environ, "PYTHONPATH": str(site)}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cutile_perf import runner
+from cutile_perf.child import runner
 
 
 def _run(tmp_path: Path, code: str, timeout_s: float = 20.0) -> runner.RunResult:

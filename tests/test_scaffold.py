@@ -2,7 +2,7 @@
 
 The simulated ``tests/ops/test_softmax.py`` (tests/fixtures_ops.py) has the shape of TileGym's
 ``tests/ops/test_softmax.py``, which has no perf test. The generated file must parse, collect with
-pytest, and record what ``cutile_perf.records`` reads (timed here by a stand-in for
+pytest, and record what ``cutile_perf.child.records`` reads (timed here by a stand-in for
 ``bench_record``, since ``cutile_perf.bench`` needs a GPU).
 """
 from __future__ import annotations
@@ -18,7 +18,8 @@ import pytest
 from fixtures_ops import SIMULATED_TEST_SOFTMAX, SOFTMAX_KERNEL_REL, SOFTMAX_SHAPES, SOFTMAX_TEST_REL, add_simulated_softmax
 from fixtures_repo import git, tilegym_like_repo  # noqa: F401
 
-from cutile_perf import records, runner, scaffold
+from cutile_perf.child import records, runner
+from cutile_perf.kernel import scaffold
 from cutile_perf.cli import main
 
 PERF_REL = "tests/ops/test_softmax_perf.py"
@@ -26,7 +27,7 @@ PERF_REL = "tests/ops/test_softmax_perf.py"
 # Loaded with -p before the generated module imports `bench_record`, so the name it binds is this one.
 FAKE_BENCH = '''\
 import cutile_perf.bench
-from cutile_perf import stats
+from cutile_perf.judge import stats
 
 
 def fake_bench_record(fn, **kwargs):

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from cutile_perf import stats
+from cutile_perf.judge import stats
 
 SAMPLES = [0.2799, 0.2759, 0.2852, 0.2801, 0.2795, 0.2810, 0.2788]
 

@@ -8,7 +8,7 @@ import pytest
 from fixtures_ops import SOFTMAX_KERNEL_REL, add_simulated_softmax
 from fixtures_repo import KERNEL_REL, edit_kernel, git, tilegym_like_repo  # noqa: F401
 
-from cutile_perf import survey
+from cutile_perf.kernel import survey
 from cutile_perf.cli import main
 
 

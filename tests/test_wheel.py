@@ -84,7 +84,7 @@ def _run(installed: dict, *args: str, check: bool = True) -> subprocess.Complete
 
 
 def test_the_installed_package_is_the_wheel_not_the_checkout(installed):
-    out = _run(installed, "-c", "import cutile_perf, cutile_perf.assets as a; print(cutile_perf.__file__); "
+    out = _run(installed, "-c", "import cutile_perf, cutile_perf.skill.assets as a; print(cutile_perf.__file__); "
                                 "print(a.skill_source()); print(a.kernel_suite())").stdout.split()
     assert all(Path(p).resolve().is_relative_to(installed["site"].resolve()) for p in out), out
 
@@ -115,7 +115,7 @@ def test_example_and_template_from_the_wheel(installed):
 
 def test_demo_finds_its_kernels_and_steps_in_the_wheel(installed):
     # Only the file finding: the demo itself needs a GPU.
-    code = ("from cutile_perf import assets; from cutile_perf.commands import demo; s = assets.kernel_suite(); "
+    code = ("from cutile_perf.skill import assets; from cutile_perf.commands import demo; s = assets.kernel_suite(); "
             "ops = demo.available_ops(s); kf, steps = demo.load_steps(s / 'optimizations/rms_norm/steps.yaml'); "
             "print(ops); print((s / kf).is_file(), len(steps), demo.default_dest().name)")
     lines = _run(installed, "-c", code).stdout.splitlines()

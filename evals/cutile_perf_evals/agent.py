@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cutile_perf import runner
+from cutile_perf.child import runner
 
 PLACEHOLDERS = ("prompt_file", "prompt", "repo", "trial_dir", "time_limit")
 TERM_GRACE_S = 5.0

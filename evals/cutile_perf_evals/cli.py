@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from cutile_perf import stats
+from cutile_perf.judge import stats
 from cutile_perf_evals import agent, agent_prompt, build, grade, gpuqueue, measure, report, shim, tasks
 
 TRANSCRIPT_CHARS = 2_000_000  # enough to find the skill's path in a stream-json transcript

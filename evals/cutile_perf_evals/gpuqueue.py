@@ -32,7 +32,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cutile_perf import atomic, runner
+from cutile_perf.store import atomic
+from cutile_perf.child import runner
 from cutile_perf_evals import CHECKOUT, build, shim
 
 JOBS, RUNNING, DONE = "jobs", "running", "done"

@@ -210,7 +210,7 @@ class GitFacts:
 def chain_problem(path: Path) -> str | None:
     """Where the harness log's hash chain breaks, when this cutile-perf chains its log (``log.check_chain``);
     None when intact, absent, or not chained by this version."""
-    from cutile_perf import log as harness_log
+    from cutile_perf.store import log as harness_log
 
     check = getattr(harness_log, "check_chain", None)
     if check is None or not path.is_file():
@@ -333,7 +333,7 @@ def session_loosenings(repo: Path) -> list[str]:
     HEAD itself), but the kept rows were decided under them, so the grade says so."""
     if not (repo / "sandbox" / "session.yaml").is_file():
         return []
-    from cutile_perf import session as session_mod  # noqa: PLC0415 - only a trial with a session needs it
+    from cutile_perf.store import session as session_mod# noqa: PLC0415 - only a trial with a session needs it
     from cutile_perf.errors import CutilePerfError  # noqa: PLC0415
 
     try:

@@ -7,7 +7,7 @@ tolerance or a faked perf test cannot change a grade.
 
 Timing is interleaved: each round runs the perf tests once in every checkout, in a rotated
 order, so drift of the GPU clock or of a neighbour's load hits every variant alike. Records are
-read with ``cutile_perf.records`` exactly as the harness reads them.
+read with ``cutile_perf.child.records`` exactly as the harness reads them.
 
 ``measure_interleaved(repo, base, head)`` is the one function the grader calls for "how much
 faster is head than base"; it can be swapped for the harness's own interleaved measurement
@@ -25,7 +25,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cutile_perf import records, runner, stats
+from cutile_perf.child import records, runner
+from cutile_perf.judge import stats
 from cutile_perf_evals import vcs
 
 CORRECTNESS_K = "test_ and cutile and not test_perf and not cutile_rs"

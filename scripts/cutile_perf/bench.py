@@ -48,7 +48,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from cutile_perf import knobs, stats
+from cutile_perf import knobs
+from cutile_perf.judge import stats
+from cutile_perf.errors import EnvMissing
 
 MODES = ("cold", "warm", "graph")
 ESTIMATE_CALLS = 5  # calls timed to estimate the run time before the budgets are turned into counts
@@ -114,7 +116,6 @@ def _torch():
     import torch  # lazy: importing cutile_perf must not need torch
 
     if not torch.cuda.is_available():
-        from cutile_perf.errors import EnvMissing
 
         raise EnvMissing("bench needs a CUDA GPU visible to torch", "run on the GPU machine")
     return torch

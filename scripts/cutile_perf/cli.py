@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cutile_perf import __version__
-from cutile_perf.commands import Outcome
+from cutile_perf.output import Outcome
 from cutile_perf.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, CutilePerfError
 
 EXIT_CODES_HELP = """\
@@ -70,7 +70,7 @@ def _add_init(subparsers) -> None:
                         "test, so its start-up overlaps correctness")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.init import init
+        from cutile_perf.commands.init import init  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return init(repo=a.repo, kernel=a.kernel, test=a.test, branch=a.branch, allow=a.allow, timeout_s=a.timeout,
                     perf_test=a.perf_test, correctness_jobs=a.correctness_jobs,
@@ -92,7 +92,7 @@ def _add_scaffold_perf(subparsers) -> None:
     p.add_argument("--stdout", action="store_true", help="print the perf test instead of writing it")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.scaffold_perf import scaffold_perf
+        from cutile_perf.commands.scaffold_perf import scaffold_perf  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return scaffold_perf(repo=a.repo, kernel=a.kernel, test=a.test, output=a.output, stdout=a.stdout)
 
@@ -119,7 +119,7 @@ def _add_survey(subparsers) -> None:
     p.add_argument("--budget", type=float, help="seconds for the whole survey; ops reached later are listed as not done")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.survey import survey
+        from cutile_perf.commands.survey import survey  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return survey(repo=a.repo, run=a.run, timeout_s=a.timeout, sample=a.sample, jobs=a.jobs, under=a.under,
                       markdown=a.markdown, logs=a.logs, budget_s=a.budget, ops=tuple(a.op))
@@ -146,7 +146,7 @@ def _add_compile_check(subparsers) -> None:
                    help="on a GPU machine: run the correctness tests once and write the spec from their ct.launch calls")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.compile_check import compile_check
+        from cutile_perf.commands.compile_check import compile_check  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return compile_check(repo=a.repo, kernel=a.kernel, arch=a.arch, spec=a.spec, write_spec=a.write_spec,
                              record_launches=a.record)
@@ -160,7 +160,7 @@ def _add_baseline(subparsers) -> None:
     p.add_argument("--repeats", type=int, default=3, help="perf runs used to estimate per-shape noise (default 3)")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.baseline import baseline
+        from cutile_perf.commands.baseline import baseline  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return baseline(repo=a.repo, repeats=a.repeats)
 
@@ -173,7 +173,7 @@ def _add_try(subparsers) -> None:
     p.add_argument("optimization", help="one short phrase naming the single optimization applied")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.try_ import try_
+        from cutile_perf.commands.try_ import try_  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return try_(repo=a.repo, optimization=a.optimization)
 
@@ -198,7 +198,7 @@ def _add_batch(subparsers) -> None:
                         "how many entries the budget holds (exit 1: the job would not reach its first try)")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.batch import batch
+        from cutile_perf.commands.batch import batch  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return batch(repo=a.repo, plan_path=a.plan, budget_s=a.budget, baseline_repeats=a.baseline,
                      check_only=a.check)
@@ -221,7 +221,7 @@ def _add_verify(subparsers) -> None:
                         "(a failure found there is also run on --from, to tell a new failure from an old one)")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.verify import verify
+        from cutile_perf.commands.verify import verify  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return verify(repo=a.repo, older=a.older, newer=a.newer, pairs=a.pairs, full_tests=a.full_tests)
 
@@ -233,7 +233,7 @@ def _add_status(subparsers) -> None:
     p.add_argument("--all", action="store_true", help="show every row (default: the last 10)")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.status import status
+        from cutile_perf.commands.status import status  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return status(repo=a.repo, show_all=a.all)
 
@@ -245,7 +245,7 @@ def _add_report(subparsers) -> None:
     p.add_argument("--output", type=Path, help="report path (default: <repo>/sandbox/report.md)")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.report import report
+        from cutile_perf.commands.report import report  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return report(repo=a.repo, output=a.output)
 
@@ -256,7 +256,7 @@ def _add_resume(subparsers) -> None:
     p = _sub(subparsers, "resume", "after a crash or kill: rebuild state from the log and git, leave the repo consistent")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.resume import resume
+        from cutile_perf.commands.resume import resume  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return resume(repo=a.repo)
 
@@ -267,7 +267,7 @@ def _add_env(subparsers) -> None:
     p = _sub(subparsers, "env", "check the GPU, compute capability, cuda-tile and tileiras")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.env import env
+        from cutile_perf.commands.env import env  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return env()
 
@@ -280,7 +280,7 @@ def _add_demo(subparsers) -> None:
     p.add_argument("--kernel", default="rmsnorm", help="bundled kernel to optimize (default rmsnorm)")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.demo import demo
+        from cutile_perf.commands.demo import demo  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return demo(kernel=a.kernel)
 
@@ -299,7 +299,7 @@ def _add_install_skill(subparsers) -> None:
     p.add_argument("--force", action="store_true", help="overwrite files you edited (your versions are saved as .bak)")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.install_skill import install_skill
+        from cutile_perf.commands.install_skill import install_skill  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return install_skill(target=a.target or a.repo, agent=a.agent, force=a.force)
 
@@ -320,7 +320,7 @@ def _add_example(subparsers) -> None:
     p.add_argument("--dest", type=Path, help="new directory for `copy` (made a git repository)")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.example import example
+        from cutile_perf.commands.example import example  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return example(action=a.action, op=a.op, step=a.step, test=a.test, dest=a.dest)
 
@@ -353,7 +353,7 @@ def _add_template(subparsers) -> None:
     p.add_argument("--output", type=Path, help="write the module there (refused if it exists) instead of stdout")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.template import template
+        from cutile_perf.commands.template import template  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         overrides = {"op_name": a.op, "kernel_module": a.kernel_module, "kernel_name": a.kernel_name,
                      "params": a.params, "grid": a.grid, "args": a.args, "key": a.key, "configs": a.configs,
@@ -370,7 +370,7 @@ def _add_tileir_check(subparsers) -> None:
     p.add_argument("--strict", action="store_true", help="exit 1 when the TileIR backend is not the active target")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.tileir_check import tileir_check
+        from cutile_perf.commands.tileir_check import tileir_check  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return tileir_check(strict=a.strict)
 
@@ -394,7 +394,7 @@ def _add_classify_triton(subparsers) -> None:
     p.add_argument("--verification", type=Path, help="a `verify-triton --json` result to include in the report")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.classify_triton import classify_triton
+        from cutile_perf.commands.classify_triton import classify_triton  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return classify_triton(file=a.file, code=a.code, apply=a.apply_optimizations, output=a.output,
                                report_path=a.report, verification=a.verification)
@@ -425,7 +425,7 @@ def _add_verify_triton(subparsers) -> None:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per backend pass (default 600)")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.verify_triton import verify_triton
+        from cutile_perf.commands.verify_triton import verify_triton  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return verify_triton(kernel=a.kernel, reference=a.reference, shapes=a.shapes, dtypes=a.dtypes, entry=a.entry,
                              device=a.device, tileir=a.tileir, atol=a.atol, rtol=a.rtol, seed=a.seed,
@@ -461,7 +461,7 @@ def _add_probe(subparsers) -> None:
     p.add_argument("--max-configs", type=int, default=100, help="refuse larger probes (default 100)")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.probe import probe
+        from cutile_perf.commands.probe import probe  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return probe(target=a.target, dims=a.dims, shapes=a.shapes, tolerance=a.tolerance, max_configs=a.max_configs)
 
@@ -476,7 +476,7 @@ def _add_ab(subparsers) -> None:
     p.add_argument("--rep-ms", type=float, default=200.0, help="timing budget per side and round in ms (default 200)")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.ab import ab
+        from cutile_perf.commands.ab import ab  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return ab(target=a.target, shapes=a.shapes, rep_ms=a.rep_ms)
 
@@ -491,7 +491,7 @@ def _add_prune(subparsers) -> None:
     p.add_argument("--max-keep", type=int, default=8, help="largest space to keep (default 8)")
 
     def run(a: argparse.Namespace) -> Outcome:
-        from cutile_perf.commands.prune import prune
+        from cutile_perf.commands.prune import prune  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return prune(target=a.target, shapes=a.shapes, tolerance=a.tolerance, max_keep=a.max_keep)
 
@@ -557,7 +557,7 @@ def subcommand_flags(name: str) -> set[str]:
 def _log_unexpected(args: argparse.Namespace) -> Path | None:
     """Write the traceback and versions next to the session, so a bug report has what it needs."""
     try:
-        from cutile_perf.envcheck import versions_line
+        from cutile_perf.child.envcheck import versions_line  # noqa: PLC0415 - only when a bug is being logged
 
         repo = getattr(args, "repo", None) or Path(".")
         path = Path(repo) / "sandbox" / "cutile-perf.log"

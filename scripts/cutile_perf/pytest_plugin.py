@@ -46,8 +46,9 @@ from typing import Any
 
 import pytest
 
-from cutile_perf import knobs, runreport
-from cutile_perf.records import BENCHMARK_PROPERTY, RecordError, format_print_record_line, parse_benchmark
+from cutile_perf import knobs
+from cutile_perf.child import runreport
+from cutile_perf.child.records import BENCHMARK_PROPERTY, RecordError, format_print_record_line, parse_benchmark
 
 PRINT_RECORD_OPTION = "--print-record"
 RECORDER_NAME = "cutile-perf-recorder"
@@ -83,7 +84,7 @@ _GATE_FD = knobs.take_gate_fd()
 def pytest_configure(config: pytest.Config) -> None:
     launches = knobs.launches_path()
     if launches is not None:  # compile-check --record: before any test module imports the kernel
-        from cutile_perf import launch_record  # noqa: PLC0415
+        from cutile_perf.kernel import launch_record  # noqa: PLC0415
 
         launch_record.install(launches)
     if not config.pluginmanager.has_plugin(RECORDER_NAME):

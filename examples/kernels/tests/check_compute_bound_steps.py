@@ -48,7 +48,7 @@ def load(path: Path, name: str):
 
 def median_ms(fn) -> float:
     from cutile_perf.bench import bench
-    from cutile_perf.stats import median
+    from cutile_perf.judge.stats import median
 
     return median(bench(fn))
 

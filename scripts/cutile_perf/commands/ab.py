@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from cutile_perf.commands import Outcome, say
+from cutile_perf.output import Outcome, say
 from cutile_perf.errors import EXIT_OK, EXIT_REJECTED, IterationCrashed
 from cutile_perf.tune.analysis import ab_row
 from cutile_perf.tune.config import best_trial

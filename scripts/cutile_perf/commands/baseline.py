@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cutile_perf import decide, envcheck, git_ops, iteration, measure, stats
-from cutile_perf import session as session_mod
-from cutile_perf.commands import Outcome, say
+from cutile_perf.judge import decide, stats
+from cutile_perf.child import envcheck, measure
+from cutile_perf.store import git_ops
+from cutile_perf.loop import iteration
+from cutile_perf.store import session as session_mod
+from cutile_perf.output import Outcome, say
 from cutile_perf.errors import DirtyTree, IterationCrashed, Refused, UsageError
 
 

@@ -13,9 +13,11 @@ import shutil
 import time
 from pathlib import Path
 
-from cutile_perf import envcheck, git_ops, iteration, plan
-from cutile_perf import session as session_mod
-from cutile_perf.commands import Outcome, say
+from cutile_perf.child import envcheck
+from cutile_perf.store import git_ops
+from cutile_perf.loop import iteration, plan
+from cutile_perf.store import session as session_mod
+from cutile_perf.output import Outcome, say
 from cutile_perf.commands.try_ import try_
 from cutile_perf.errors import EXIT_OK, EXIT_REJECTED, DirtyTree, NoChange, Refused, UsageError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cutile_perf.commands import Outcome, say
+from cutile_perf.output import Outcome, say
 from cutile_perf.errors import UsageError
 from cutile_perf.tileir import check, classify, report, transform
 

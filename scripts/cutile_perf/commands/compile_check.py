@@ -3,10 +3,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cutile_perf import atomic, compile_report, compilecheck, kernel_scan
-from cutile_perf import session as session_mod
-from cutile_perf.commands import Outcome, say
+from cutile_perf.store import atomic
+from cutile_perf.kernel import compile_report, compilecheck, kernel_scan
+from cutile_perf.store import session as session_mod
+from cutile_perf.output import Outcome, say
 from cutile_perf.errors import EXIT_OK, EXIT_REJECTED, NoSession, Refused, UsageError
+from cutile_perf.store import log
+from cutile_perf.child import envcheck, records, runner
+from cutile_perf.kernel import launch_record
+from cutile_perf.loop import iteration
 
 SPEC_FILE = "compile-check.yaml"
 
@@ -14,7 +19,6 @@ SPEC_FILE = "compile-check.yaml"
 def _session_arch(session: session_mod.Session) -> str | None:
     """The compute capability the session measured on (the newest log entry that names one)."""
     try:
-        from cutile_perf import log
 
         entries = log.read_entries(session.log_path)
     except Exception:  # no log yet, or one this version cannot read: fall back to the default arch
@@ -28,7 +32,6 @@ def _session_arch(session: session_mod.Session) -> str | None:
 
 def record(session: session_mod.Session, spec_path: Path, timeout_s: float | None) -> Outcome:
     """Run the correctness selection once on this (GPU) machine, recording every distinct launch."""
-    from cutile_perf import envcheck, iteration, launch_record, records, runner
 
     iteration.require_gpu(session, envcheck.Probe())
     runs = session.sandbox / "runs"

@@ -1,8 +1,8 @@
 """``cutile-perf env``: the environment check."""
 from __future__ import annotations
 
-from cutile_perf import envcheck
-from cutile_perf.commands import Outcome
+from cutile_perf.child import envcheck
+from cutile_perf.output import Outcome
 from cutile_perf.errors import EXIT_OK, EXIT_REJECTED
 
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from cutile_perf import assets
-from cutile_perf.commands import Outcome, say
+from cutile_perf.skill import assets
+from cutile_perf.output import Outcome, say
 from cutile_perf.commands.demo import SUITE_IGNORE, Step, available_ops, load_steps, resolve_kernel
 from cutile_perf.errors import Refused, UsageError
+from cutile_perf.store import git_ops
 
 ACTIONS = ("list", "show", "copy")
 
@@ -136,7 +137,6 @@ def copy_suite(suite: Path, dest: Path) -> Outcome:
     if dest.exists():
         dest.rmdir()
     shutil.copytree(suite, dest, ignore=SUITE_IGNORE)
-    from cutile_perf import git_ops
 
     git_ops.init_repo(dest, "tilesuite: bundled cuTile kernel suite")
     return Outcome(

@@ -5,11 +5,16 @@ import datetime as _dt
 import re
 from pathlib import Path
 
-from cutile_perf import atomic, envcheck, git_ops, kernel_scan, playbook, selection
-from cutile_perf import session as session_mod
-from cutile_perf.commands import Outcome, say
-from cutile_perf.decide import Thresholds
+from cutile_perf.store import atomic, git_ops
+from cutile_perf.child import envcheck, selection
+from cutile_perf.kernel import kernel_scan
+from cutile_perf.skill import playbook
+from cutile_perf.store import session as session_mod
+from cutile_perf.output import Outcome, say
+from cutile_perf.judge.decide import Thresholds
 from cutile_perf.errors import DirtyTree, Refused, UsageError
+from cutile_perf.store import log
+from cutile_perf.loop import render
 
 
 def _fence_entry(repo: Path, raw: str) -> str:
@@ -84,7 +89,6 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
     git_ops.exclude_locally(g, f"/{session_mod.SANDBOX}/")
     git_ops.create_branch(g, branch)
     session_mod.save(session)
-    from cutile_perf import log, render
 
     atomic.write_text(session.results_path, render.render_perf_results(log.read_entries(session.log_path)))
     if not env.can_measure:

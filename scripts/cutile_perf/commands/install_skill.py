@@ -18,9 +18,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cutile_perf import __version__, assets, atomic
-from cutile_perf.commands import Outcome, say
+from cutile_perf import __version__
+from cutile_perf.skill import assets
+from cutile_perf.store import atomic
+from cutile_perf.output import Outcome, say
 from cutile_perf.errors import Refused, UsageError
+from cutile_perf.store import git_ops
 
 SKILL_NAME = "cutile-perf"
 MANIFEST = ".cutile-perf-manifest.json"
@@ -141,7 +144,6 @@ def exclude_installed(target: Path, dests: list[Path]) -> dict:
     installed paths git still lists as changed (tracked copies the user committed). A target that is
     not in a git repository gets nothing; the fence rule (``is_installed_skill_path``) still holds.
     """
-    from cutile_perf import git_ops
 
     try:
         repo = git_ops.open_repo(target)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from cutile_perf.commands import Outcome, say
+from cutile_perf.output import Outcome, say
 from cutile_perf.errors import UsageError
 from cutile_perf.tune import spaces
 from cutile_perf.tune.analysis import keep_set, rank

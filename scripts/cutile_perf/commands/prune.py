@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from cutile_perf.commands import Outcome, say
+from cutile_perf.output import Outcome, say
 from cutile_perf.tune.analysis import prune as prune_rule
 from cutile_perf.tune.evaluate import make_tuner, run_shapes, stream_for
 from cutile_perf.tune.tunable import load_target, resolve_shapes

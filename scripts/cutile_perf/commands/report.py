@@ -4,9 +4,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from cutile_perf import atomic, log, render
-from cutile_perf import session as session_mod
-from cutile_perf.commands import Outcome
+from cutile_perf.store import atomic, log
+from cutile_perf.loop import render
+from cutile_perf.store import session as session_mod
+from cutile_perf.output import Outcome
 from cutile_perf.errors import Refused
 
 

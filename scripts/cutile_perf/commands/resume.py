@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cutile_perf import git_ops, iteration, txn
-from cutile_perf import session as session_mod
-from cutile_perf.commands import Outcome, say
-from cutile_perf.crash import CrashClass
+from cutile_perf.store import git_ops
+from cutile_perf.loop import iteration, txn
+from cutile_perf.store import session as session_mod
+from cutile_perf.output import Outcome, say
+from cutile_perf.judge.crash import CrashClass
 from cutile_perf.errors import Locked
 
 

@@ -5,8 +5,9 @@ import ast
 import shlex
 from pathlib import Path
 
-from cutile_perf import atomic, kernel_scan, scaffold
-from cutile_perf.commands import Outcome
+from cutile_perf.store import atomic
+from cutile_perf.kernel import kernel_scan, scaffold
+from cutile_perf.output import Outcome
 from cutile_perf.errors import Refused, UsageError
 
 

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cutile_perf import decide, git_ops, iteration, jitcache, playbook, render, txn
-from cutile_perf import session as session_mod
-from cutile_perf.commands import Outcome
+from cutile_perf.judge import decide
+from cutile_perf.store import git_ops, jitcache
+from cutile_perf.loop import iteration, render, txn
+from cutile_perf.skill import playbook
+from cutile_perf.store import session as session_mod
+from cutile_perf.output import Outcome
 
 SHOWN_ROWS = 10
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cutile_perf import git_ops
-from cutile_perf import survey as survey_mod
-from cutile_perf.commands import Outcome, say
+from cutile_perf.store import git_ops
+from cutile_perf.kernel import survey as survey_mod
+from cutile_perf.output import Outcome, say
 from cutile_perf.errors import UsageError
-from cutile_perf.session import parse_timeout
+from cutile_perf.store.session import parse_timeout
 
 
 def survey(*, repo: Path, run: bool, timeout_s: float, sample: int, jobs: int, under: str | None, markdown: bool,

@@ -11,9 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cutile_perf import atomic
-from cutile_perf.commands import Outcome
+from cutile_perf.store import atomic
+from cutile_perf.output import Outcome
 from cutile_perf.errors import Refused, UsageError
+from cutile_perf.tune.codegen import render
 
 NAMES = ("autotune",)
 
@@ -90,7 +91,6 @@ def template(*, name: str, kind: str, overrides: dict[str, str | None], output: 
             fields[key] = text
     if overrides.get("configs") is not None and overrides.get("fixed") is None:
         fields["fixed"] = fields["configs"][0] if isinstance(fields["configs"], list) and fields["configs"] else {}
-    from cutile_perf.tune.codegen import render
 
     source = render(resolved, **fields)
     data = {"kind": resolved, "fields": fields}

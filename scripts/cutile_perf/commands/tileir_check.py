@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from cutile_perf.commands import Outcome
+from cutile_perf.output import Outcome
 from cutile_perf.errors import EXIT_OK, EXIT_REJECTED
 from cutile_perf.tileir import check
 

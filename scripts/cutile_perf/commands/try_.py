@@ -11,12 +11,16 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from cutile_perf import decide, envcheck, git_ops, iteration, measure, txn
-from cutile_perf import session as session_mod
-from cutile_perf.commands import Outcome, say
-from cutile_perf.crash import CrashClass
+from cutile_perf.judge import decide
+from cutile_perf.child import envcheck, measure
+from cutile_perf.store import git_ops
+from cutile_perf.loop import iteration, txn
+from cutile_perf.store import session as session_mod
+from cutile_perf.output import Outcome, say
+from cutile_perf.judge.crash import CrashClass
 from cutile_perf.errors import (EXIT_CRASH, EXIT_OK, EXIT_REJECTED, FenceViolation, IterationCrashed, NoChange,
                                 Refused, UsageError)
+from cutile_perf.store import log
 
 TRAILER = "Cutile-Perf"
 
@@ -28,7 +32,7 @@ def _outside_fence_ignorable(path: str) -> bool:
 
 def candidate_paths(session: session_mod.Session, g) -> list[str]:
     """The fenced paths this iteration changes, or the refusal that says why it cannot run."""
-    from cutile_perf.commands.install_skill import is_installed_skill_path
+    from cutile_perf.commands.install_skill import is_installed_skill_path  # noqa: PLC0415 - TODO(core)
 
     changed = [p for p in git_ops.changed_paths(g) if not _outside_fence_ignorable(p)
                and not is_installed_skill_path(p)]
@@ -189,7 +193,6 @@ class _Iteration:
             change = d.changes.get(d.worst_shape)
             extra["Worst-Case"] = (f"{d.worst_shape} {decide.format_change(change) if change is not None else '?'}"
                                    + (f" (gate {gate * 100:.1f} %)" if gate is not None else ""))
-        from cutile_perf import log
 
         extra["Log-Prev"] = log.head_hash(self.session.log_path)
         if verdict.review:

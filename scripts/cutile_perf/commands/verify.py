@@ -10,11 +10,14 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from cutile_perf import decide, envcheck, git_ops, iteration, measure, stats
-from cutile_perf import session as session_mod
-from cutile_perf.commands import Outcome, say
+from cutile_perf.judge import decide, stats
+from cutile_perf.child import envcheck, measure
+from cutile_perf.store import git_ops
+from cutile_perf.loop import iteration
+from cutile_perf.store import session as session_mod
+from cutile_perf.output import Outcome, say
 from cutile_perf.errors import EXIT_OK, EXIT_REJECTED, Refused, UsageError
-from cutile_perf.history import moved_performance, shape_medians
+from cutile_perf.loop.history import moved_performance, shape_medians
 
 
 def claimed_ratio(rows: list[dict], older: str, newer: str) -> tuple[float | None, list[str]]:

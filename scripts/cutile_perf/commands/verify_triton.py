@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cutile_perf.commands import Outcome
+from cutile_perf.output import Outcome
 from cutile_perf.errors import EXIT_OK, EXIT_REFUSED, EXIT_REJECTED
 from cutile_perf.tileir import verify
 

@@ -14,7 +14,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from cutile_perf import envcheck, knobs
+from cutile_perf.child import envcheck
+from cutile_perf import knobs
 
 # First tileiras release that can target each compute capability major (CUDA Tile IR release notes:
 # 13.1 Blackwell only, 13.2 adds Ampere/Ada, 13.3 adds Hopper; see references/triton-tileir.md).

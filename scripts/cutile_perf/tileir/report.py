@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cutile_perf.render import load_template
+from cutile_perf.templating import load_template
 
 
 def render(*, kernel_file: str, classification: dict[str, Any], transformation: dict[str, Any] | None,

@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from cutile_perf import knobs, runner
+from cutile_perf import knobs
+from cutile_perf.child import runner
 from cutile_perf.errors import UsageError
 from cutile_perf.tileir import check, scan
 from cutile_perf.tileir.verify_child import RESULT_PREFIX

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from cutile_perf import stats
+from cutile_perf.judge import stats
 from cutile_perf.tune.config import Config, Trial
 
 Results = Mapping[str, Sequence[Trial]]  # shape label -> trials of that shape

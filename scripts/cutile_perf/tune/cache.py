@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cutile_perf import atomic
+from cutile_perf.store import atomic
 from cutile_perf.tune.config import Config, Trial
 
 ENTRY_SCHEMA = 1

@@ -8,6 +8,7 @@ from typing import Any
 
 from cutile_perf.errors import UsageError
 from cutile_perf.tune.config import as_config, as_space
+from cutile_perf.templating import template_dirs
 
 KINDS = ("occupancy", "tile_search", "split_buffer")
 
@@ -15,7 +16,6 @@ KINDS = ("occupancy", "tile_search", "split_buffer")
 def _environment():
     import jinja2
 
-    from cutile_perf.render import template_dirs
 
     # render's template finder (package data, then the checkout), so an installed wheel finds them too.
     # Its own environment: these templates are written for jinja2's default whitespace handling.

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cutile_perf.errors import UsageError
+from cutile_perf.judge.stats import median
 
 # The CompilerOptions fields of cuda-tile 1.7 that replace_hints accepts.
 HINT_NAMES = ("num_ctas", "occupancy", "opt_level", "num_worker_warps")
@@ -147,7 +148,6 @@ class Trial:
         """Median time in ms; failures score +inf so they simply lose."""
         if not self.ok:
             return float("inf")
-        from cutile_perf.stats import median
 
         return median(self.times)
 

@@ -143,7 +143,7 @@ def run_job(job: CompileJob) -> CompileOutcome:
         return CompileOutcome(job.config, status, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"[-2000:])
     handoffs = ()
     if result.cubin and not result.library_lifecycle_providers:  # provider modules do not pickle: disk cache only
-        from cutile_perf.tune.threadcompile import Handoff
+        from cutile_perf.tune.threadcompile import Handoff  # noqa: PLC0415 - precompile and threadcompile use each other
 
         handoffs = tuple(Handoff(sig, result.cubin, done.symbol)
                          for sig, done in zip(job.signatures, result.kernel_signatures))

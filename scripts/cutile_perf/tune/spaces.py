@@ -22,6 +22,7 @@ import itertools
 from collections.abc import Iterable
 
 from cutile_perf.tune.config import Config
+from cutile_perf.errors import UsageError
 
 # Shared memory a single CTA may use (opt-in maximum, bytes) and per SM, by arch family.
 SMEM_PER_CTA = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_89": 99 * 1024, "sm_90": 227 * 1024,
@@ -160,7 +161,6 @@ TEMPLATES = {
 
 
 def template(kind: str, arch: str) -> list[Config]:
-    from cutile_perf.errors import UsageError
 
     try:
         return TEMPLATES[kind](arch)

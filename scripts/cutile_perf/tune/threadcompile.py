@@ -111,7 +111,7 @@ class ThreadPrecompiler:
 
     def __call__(self, kernel: Any, items: Sequence[tuple[Config, Sequence[tuple]]], sm_arch: str, *,
                  on_done: Callable[[Any], None] | None = None) -> dict[Config, Any]:
-        from cutile_perf.tune.precompile import distinct_signatures
+        from cutile_perf.tune.precompile import distinct_signatures  # noqa: PLC0415 - precompile and threadcompile use each other
 
         jobs = [(cfg, distinct_signatures(kernel, arg_sets)) for cfg, arg_sets in items]
         return run_threads(kernel, jobs, sm_arch, workers=self.workers, timeout_s=self.timeout_s, on_done=on_done)
@@ -122,7 +122,7 @@ def run_threads(kernel: Any, jobs: Sequence[tuple[Config, Sequence[Any]]], sm_ar
     """Compile ``(config, signatures)`` jobs in ``workers`` threads, the largest tiles first."""
     from cuda.tile._cext import default_tile_context
 
-    from cutile_perf.tune.precompile import CompileOutcome, compile_cost
+    from cutile_perf.tune.precompile import CompileOutcome, compile_cost  # noqa: PLC0415 - precompile and threadcompile use each other
 
     if not jobs:
         return {}

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cutile_perf.tune.config import Config, Trial, as_config
+from cutile_perf.bench import bench
 
 
 @dataclass
@@ -74,7 +75,6 @@ class BenchTimer:
     mode: str | None = None
 
     def __call__(self, candidates: Sequence[Candidate]) -> list[Trial]:
-        from cutile_perf.bench import bench
 
         ready, trials = warm_up(candidates)
         for cand in ready:

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cutile_perf import pristine, records, runner
-from cutile_perf import session as session_mod
+from cutile_perf.child import pristine, records, runner
+from cutile_perf.store import session as session_mod
 
 # Verbosity flags are dropped: "-v" would turn the one-node-id-per-line listing into a tree.
 _VERBOSITY = {"-v", "-vv", "-vvv", "--verbose", "-q", "-qq", "--quiet"}

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from cutile_perf import log
-from cutile_perf.decide import IMPROVING_TIERS, Reference
+from cutile_perf.store import log
+from cutile_perf.judge.decide import IMPROVING_TIERS, Reference
 
 
 def shape_medians(entry: dict) -> dict[str, float]:

@@ -29,8 +29,8 @@ import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from cutile_perf import atomic, git_ops, log
-from cutile_perf.session import Session
+from cutile_perf.store import atomic, git_ops, log
+from cutile_perf.store.session import Session
 
 STEPS = ("started", "committed", "measured", "decided", "recorded", "settled")
 STATE_FILE = "iteration.json"

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cutile_perf.errors import UsageError
+from cutile_perf.templating import load_template
 
 BACKEND_PARAMS = ("backend", "framework")
 CHECK_CALL = "assertCorrectness"
@@ -313,7 +314,6 @@ def default_output(test_file: Path) -> Path:
 
 def render(plan: PerfPlan, *, command: str) -> str:
     """The perf test's source; ``command`` is the line that generated it, written into its header."""
-    from cutile_perf.render import load_template
 
     text = load_template(TEMPLATE).render(plan=plan, command=command)
     ast.parse(text)  # a template bug must fail here, not as a collection error in the user's repo

@@ -18,9 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from cutile_perf import kernel_scan, records, runner, selection
-from cutile_perf import session as session_mod
-from cutile_perf.decide import Thresholds
+from cutile_perf.kernel import kernel_scan
+from cutile_perf.child import records, runner, selection
+from cutile_perf.store import session as session_mod
+from cutile_perf.judge.decide import Thresholds
 from cutile_perf.errors import UsageError
 
 WHICH = ("correctness", "perf")

@@ -127,7 +127,7 @@ class Anchor:
             return None
 
     def write(self, path: Path) -> None:
-        from cutile_perf import atomic  # noqa: PLC0415 - atomic imports nothing of ours; keep log light
+        from cutile_perf.store import atomic# noqa: PLC0415 - atomic imports nothing of ours; keep log light
 
         atomic.write_text(path, json.dumps({"rows": self.rows, "head": self.head}) + "\n")
 

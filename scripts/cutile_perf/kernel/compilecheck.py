@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from cutile_perf.compile_report import inspect_cubin, summarize_remarks
+from cutile_perf.kernel.compile_report import inspect_cubin, summarize_remarks
 from cutile_perf.errors import EnvMissing, UsageError
 
 DEFAULT_ARCH = "sm_90"

@@ -18,10 +18,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from cutile_perf import atomic, envcheck, git_ops, log, render
-from cutile_perf.commands import say
+from cutile_perf.store import atomic, git_ops, log
+from cutile_perf.child import envcheck
+from cutile_perf.loop import render
+from cutile_perf.output import say
 from cutile_perf.errors import EnvMissing, Refused
-from cutile_perf.session import Session
+from cutile_perf.store.session import Session
 
 
 def slug(text: str, limit: int = 40) -> str:
@@ -117,7 +119,7 @@ def base_entry(session: Session, *, iteration: int, optimization: str, status: s
 def record(session: Session, g, entry: dict) -> str:
     """Append ``entry`` to the chained log, then re-render perf_results.md (a failed render only warns:
     the log is the truth and ``status``/``report`` render it again). Returns the row's hash."""
-    from cutile_perf import txn  # noqa: PLC0415 - txn imports iteration's neighbours, not iteration
+    from cutile_perf.loop import txn# noqa: PLC0415 - txn imports iteration's neighbours, not iteration
 
     digest = txn.append_row(session, g, entry)
     render_results(session)
@@ -153,8 +155,8 @@ def shapes_field(medians: dict[str, float], test_ids: dict[str, str],
 def open_history(session: Session, g, *, for_change: bool = True):
     """The session's history, refused (exit 3) when the log was altered or session.yaml was edited
     after the baseline froze it. ``for_change=False`` (status) skips the refusals."""
-    from cutile_perf import txn  # noqa: PLC0415
-    from cutile_perf.history import History  # noqa: PLC0415
+    from cutile_perf.loop import txn# noqa: PLC0415
+    from cutile_perf.loop.history import History  # noqa: PLC0415
 
     broken = txn.check_log(session, g)
     if broken and for_change:
@@ -180,7 +182,7 @@ def settle_interrupted(session: Session, g, state, *, crash_class: str, reason: 
     on the prepared row is appended (once: a row already in the log is recognised by its hash) and
     the branch settled by it.
     """
-    from cutile_perf import txn  # noqa: PLC0415
+    from cutile_perf.loop import txn# noqa: PLC0415
 
     if txn.STEPS.index(state.step) < txn.STEPS.index("decided"):
         row = base_entry(session, iteration=state.iteration, optimization=state.optimization, status="crash",
@@ -234,7 +236,7 @@ class StageRunner:
     def __init__(self, session: Session, g, deadline, clock: Clock, on_start=None, fresh_compile_cache: bool = False):
         """``fresh_compile_cache``: compile everything in an empty cache of this runner's own
         (``verify``) instead of the session's guarded one; only with ``jit_cache`` on."""
-        from cutile_perf import measure  # noqa: PLC0415 - measure imports session, not iteration
+        from cutile_perf.child import measure# noqa: PLC0415 - measure imports session, not iteration
 
         self.measure = measure
         self.session, self.g, self.deadline, self.clock, self.on_start = session, g, deadline, clock, on_start
@@ -253,7 +255,7 @@ class StageRunner:
         return self.fenced[commit]
 
     def checkout(self, commit: str):
-        from cutile_perf import pristine  # noqa: PLC0415
+        from cutile_perf.child import pristine# noqa: PLC0415
 
         if commit not in self.checkouts:
             # With the JIT cache, the n-th checkout of every command has the same path (the cache
@@ -283,7 +285,7 @@ class StageRunner:
         stage still snapshots the protected files before its child starts and compares them after
         it ends, so the two windows together cover everything from the first start to the last end.
         """
-        from cutile_perf import runner  # noqa: PLC0415
+        from cutile_perf.child import runner# noqa: PLC0415
 
         gate = runner.Gate()
         perf_groups: list[int] = []
@@ -334,7 +336,7 @@ class StageRunner:
             self._exits.close()  # records the session cache: every child of this command has ended
 
     def __enter__(self) -> StageRunner:
-        from cutile_perf import jitcache  # noqa: PLC0415
+        from cutile_perf.store import jitcache# noqa: PLC0415
 
         if self.session.jit_cache:
             if self.fresh_compile_cache:

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
-from cutile_perf import atomic
+from cutile_perf.store import atomic
 
 CACHE_DIR = "jit-cache"  # under sandbox/
 DB_FILE = "cache.db"  # cutile_cache's file name (tests/test_jitcache.py checks it against the package)

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from cutile_perf import git_ops
+from cutile_perf.store import git_ops
 
 SKIPPED_NAMES = ("sitecustomize.py", "usercustomize.py")
 SKIPPED_SUFFIXES = (".pth", ".pyc", ".pyo")

@@ -25,10 +25,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from cutile_perf import jitcache, pristine, records, runner, runreport
-from cutile_perf.crash import CrashClass
-from cutile_perf.decide import StageEvidence
-from cutile_perf.session import Session
+from cutile_perf.store import jitcache
+from cutile_perf.child import pristine, records, runner, runreport
+from cutile_perf.judge.crash import CrashClass
+from cutile_perf.judge.decide import StageEvidence
+from cutile_perf.store.session import Session
+from cutile_perf.store import atomic
 
 FRAMEWORK = "cutile"
 FORWARD = "forward"
@@ -141,7 +143,6 @@ def digest_tree(root: Path, paths: Iterable[str]) -> dict[str, str | None]:
 
 
 def restore(root: Path, saved: dict[str, bytes | None], paths: Iterable[str]) -> None:
-    from cutile_perf import atomic
 
     for rel in paths:
         target = root / rel

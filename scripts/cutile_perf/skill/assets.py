@@ -4,7 +4,7 @@ A wheel carries them as package data under ``cutile_perf/data/``; in a checkout 
 symlinks to the top-level ``SKILL.md``, ``references/`` and ``examples/kernels/``, so both cases are
 found in the same place. The checkout itself is the fallback for a source tree whose symlinks were
 lost (an archive unpacked on a filesystem without them). Templates are found by
-``render.template_dirs``.
+``templating.template_dirs``.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from cutile_perf import checkout_root, knobs
 from cutile_perf.errors import EnvMissing, Refused
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 REINSTALL_HINT = "reinstall cutile-perf (pip install cutile-perf, or pip install -e <checkout>)"
 
 

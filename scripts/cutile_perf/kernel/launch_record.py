@@ -30,7 +30,7 @@ def spec_value(constraint: Any) -> Any:
 
 def describe(kernel, constraints) -> tuple[str, dict[str, Any]]:
     """``(kernel name, {parameter: spec value})`` for one launch."""
-    from cutile_perf.compilecheck import kernel_params  # noqa: PLC0415 - needs cuda.tile
+    from cutile_perf.kernel.compilecheck import kernel_params  # noqa: PLC0415 - needs cuda.tile
 
     names = [name for name, _ in kernel_params(kernel)]
     return kernel._annotated_function.pyfunc.__name__, dict(zip(names, (spec_value(c) for c in constraints)))

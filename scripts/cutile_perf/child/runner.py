@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cutile_perf import knobs
-from cutile_perf.crash import CrashClass
+from cutile_perf.judge.crash import CrashClass
 
 # pytest exit codes (pytest.ExitCode), named here to keep the import of pytest out of the harness.
 PYTEST_OK = 0
@@ -233,7 +233,7 @@ def classify(result: RunResult) -> CrashClass | None:
 
 def package_parent() -> Path:
     """The directory holding the ``cutile_perf`` package, for the child's PYTHONPATH."""
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]
 
 
 def with_package_on_path(env: dict[str, str], *, last: bool = False) -> dict[str, str]:

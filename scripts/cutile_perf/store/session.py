@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from cutile_perf import atomic
-from cutile_perf.decide import Thresholds
+from cutile_perf.store import atomic
+from cutile_perf.judge.decide import Thresholds
 from cutile_perf.errors import Locked, NoSession, UsageError
 
 SANDBOX = "sandbox"

@@ -27,7 +27,8 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field, fields, replace
 
-from cutile_perf import stats
+from cutile_perf.judge import stats
+from cutile_perf.templating import format_change
 
 VERDICTS = ("keep", "revert", "confirm")
 # Tiers that moved performance: their numbers become the new baseline.
@@ -162,11 +163,6 @@ def combine_latency(medians: dict[str, float]) -> float:
     if not medians:
         raise ValueError("combine_latency needs at least one shape")
     return stats.geomean(list(medians.values()))
-
-
-def format_change(change: float) -> str:
-    """A relative change as text: ``-0.031`` -> ``"-3.1 %"``."""
-    return f"{change * 100:+.1f} %"
 
 
 def _aggregate_noise(noise: dict[str, float], shapes: list[str], minimum: float) -> float:

@@ -1,0 +1,1 @@
+"""Everything that runs or reads a pytest child: processes, pristine checkouts, stages, records."""

@@ -1,0 +1,1 @@
+"""The decision rules, their statistics and the crash classes: pure functions over evidence."""

@@ -1,0 +1,1 @@
+"""Reading and compiling kernels without running the loop: scan, compile-check, scaffold, survey."""

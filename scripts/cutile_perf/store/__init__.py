@@ -1,0 +1,1 @@
+"""Durable state: atomic files, the chained log, git, the session settings and the compile cache."""
