@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Survey NVIDIA TileGym on a GPU machine: which cuTile ops cutile-perf can drive (README section
+# Survey NVIDIA TileGym on a GPU machine: which cuTile ops cutile-perf can drive (docs/survey.md,
 # "NVIDIA TileGym ops the loop can drive"). Also scaffolds the missing softmax perf test and runs it once.
 #
 #   bash benchmarks/tilegym_survey.sh <TileGym checkout (src/, tests/)> <output folder>

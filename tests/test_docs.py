@@ -1,6 +1,6 @@
 """Every name the docs mention must exist: cuTile API, subcommands and flags, env vars, files.
 
-Walks SKILL.md, references/*.md and README.md. A doc that names something the code does not have
+Walks SKILL.md, references/*.md, README.md and docs/**/*.md. A doc that names something the code does not have
 teaches an agent to call a command, flag or API that fails (TileGym's skills name
 `result.best.time_ms`, `DISABLE_CUTILE_TUNE` and links that do not exist).
 """
@@ -17,7 +17,8 @@ from cutile_perf.skill import doccheck, playbook
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted(
-    p for p in [ROOT / "SKILL.md", ROOT / "README.md", *(ROOT / "references").glob("*.md")] if p.is_file()
+    p for p in [ROOT / "SKILL.md", ROOT / "README.md", *(ROOT / "references").glob("*.md"), *(ROOT / "docs").rglob("*.md")]
+    if p.is_file()
 )
 
 # UPPER_CASE names with an underscore that the docs use as kernel constants or cubin attributes,
@@ -149,6 +150,31 @@ def test_skill_frontmatter_and_length():
     assert "not for" in description.lower(), "the description must end with what the skill is not for"
     assert "cuda-tile" in str(meta.get("compatibility", ""))
     assert len(body.splitlines()) < 500
+
+
+def test_readme_and_skill_stay_lean():
+    # Issue 20 item 6, issue 21 item 5: README is for a user (measurement logs live in docs/), and
+    # SKILL.md is a router an agent reads whole on every task (details live in references/).
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 220, f"README.md has {len(readme.splitlines())} lines: move details to docs/"
+    skill = (ROOT / "SKILL.md").read_text(encoding="utf-8")
+    assert len(skill) / 4 < 5000, f"SKILL.md is about {len(skill) / 4:.0f} tokens: move details to references/"
+    assert "<!--" not in skill, "SKILL.md has an HTML comment: an agent reads it as text"
+
+
+def test_every_reference_says_when_to_read_it():
+    # SKILL.md routes with one table, "| Read this when ... | File |": one row per reference file.
+    skill = (ROOT / "SKILL.md").read_text(encoding="utf-8")
+    lines = skill.splitlines()
+    header = next((k for k, line in enumerate(lines) if line.startswith("| Read this when")), None)
+    assert header is not None, "SKILL.md has no '| Read this when ... | File |' routing table"
+    end = next((k for k in range(header, len(lines)) if not lines[k].startswith("|")), len(lines))
+    table = lines[header + 2:end]
+    for ref in sorted((ROOT / "references").glob("*.md")):
+        head = "\n".join(ref.read_text(encoding="utf-8").splitlines()[:8])
+        assert "Read this when" in head, f"{_rel(ref)}: its first lines do not say when to read it"
+        rows = [row for row in table if f"(references/{ref.name})" in row]
+        assert len(rows) == 1, f"SKILL.md's routing table needs one row for references/{ref.name}, has {len(rows)}"
 
 
 def test_long_references_have_a_table_of_contents():
