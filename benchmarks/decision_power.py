@@ -1,4 +1,4 @@
-"""Power and false-verdict rates of the keep/revert rules (``cutile_perf.judge.decide.judge``), CPU only.
+"""Power and false-verdict rates of the keep/revert rules (``cutile_perf.judge.rules.judge``), CPU only.
 
 Simulates sessions the way the loop runs them, calling the real pure rules: a baseline of
 ``--repeats`` perf runs (noise floor), one candidate run, then, when the judge asks, interleaved
@@ -27,7 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-from cutile_perf.judge import decide, stats# noqa: E402
+from cutile_perf.judge import rules, stats  # noqa: E402
+from cutile_perf.judge.verdict import Evidence, Reference, Stage, Verdict, judge  # noqa: E402
 
 CASES = ("256x1024", "4096x1024", "16384x4096")
 TRUE_MS = {"256x1024": 1.0, "4096x1024": 2.0, "16384x4096": 8.0}
@@ -46,31 +47,28 @@ class Simulator:
                 for c, v in latency.items()}
 
 
-def baseline(sim: Simulator, latency: dict[str, float], repeats: int, t: decide.Thresholds) -> decide.Reference:
+def baseline(sim: Simulator, latency: dict[str, float], repeats: int, t: rules.Thresholds) -> Reference:
     runs = [sim.run(latency) for _ in range(repeats)]
     per_case = {c: [r[c] for r in runs] for c in latency}
-    return decide.Reference(commit="base", medians={c: stats.median(v) for c, v in per_case.items()},
-                            noise=decide.noise_floor(per_case, minimum=t.min_noise), runs=per_case)
+    return Reference(commit="base", medians={c: stats.median(v) for c, v in per_case.items()},
+                            noise=rules.noise_floor(per_case, minimum=t.min_noise), runs=per_case)
 
 
-def one_try(sim: Simulator, ref: decide.Reference, base_latency: dict, cand_latency: dict,
-            t: decide.Thresholds) -> tuple[decide.Verdict, int, dict]:
+def one_try(sim: Simulator, ref: Reference, base_latency: dict, cand_latency: dict,
+            t: rules.Thresholds) -> tuple[Verdict, int, dict]:
     """The judge's verdict on one candidate, the extra perf runs it asked for, the candidate's run."""
     start = sim.runs
-    perf = decide.StageEvidence(medians=sim.run(cand_latency))
-    verdict = decide.judge(ref, t, perf=perf)
-    paired: dict | None = None
+    perf = Stage(shapes=sim.run(cand_latency))
+    verdict = judge(ref, t, Evidence(perf=perf))
+    evidence = Evidence(perf=perf)
     while verdict.action == "re-measure":
-        paired = paired or {c: ([], []) for c in ref.medians}
-        b, c = sim.run(base_latency), sim.run(cand_latency)
-        for case in paired:
-            paired[case][0].append(b[case])
-            paired[case][1].append(c[case])
-        verdict = decide.judge(ref, t, perf=perf, paired=paired)
-    return verdict, sim.runs - start - 1, perf.medians
+        evidence = evidence.add(pairs=(*evidence.pairs, (Stage(shapes=sim.run(base_latency)),
+                                                         Stage(shapes=sim.run(cand_latency)))))
+        verdict = judge(ref, t, evidence)
+    return verdict, sim.runs - start - 1, perf.shapes
 
 
-def slowdown_rows(args, t: decide.Thresholds, rng: random.Random) -> list[list]:
+def slowdown_rows(args, t: rules.Thresholds, rng: random.Random) -> list[list]:
     caught, extra = 0, []
     for _ in range(args.sessions):
         sim = Simulator(args.noise, args.drift, rng)
@@ -85,7 +83,7 @@ def slowdown_rows(args, t: decide.Thresholds, rng: random.Random) -> list[list]:
              "MET" if goal else "MISSED"]]
 
 
-def aa_rows(args, t: decide.Thresholds, rng: random.Random) -> list[list]:
+def aa_rows(args, t: rules.Thresholds, rng: random.Random) -> list[list]:
     keeps = reverts = 0
     extra = []
     for _ in range(args.tries):
@@ -101,14 +99,14 @@ def aa_rows(args, t: decide.Thresholds, rng: random.Random) -> list[list]:
 
 
 def ratchet_drifts(sessions: int, steps: int, noise: float, drift: float, slowdown: float, repeats: int,
-                   t: decide.Thresholds, rng: random.Random) -> list[tuple[float, float]]:
+                   t: rules.Thresholds, rng: random.Random) -> list[tuple[float, float]]:
     """Per session, ``steps`` tries in a row, each ``slowdown`` slower on one case than the kept code:
     (how far the kept code ended from the baseline on that case, that case's gate)."""
     out = []
     for _ in range(sessions):
         sim = Simulator(noise, drift, rng)
         ref = baseline(sim, TRUE_MS, repeats, t)
-        gate = decide.single_run_gate(decide.case_noise(ref.noise, CASES[0], t), t)
+        gate = rules.single_run_gate(rules.case_noise(ref.noise, CASES[0], t), t)
         kept = base = dict(TRUE_MS)
         for _step in range(steps):
             cand = {**kept, CASES[0]: kept[CASES[0]] * (1 + slowdown)}
@@ -116,12 +114,12 @@ def ratchet_drifts(sessions: int, steps: int, noise: float, drift: float, slowdo
             if verdict.action == "keep":
                 kept = cand
                 if verdict.decision is not None and verdict.decision.rebaseline:
-                    base, ref = cand, decide.Reference("cand", measured, ref.noise, runs=ref.runs)
+                    base, ref = cand, Reference("cand", measured, ref.noise, runs=ref.runs)
         out.append((kept[CASES[0]] / TRUE_MS[CASES[0]] - 1, gate))
     return out
 
 
-def ratchet_rows(args, t: decide.Thresholds, rng: random.Random) -> list[list]:
+def ratchet_rows(args, t: rules.Thresholds, rng: random.Random) -> list[list]:
     results = ratchet_drifts(args.sessions, args.steps, args.noise, args.drift, args.slowdown, args.repeats, t, rng)
     drift = [d for d, _gate in results]
     beyond = sum(d > gate for d, gate in results)
@@ -142,11 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--steps", type=int, default=10, help="tries in a row of the ratchet row")
     args = parser.parse_args(argv)
-    t = decide.Thresholds()
+    t = rules.Thresholds()
     rng = random.Random(args.seed)
     rows = slowdown_rows(args, t, rng) + aa_rows(args, t, rng) + ratchet_rows(args, t, rng)
     print(f"noise {args.noise * 100:.1f} % per sample, drift {args.drift * 100:.1f} % per run, baseline "
-          f"{args.repeats} runs, seed {args.seed}, thresholds: defaults of cutile_perf.judge.decide.Thresholds")
+          f"{args.repeats} runs, seed {args.seed}, thresholds: defaults of cutile_perf.judge.rules.Thresholds")
     print("| scenario | outcome | extra perf runs | goal | verdict |")
     print("|---|---|---|---|---|")
     for row in rows:

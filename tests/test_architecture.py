@@ -4,8 +4,8 @@
     commands                       one module a subcommand, each a thin call into a library
     loop, pytest_plugin            the loop (history, the iteration transaction, views); the child's plugin
     kernel, tune, tileir           kernel analysis and compile-check, autotuning, Triton-TileIR
-    child                          pytest children: processes, pristine checkouts, stages, records
-    store, skill, bench            durable state (atomic files, log, git, settings, caches); skill files; timing
+    child, skill                   pytest children (processes, checkouts, stages, records); the shipped skill
+    store, bench                   durable state (atomic files, log, git, settings, caches); timing
     judge                          decision rules, statistics, crash classes (pure)
     knobs, output, templating      environment variables, progress lines and outcomes, templates
     errors                         the error hierarchy and exit codes
@@ -28,8 +28,8 @@ LAYERS = {
     "cutile_perf": 0, "errors": 0,
     "knobs": 1, "output": 1, "templating": 1,
     "judge": 2,
-    "store": 3, "skill": 3, "bench": 3,
-    "child": 4,
+    "store": 3, "bench": 3,
+    "child": 4, "skill": 4,
     "kernel": 5, "tune": 5, "tileir": 5,
     "loop": 6, "pytest_plugin": 6,
     "commands": 7,

@@ -19,7 +19,7 @@ from fixtures_repo import (  # noqa: F401
     KERNEL_REL, TEST_REL, allow_no_gpu, edit_kernel, edit_session, git, tilegym_like_repo)
 
 from cutile_perf.cli import main
-from cutile_perf.judge.decide import Thresholds
+from cutile_perf.judge.rules import Thresholds
 
 FAST = {"256x1024": 0.5, "4096x1024": 1.0}
 SLOW = {"256x1024": 1.5, "4096x1024": 3.0}

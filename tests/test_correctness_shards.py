@@ -176,17 +176,15 @@ def test_children_started_from_several_threads_are_all_recorded_for_resume(tmp_p
     """Shards and a pre-started perf child report their process groups from different threads;
     every group must reach iteration.json, or a killed try's resume could leave one running."""
     import threading
-    from types import SimpleNamespace
 
-    from cutile_perf.loop import txn
+    from cutile_perf.loop.iteration import STATE_FILE, State
 
-    session = SimpleNamespace(sandbox=tmp_path)
-    state = txn.State(1, "x", "1-x", "base", "ref", ["k.py"])
-    threads = [threading.Thread(target=lambda i=i: [state.add_child(session, i * 100 + j) for j in range(25)])
+    state = State(tmp_path / STATE_FILE, 1, "x", "1-x", "base", "ref", ["k.py"])
+    threads = [threading.Thread(target=lambda i=i: [state.add_child(i * 100 + j) for j in range(25)])
                for i in range(6)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    saved = json.loads((tmp_path / txn.STATE_FILE).read_text())
+    saved = json.loads((tmp_path / STATE_FILE).read_text())
     assert sorted(saved["children"]) == sorted(i * 100 + j for i in range(6) for j in range(25))

@@ -5,19 +5,9 @@ import random
 
 import pytest
 
-from cutile_perf.judge.decide import (
-    Decision,
-    Thresholds,
-    combine_latency,
-    confirm,
-    decide,
-    improved,
-    next_priority_hint,
-    noise_floor,
-    slower_threshold,
-    stop_condition,
-)
-from cutile_perf.judge import decide as decide_module
+from cutile_perf.judge.rules import Decision, Thresholds, combine_latency, decide, moved_performance, next_priority_hint, noise_floor, stop_condition
+from cutile_perf.judge.paired import confirm, slower_threshold
+from cutile_perf.judge import paired as paired_module
 from cutile_perf.judge.stats import median
 
 T = Thresholds()
@@ -205,7 +195,7 @@ def test_a_gate_crossed_by_luck_is_not_a_revert_without_a_paired_rise():
     prior_runs = {"a": [0.98, 1.0, 1.02]}
     d = confirm(paired, T, prior_runs)
     assert d.verdict == "keep", d.reason
-    assert d.paired_z["a"] < decide_module.SOME_RISE_Z
+    assert d.paired_z["a"] < paired_module.SOME_RISE_Z
     # The same samples without that evidence of noise are a revert.
     assert confirm(paired, T).verdict == "revert"
 
@@ -269,8 +259,8 @@ def test_stop_condition_table(name, history, expected):
 
 
 def test_improved_and_priority_hint():
-    assert improved(entry(1, tier="keep-lower-priority"))
-    assert not improved(entry(1, tier="no-change")) and not improved(entry(1, "revert", "new-baseline"))
+    assert moved_performance(entry(1, tier="keep-lower-priority"))
+    assert not moved_performance(entry(1, tier="no-change")) and not moved_performance(entry(1, "revert", "new-baseline"))
     assert next_priority_hint([BASELINE]) is None
     assert "lower-priority" in next_priority_hint([BASELINE, entry(1, tier="keep-lower-priority")])
     assert "crashed (compile)" in next_priority_hint([BASELINE, entry(1, "crash", crash_class="compile")])

@@ -13,7 +13,7 @@ import yaml
 
 from cutile_perf.skill import assets
 from cutile_perf.cli import main
-from cutile_perf.commands.demo import load_steps
+from cutile_perf.loop.demo import load_steps
 from cutile_perf.commands.example import pick_step
 from cutile_perf.commands.template import EXAMPLES, KIND_ALIASES, resolve_kind
 from cutile_perf.errors import EXIT_REFUSED, EXIT_USAGE, UsageError

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fixtures_repo import tilegym_like_repo  # noqa: F401  (fixture)
 
-from cutile_perf.commands.install_skill import MANIFEST, install_skill, is_installed_skill_path, plan_install, skill_dirs
+from cutile_perf.skill.install import MANIFEST, install_skill, is_installed_skill_path, plan_install, skill_dirs
 from cutile_perf.errors import EXIT_REFUSED, Refused, UsageError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

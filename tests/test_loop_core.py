@@ -8,12 +8,21 @@ from pathlib import Path
 import pytest
 from fixtures_repo import build_tilegym_like_repo, git
 
-from cutile_perf.judge import crash, decide
+from cutile_perf.judge import crash, paired
 from cutile_perf.store import git_ops
 from cutile_perf.child import pristine, runreport
-from cutile_perf.judge.decide import Reference, StageEvidence, Thresholds, judge
+from cutile_perf.judge.crash import CrashClass
+from cutile_perf.judge.verdict import Evidence, Reference, Stage, judge
+from cutile_perf.judge.rules import Thresholds
 
 T = Thresholds()
+
+
+def pairs_of(paired: dict) -> tuple:
+    """``{case: (baseline runs, candidate runs)}`` as the judge's interleaved (baseline, candidate) stage pairs."""
+    rounds = min(min(len(b), len(c)) for b, c in paired.values())
+    return tuple((Stage(shapes={k: b[i] for k, (b, _) in paired.items()}),
+                  Stage(shapes={k: c[i] for k, (_, c) in paired.items()})) for i in range(rounds))
 REF = Reference(commit="base", medians={"a": 1.0, "b": 2.0}, noise={"a": 0.01, "b": 0.01},
                 passed_tests=frozenset({"t::one", "t::two"}))
 
@@ -100,46 +109,46 @@ def test_outcome_of_each_phase(when, outcome, xfail, expected):
 
 
 def test_correctness_needs_every_baseline_test_to_pass_again_and_the_end_marker():
-    ok = StageEvidence(passed=frozenset({"t::one", "t::two"}))
-    assert judge(REF, T, correctness=ok).action == "continue"
-    skipped = StageEvidence(passed=frozenset({"t::one"}), not_passed={"t::two": "skipped"})
-    verdict = judge(REF, T, correctness=skipped)
+    ok = Stage(passed=frozenset({"t::one", "t::two"}))
+    assert judge(REF, T, Evidence(correctness=ok)).action == "continue"
+    skipped = Stage(passed=frozenset({"t::one"}), not_passed={"t::two": "skipped"})
+    verdict = judge(REF, T, Evidence(correctness=skipped))
     assert (verdict.action, verdict.crash_class) == ("crash", "incomplete-tests") and "skipped" in verdict.reason
-    assert judge(REF, T, correctness=StageEvidence(passed=ok.passed, ended=False)).crash_class == "incomplete-tests"
-    assert judge(REF, T, correctness=StageEvidence()).crash_class == "incomplete-tests"
-    wrong = judge(REF, T, correctness=StageEvidence(problem="wrong-result", detail="mismatch"))
+    assert judge(REF, T, Evidence(correctness=Stage(passed=ok.passed, ended=False))).crash_class == "incomplete-tests"
+    assert judge(REF, T, Evidence(correctness=Stage())).crash_class == "incomplete-tests"
+    wrong = judge(REF, T, Evidence(correctness=Stage(crash=CrashClass.WRONG_RESULT, detail="mismatch")))
     assert (wrong.action, wrong.crash_class) == ("revert", "wrong-result")
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, 0.0, -1.0, 1e-300])
 def test_impossible_medians_are_bad_records(value):
-    ok = StageEvidence(passed=frozenset({"t::one", "t::two"}))
-    verdict = judge(REF, T, correctness=ok, perf=StageEvidence(medians={"a": value, "b": 2.0}))
+    ok = Stage(passed=frozenset({"t::one", "t::two"}))
+    verdict = judge(REF, T, Evidence(correctness=ok, perf=Stage(shapes={"a": value, "b": 2.0})))
     assert (verdict.action, verdict.crash_class) == ("crash", "bad-record")
 
 
 def test_a_claim_beyond_the_plausibility_factor_is_re_measured_and_flagged():
-    ok = StageEvidence(passed=frozenset({"t::one", "t::two"}))
-    fast = StageEvidence(medians={"a": 0.2, "b": 0.4})
-    assert judge(REF, T, correctness=ok, perf=fast).action == "re-measure"
+    ok = Stage(passed=frozenset({"t::one", "t::two"}))
+    fast = Stage(shapes={"a": 0.2, "b": 0.4})
+    assert judge(REF, T, Evidence(correctness=ok, perf=fast)).action == "re-measure"
     paired = {"a": ([1.0, 1.01, 0.99], [0.2, 0.2, 0.2]), "b": ([2.0, 2.01, 1.99], [0.4, 0.4, 0.41])}
-    verdict = judge(REF, T, correctness=ok, perf=fast, paired=paired)
+    verdict = judge(REF, T, Evidence(correctness=ok, perf=fast, pairs=pairs_of(paired)))
     assert verdict.action == "keep" and verdict.review and "review" in verdict.reason
 
 
 def test_a_small_real_slowdown_is_re_measured_against_the_baseline_and_caught():
     ref = Reference(commit="base", medians={"a": 1.0, "b": 2.0}, noise={"a": 0.02, "b": 0.02},
                     runs={"a": [1.0, 1.004, 0.996], "b": [2.0, 2.008, 1.992]})
-    single = StageEvidence(medians={"a": 1.02, "b": 2.0})  # inside the 3 % gate
-    assert judge(ref, T, perf=single).action == "re-measure"
+    single = Stage(shapes={"a": 1.02, "b": 2.0})  # inside the 3 % gate
+    assert judge(ref, T, Evidence(perf=single)).action == "re-measure"
     paired = {"a": ([1.0, 1.003, 0.998], [1.04, 1.043, 1.038]), "b": ([2.0, 2.004, 1.998], [2.0, 2.003, 2.001])}
-    verdict = judge(ref, T, perf=single, paired=paired)
+    verdict = judge(ref, T, Evidence(perf=single, pairs=pairs_of(paired)))
     assert (verdict.action, verdict.decision.tier) == ("revert", "regression"), verdict.reason
 
 
 def test_fewer_pairs_than_the_minimum_ask_for_more():
     paired = {"a": ([1.0], [1.0]), "b": ([2.0], [2.0])}
-    assert judge(REF, T, perf=StageEvidence(medians={"a": 1.0, "b": 2.0}), paired=paired).action == "re-measure"
+    assert judge(REF, T, Evidence(perf=Stage(shapes={"a": 1.0, "b": 2.0}), pairs=pairs_of(paired))).action == "re-measure"
 
 
 def test_thresholds_reject_non_finite_and_inconsistent_values():
@@ -172,7 +181,7 @@ def test_decide_module_keeps_its_frozen_defaults():
     # The defaults are part of every session's frozen rules; changing one is a deliberate act.
     assert (T.noise_k, T.min_noise, T.recheck_fraction, T.slower_z, T.plausible_factor, T.min_confirm_pairs) == (
         1.5, 0.005, 0.25, 2.75, 3.0, 3)
-    assert decide.NOISE_WIDTH_PER_SD == 3.5
+    assert paired.NOISE_WIDTH_PER_SD == 3.5
 
 
 # --- every direction counts -----------------------------------------------------------------------
@@ -188,8 +197,8 @@ def test_forward_and_backward_records_are_cases_of_their_own_and_a_backward_regr
     assert problem is None and medians == {"1024": 1.0, "1024@backward": 3.0}
     assert measure.direction_of("1024@backward") == "backward" and measure.direction_of("1024") == "forward"
     ref = Reference(commit="base", medians=medians, noise={c: 0.005 for c in medians})
-    slower_backward = StageEvidence(medians={"1024": 1.0, "1024@backward": 3.6})
-    verdict = judge(ref, T, perf=slower_backward)
+    slower_backward = Stage(shapes={"1024": 1.0, "1024@backward": 3.6})
+    verdict = judge(ref, T, Evidence(perf=slower_backward))
     assert verdict.action == "revert" and verdict.decision.worst_shape == "1024@backward", verdict.reason
 
 

@@ -43,7 +43,7 @@ from fixtures_repo import (KERNEL_REL, TEST_REL, allow_no_gpu, build_tilegym_lik
 
 from cutile_perf.store import session as session_mod
 from cutile_perf.cli import main
-from cutile_perf.judge.decide import Thresholds
+from cutile_perf.judge.rules import Thresholds
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 FENCE = (KERNEL_REL,)

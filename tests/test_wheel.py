@@ -115,7 +115,7 @@ def test_example_and_template_from_the_wheel(installed):
 
 def test_demo_finds_its_kernels_and_steps_in_the_wheel(installed):
     # Only the file finding: the demo itself needs a GPU.
-    code = ("from cutile_perf.skill import assets; from cutile_perf.commands import demo; s = assets.kernel_suite(); "
+    code = ("from cutile_perf.skill import assets; from cutile_perf.loop import demo; s = assets.kernel_suite(); "
             "ops = demo.available_ops(s); kf, steps = demo.load_steps(s / 'optimizations/rms_norm/steps.yaml'); "
             "print(ops); print((s / kf).is_file(), len(steps), demo.default_dest().name)")
     lines = _run(installed, "-c", code).stdout.splitlines()

@@ -149,15 +149,19 @@ def check_log_rows(entries: list[dict], facts) -> list[str]:
 
 
 def claimed_speedup(entries: list[dict]) -> float | None:
-    """What the log claims: baseline latency over the last improving kept row's (for comparison only)."""
+    """What the log claims: baseline latency over the current baseline's (for comparison only).
+
+    "Current baseline" is the harness's own rule (``rules.current_baseline``), not restated here.
+    """
+    from cutile_perf.judge.rules import current_baseline  # noqa: PLC0415 - only a trial with a log needs it
+
     rows = [e for e in entries if isinstance(e, dict)]
     base = next((e for e in rows if e.get("iteration") == 0 and e.get("latency_ms")), None)
-    kept = [e for e in rows if e.get("iteration", 0) and e.get("status") == "keep" and e.get("latency_ms")
-            and (e.get("decision") or {}).get("tier") in ("new-baseline", "keep-lower-priority", "keep-recommend-stop")]
     if base is None:
         return None
+    best = current_baseline([e for e in rows if e.get("latency_ms") or e.get("status") != "keep"]) or base
     try:
-        return float(base["latency_ms"]) / float((kept[-1] if kept else base)["latency_ms"])
+        return float(base["latency_ms"]) / float(best["latency_ms"])
     except (TypeError, ValueError, ZeroDivisionError):
         return None
 

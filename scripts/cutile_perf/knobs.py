@@ -185,3 +185,18 @@ def child_env(**overrides: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(overrides)
     return env
+
+
+# Test hook (tests/test_redteam.py, tests/test_loop_windows.py): stop the process at a named point
+# of the iteration transaction, a step just persisted or a window inside one.
+KILL_AT = "CUTILE_PERF_TEST_KILL_AT"
+KILL_SIGNAL = "CUTILE_PERF_TEST_SIGNAL"
+
+
+def kill_point(name: str) -> None:
+    """Send ourselves the test's signal when ``CUTILE_PERF_TEST_KILL_AT`` names this point."""
+    if os.environ.get(KILL_AT) == name:
+        import signal  # noqa: PLC0415 - only in tests
+
+        sig = os.environ.get(KILL_SIGNAL, "KILL").upper()
+        os.kill(os.getpid(), getattr(signal, f"SIG{sig}"))

@@ -28,7 +28,7 @@ from pathlib import Path
 from cutile_perf.store import jitcache
 from cutile_perf.child import pristine, records, runner, runreport
 from cutile_perf.judge.crash import CrashClass
-from cutile_perf.judge.decide import StageEvidence
+from cutile_perf.judge.verdict import Stage
 from cutile_perf.store.session import Session
 from cutile_perf.store import atomic
 
@@ -36,30 +36,6 @@ FRAMEWORK = "cutile"
 FORWARD = "forward"
 # Files outside the fence whose change during a child run is tampering (besides every test file).
 CONFIG_NAMES = ("conftest.py", "pytest.ini", "pyproject.toml", "setup.cfg", "setup.py", "tox.ini")
-
-
-@dataclass(frozen=True)
-class Stage:
-    name: str  # "correctness" or "perf"
-    crash: CrashClass | None
-    duration_s: float
-    output: str  # repo-relative path of the pytest output
-    shapes: dict[str, float] = field(default_factory=dict)  # case -> median ms (perf only)
-    test_ids: dict[str, str] = field(default_factory=dict)  # case -> pytest node id
-    kernel_names: dict[str, str] = field(default_factory=dict)  # case -> kernel_name of its record, when given
-    detail: str = ""
-    ended: bool = False
-    passed: frozenset = frozenset()
-    not_passed: dict = field(default_factory=dict)
-    restored: tuple[str, ...] = ()  # protected files put back after the child changed them
-
-    @property
-    def ok(self) -> bool:
-        return self.crash is None
-
-    def evidence(self) -> StageEvidence:
-        return StageEvidence(problem=self.crash.value if self.crash else None, detail=self.detail, ended=self.ended,
-                             passed=self.passed, not_passed=self.not_passed, medians=dict(self.shapes))
 
 
 class Deadline:
@@ -188,12 +164,6 @@ def defined_names(root: Path, fenced_files: Iterable[str]) -> set[str]:
     return names
 
 
-def names_defined(kernel_name: str, defined: set[str]) -> bool:
-    """Whether a record's ``kernel_name`` (possibly decorated: ``name[...]``, ``name_<hash>``) is one of ``defined``."""
-    return any(kernel_name == d or kernel_name.startswith(d + "[") or kernel_name.startswith(d + "_")
-               or kernel_name.startswith(d + " ") for d in defined)
-
-
 # --- the stage ------------------------------------------------------------------------------------
 
 
@@ -211,7 +181,8 @@ def run_stage(session: Session, name: str, tag: str, deadline: Deadline, *, chec
     if deadline.left() <= 0:
         if gate is not None:
             gate.unused()
-        return Stage(name, CrashClass.TIMEOUT, 0.0, _rel(session, output), detail="no time left in the iteration budget")
+        return Stage(name, CrashClass.TIMEOUT, 0.0, _rel(session, output), detail="no time left in the iteration budget",
+                     ended=False)
     private = Path(tempfile.mkdtemp(prefix="cutile-perf-run-"))
     try:
         return _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cutile_perf.skill import assets
 from cutile_perf.output import Outcome, say
-from cutile_perf.commands.demo import SUITE_IGNORE, Step, available_ops, load_steps, resolve_kernel
+from cutile_perf.loop.demo import SUITE_IGNORE, Step, available_ops, load_steps, resolve_kernel
 from cutile_perf.errors import Refused, UsageError
 from cutile_perf.store import git_ops
 

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cutile_perf.judge import decide
+from cutile_perf.judge import rules
 from cutile_perf.store import git_ops, jitcache
-from cutile_perf.loop import iteration, render, txn
+from cutile_perf.loop import render
+from cutile_perf.loop.history import History
+from cutile_perf.loop.iteration import State
 from cutile_perf.skill import playbook
 from cutile_perf.store import session as session_mod
 from cutile_perf.output import Outcome
@@ -16,15 +18,15 @@ SHOWN_ROWS = 10
 def status(*, repo: Path, show_all: bool) -> Outcome:
     session = session_mod.load(repo)
     g = git_ops.open_repo(session.repo)
-    broken = txn.check_log(session, g)
-    history = iteration.open_history(session, g, for_change=False)
+    history = History.open(session, g, strict=False)
+    broken = history.broken
     entries = history.rows
     shown = entries if show_all else entries[-SHOWN_ROWS:]
     baseline = history.baseline()
     thresholds = session.thresholds
-    pending_state = txn.State.load(session)
-    stop = decide.stop_condition(entries, thresholds) if entries else None
-    hint = decide.next_priority_hint(entries) if entries else None
+    pending_state = State.load(session)
+    stop = history.stop() if entries else None
+    hint = rules.next_priority_hint(entries) if entries else None
     bound = session.classification.get("bound", "memory-bound")
     tried = [e.get("optimization", "") for e in entries if e.get("iteration", 0) > 0]
     left = playbook.remaining(bound, tried)

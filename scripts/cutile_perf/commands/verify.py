@@ -10,50 +10,29 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from cutile_perf.judge import decide, stats
+from cutile_perf import templating
 from cutile_perf.child import envcheck, measure
-from cutile_perf.store import git_ops
-from cutile_perf.loop import iteration
-from cutile_perf.store import session as session_mod
-from cutile_perf.output import Outcome, say
 from cutile_perf.errors import EXIT_OK, EXIT_REJECTED, Refused, UsageError
-from cutile_perf.loop.history import moved_performance, shape_medians
-
-
-def claimed_ratio(rows: list[dict], older: str, newer: str) -> tuple[float | None, list[str]]:
-    """The geomean latency ratio newer/older the log claims, over the cases both reference rows hold.
-
-    A commit's claim is the reference in force once it was kept: its own numbers when it moved
-    performance, else those of the baseline before it ("no-change" keeps claim no change).
-    """
-    def reference_at(commit: str) -> dict | None:
-        ref = None
-        for row in rows:
-            if moved_performance(row):
-                ref = shape_medians(row)
-            if row.get("status") == "keep" and row.get("commit") == commit:
-                return ref
-        return None
-
-    a, b = reference_at(older), reference_at(newer)
-    if a is None or b is None:
-        return None, []
-    cases = sorted(set(a) & set(b))
-    if not cases:
-        return None, []
-    return stats.geomean([b[c] / a[c] for c in cases]), cases
+from cutile_perf.judge import paired, stats
+from cutile_perf.judge.verdict import Reference, judge_correctness, judge_records
+from cutile_perf.loop import iteration
+from cutile_perf.loop.history import History
+from cutile_perf.loop.stages import StageRunner
+from cutile_perf.output import Outcome, say
+from cutile_perf.store import git_ops
+from cutile_perf.store import session as session_mod
 
 
 def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int, full_tests: bool = False) -> Outcome:
-    if pairs < decide.MIN_CONFIRM_SAMPLES:
-        raise UsageError(f"--pairs must be at least {decide.MIN_CONFIRM_SAMPLES}")
+    if pairs < paired.MIN_CONFIRM_SAMPLES:
+        raise UsageError(f"--pairs must be at least {paired.MIN_CONFIRM_SAMPLES}")
     clock = iteration.Clock()
     probe = envcheck.Probe()
     session = session_mod.load(repo)
     iteration.require_gpu(session, probe)
     with session_mod.locked(session.repo, "verify"):
         g = git_ops.open_repo(session.repo)
-        history = iteration.open_history(session, g)
+        history = History.open(session, g)
         if history.baseline() is None:
             raise Refused("no baseline recorded yet", "run `cutile-perf baseline` first")
         try:
@@ -61,7 +40,7 @@ def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int, full
             b = git_ops.resolve(g, newer or history.kept_commit(session.base_commit))
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        claim, cases = claimed_ratio(history.rows, a, b)
+        claim, cases = history.claimed_ratio(a, b)
         if claim is None:
             # A commit the log never kept (a rewritten or hand-made one) carries no claim to check.
             return Outcome(f"NOT VERIFIED: the log records no kept row for {git_ops.short(g, a)} and "
@@ -77,29 +56,28 @@ def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int, full
         stages = 2 if full_tests else 1
         # A fresh compile cache: verify trusts nothing but the commits, not even the session's
         # guarded cache (jitcache.py, "What the guard does not stop").
-        with iteration.StageRunner(session, g, measure.Deadline(session.timeout_s * (pairs + stages)), clock,
+        with StageRunner(session, g, measure.Deadline(session.timeout_s * (pairs + stages)), clock,
                                    fresh_compile_cache=True) as runner:
             say(f"{which} of {git_ops.short(g, b)}")
             corr = runner.stage("correctness", tag, b, session=corr_session)
-            verdict = decide.judge_correctness(corr.evidence(), reference)
-            if verdict.final:
-                data = {"verified": False, "correctness": verdict.reason, "full_tests": full_tests}
+            checked = judge_correctness(corr, reference)
+            if checked.final:
+                data = {"verified": False, "correctness": checked.reason, "full_tests": full_tests}
                 also = ""
                 if full_tests:  # new with this change, or already failing before it?
                     say(f"{which} of {git_ops.short(g, a)}")
                     before = runner.stage("correctness", f"{tag}-from", a, session=corr_session)
-                    data["fails_on_from_too"] = decide.judge_correctness(before.evidence(), reference).final
+                    data["fails_on_from_too"] = judge_correctness(before, reference).final
                     also = (f"; it fails on {git_ops.short(g, a)} too, so the change did not bring it"
                             if data["fails_on_from_too"] else f"; {git_ops.short(g, a)} passes it")
-                return Outcome(f"NOT VERIFIED: {git_ops.short(g, b)} fails {which}: {verdict.reason}{also}",
+                return Outcome(f"NOT VERIFIED: {git_ops.short(g, b)} fails {which}: {checked.reason}{also}",
                                data, EXIT_REJECTED)
             samples = {c: ([], []) for c in cases}
             for k in range(pairs):
                 for side, commit in ((0, a), (1, b)):
                     say(f"pair {k + 1}/{pairs}: perf of {git_ops.short(g, commit)}")
                     run = runner.stage("perf", f"{tag}-{k + 1}-{'from' if side == 0 else 'to'}", commit)
-                    check = decide.judge_records(run.evidence(), decide.Reference(commit, {c: 1.0 for c in cases}, {}),
-                                                 session.thresholds)
+                    check = judge_records(run, Reference(commit, {c: 1.0 for c in cases}, {}), session.thresholds)
                     if check.final:
                         return Outcome(f"NOT VERIFIED: a perf run crashed: {check.reason}",
                                        {"verified": False, "crash": check.reason}, EXIT_REJECTED)
@@ -112,12 +90,12 @@ def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int, full
     reproduces = low - gate <= claim <= high + gate
     per_case = {c: stats.median(samples[c][1]) / stats.median(samples[c][0]) for c in cases}
     word = "VERIFIED" if reproduces else "NOT VERIFIED"
-    text = (f"{word}: {git_ops.short(g, a)} -> {git_ops.short(g, b)} recorded {decide.format_change(claim - 1)}, "
-            f"measured {decide.format_change(ratio - 1)} (interval {decide.format_change(low - 1)} to "
-            f"{decide.format_change(high - 1)}, gate {gate * 100:.1f} %, {pairs} interleaved pairs); {which} passed")
+    text = (f"{word}: {git_ops.short(g, a)} -> {git_ops.short(g, b)} recorded {templating.format_change(claim - 1)}, "
+            f"measured {templating.format_change(ratio - 1)} (interval {templating.format_change(low - 1)} to "
+            f"{templating.format_change(high - 1)}, gate {gate * 100:.1f} %, {pairs} interleaved pairs); {which} passed")
     lines = [text, "", "| case | from (ms) | to (ms) | change |", "|---|---|---|---|"]
     lines += [f"| {c} | {stats.median(samples[c][0]):.6f} | {stats.median(samples[c][1]):.6f} | "
-              f"{decide.format_change(per_case[c] - 1)} |" for c in cases]
+              f"{templating.format_change(per_case[c] - 1)} |" for c in cases]
     data = {"verified": reproduces, "from": a, "to": b, "claimed_ratio": claim, "measured_ratio": ratio,
             "interval": [low, high], "gate": gate, "per_case": per_case, "pairs": pairs, "full_tests": full_tests}
     return Outcome("\n".join(lines), data, EXIT_OK if reproduces else EXIT_REJECTED)

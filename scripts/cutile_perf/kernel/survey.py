@@ -21,7 +21,7 @@ from pathlib import Path
 from cutile_perf.kernel import kernel_scan
 from cutile_perf.child import records, runner, selection
 from cutile_perf.store import session as session_mod
-from cutile_perf.judge.decide import Thresholds
+from cutile_perf.judge.rules import Thresholds
 from cutile_perf.errors import UsageError
 
 WHICH = ("correctness", "perf")

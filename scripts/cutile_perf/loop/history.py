@@ -1,88 +1,201 @@
-"""The session's history: the log's rows as one object that answers every question about them.
+"""The session's history: the log, read once per command, and every question about the loop's state.
 
-"Which row is the baseline?", "which commit must HEAD be?", "how noisy is each case?", "which
-tests must pass?", "what did the session freeze?" are each answered here and nowhere else.
-``log`` reads and writes lines; ``decide`` judges; this module interprets.
+"Which row is the baseline?", "which commit must HEAD be?", "how noisy is each case?", "what is the
+next iteration?", "what did the session freeze?" each have exactly one method here; ``render``,
+``verify``, ``status``, the judge's ``Reference`` and the evals ask them. ``store.log`` reads and
+writes lines, ``judge`` decides, this module interprets.
+
+``History.open`` reads the log's bytes once, checks the hash chain against the anchor that
+cutile-perf keeps in git's own folder (``anchor_path``) and the session settings against the ones
+the baseline froze, and keeps the rows in memory for the rest of the command.
+
+``History.record`` is the loop's one durable write: append the row (unless it is already the last
+one), move the anchor, re-render ``perf_results.md``. Each part is idempotent, so a kill anywhere in
+it leaves a state that ``record`` of the same row finishes: the row is in the log at most once, and
+a log with exactly that row beyond its anchor is recognised as our own unanchored write
+(``pending_row``), not as tampering.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from cutile_perf.store import log
-from cutile_perf.judge.decide import IMPROVING_TIERS, Reference
+from cutile_perf import knobs
+from cutile_perf.errors import Refused
+from cutile_perf.judge.rules import current_baseline, moved_performance, stop_condition
+from cutile_perf.judge.stats import geomean
+from cutile_perf.judge.verdict import Reference
+from cutile_perf.loop import render
+from cutile_perf.output import say
+from cutile_perf.store import atomic, git_ops, log
+from cutile_perf.store.log import shape_medians
+from cutile_perf.store.session import Session
 
 
-def shape_medians(entry: dict) -> dict[str, float]:
-    """``{case: median ms}`` of one row."""
-    return {sid: float(s["median"]) for sid, s in (entry.get("shapes") or {}).items()
-            if isinstance(s.get("median"), (int, float))}
+def anchor_path(g, session: Session) -> Path:
+    """Row count and head hash of the log, kept in git's own folder, out of the sandbox's reach."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in session.branch)
+    return git_ops.git_common_dir(g) / "cutile-perf" / f"{safe}.anchor.json"
 
 
-def moved_performance(entry: dict) -> bool:
-    """A kept row whose numbers replaced the reference (the baseline row itself included)."""
-    if entry.get("status") != "keep":
-        return False
-    if entry.get("iteration") == 0:
-        return True
-    decision = entry.get("decision") or {}
-    return bool(decision.get("rebaseline", decision.get("tier") in IMPROVING_TIERS))
-
-
-def current_baseline(entries: list[dict]) -> dict | None:
-    """The row new candidates are compared with: the last kept row that moved performance.
-
-    A change kept as "no-change" stays in the code, but its numbers are the old ones plus noise,
-    so they do not replace the reference: otherwise noise could ratchet the baseline slower.
-    """
-    for entry in reversed(entries):
-        if moved_performance(entry):
-            return entry
-    return None
+def canonical(row: dict) -> dict:
+    """A row as the log stores it (JSON types, no chain link): what a logged row is compared by."""
+    return {k: v for k, v in json.loads(log.entry_line(row)).items() if k != "prev"}
 
 
 @dataclass(frozen=True)
+class Entry:
+    """One log row, read through named properties; ``data`` is the row as logged."""
+
+    data: dict
+
+    @property
+    def iteration(self) -> int:
+        return self.data.get("iteration", -1)
+
+    @property
+    def status(self) -> str | None:
+        return self.data.get("status")
+
+    @property
+    def commit(self) -> str | None:
+        return self.data.get("commit")
+
+    @property
+    def kept(self) -> bool:
+        return self.status == "keep"
+
+    @property
+    def moved_performance(self) -> bool:
+        return moved_performance(self.data)
+
+    @property
+    def medians(self) -> dict[str, float]:
+        return shape_medians(self.data)
+
+
 class History:
-    entries: tuple[dict, ...]
+    """The log of one session, in memory. Open it once per command with ``History.open``."""
+
+    def __init__(self, rows, *, session: Session | None = None, g=None, head: str = log.GENESIS,
+                 broken: str | None = None, unanchored_tail: bool = False):
+        """``rows`` as logged; ``session`` and ``g`` are needed only to ``record`` (and for the
+        session's base commit and thresholds): ``History(rows)`` answers questions about any rows."""
+        self.session, self.g = session, g
+        self._head = head  # the hash the next row's ``prev`` carries
+        self.entries: list[Entry] = [Entry(dict(r)) for r in rows]
+        self.broken = broken  # where the chain or anchor breaks (opened with strict=False), else None
+        self._unanchored_tail = unanchored_tail  # our own last row, written before a kill moved the anchor
+
+    # -- opening ------------------------------------------------------------------------------------
 
     @classmethod
-    def read(cls, path: str | Path) -> History:
-        return cls(tuple(log.read_entries(path)))
+    def open(cls, session: Session, g, *, strict: bool = True, pending_row: dict | None = None) -> History:
+        """Read and check the log. ``strict`` (every command that changes anything): refuse (exit 3)
+        a log that is not the one cutile-perf wrote, or session settings edited after the baseline.
+        ``pending_row``: the row an interrupted iteration was recording; if exactly that row sits
+        beyond the anchor, it is ours (the kill fell between the append and the anchor move)."""
+        snapshot = log.Snapshot.read(session.log_path)
+        anchor = log.Anchor.read(anchor_path(g, session))
+        rows = snapshot.contents.entries
+        broken = log.check_lines(snapshot.lines, anchor)
+        unanchored = False
+        if broken and pending_row is not None and anchor is not None and len(snapshot.lines) == anchor.rows + 1 \
+                and log.check_lines(snapshot.lines[:-1], anchor) is None and log.check_lines(snapshot.lines) is None \
+                and rows and canonical(rows[-1]) == canonical(pending_row):
+            broken, unanchored = None, True
+        history = cls(rows, session=session, g=g, head=snapshot.anchor().head, broken=broken,
+                      unanchored_tail=unanchored)
+        if strict:
+            history._refuse_if_altered()
+        return history
+
+    def _refuse_if_altered(self) -> None:
+        session = self.session
+        if self.broken:
+            raise Refused(f"{session.log_path.relative_to(session.repo)} is not the log cutile-perf wrote: "
+                          f"{self.broken}", "restore it from a backup or start a new session; `cutile-perf status` "
+                          "shows the rows")
+        frozen = self.frozen()
+        if frozen is not None:
+            now = session.frozen()
+            edited = sorted(k for k in set(frozen) | set(now) if frozen.get(k) != now.get(k))
+            if edited:
+                raise Refused(f"sandbox/session.yaml changed after the baseline froze it ({', '.join(edited)})",
+                              "put the file back as it was (the log's first row holds the frozen values) or start "
+                              "a new session with init")
+
+    # -- the one durable write ------------------------------------------------------------------------
+
+    def record(self, row: dict) -> str:
+        """Append ``row`` once, move the anchor, re-render the view; returns the row's hash. Idempotent:
+        after a kill anywhere inside, calling it again with the same row completes the same state."""
+        path = self.session.log_path
+        if self.entries and canonical(self.entries[-1].data) == canonical(row):
+            digest = self._head  # already appended by a run that was stopped after it
+        else:
+            digest = log.append_entry(path, row)
+            self.entries.append(Entry(canonical(row)))
+            self._head = digest
+            knobs.kill_point("record:appended")
+        log.anchor_of(path).write(anchor_path(self.g, self.session))
+        knobs.kill_point("record:anchored")
+        self._unanchored_tail = False
+        self.render_view()
+        return digest
+
+    def render_view(self) -> None:
+        """``perf_results.md`` from the rows (a failed write only warns: the log is the truth)."""
+        try:
+            atomic.write_text(self.session.results_path, render.render_perf_results(self.rows))
+        except OSError as exc:
+            say(f"warning: could not write {self.session.results_path.name} ({exc}); the log is intact")
+
+    # -- questions ------------------------------------------------------------------------------------
+
+    def head_hash(self) -> str:
+        """The hash of the last row (what the next row's ``prev`` carries; a kept commit's ``Log-Prev``)."""
+        return self._head
 
     def __len__(self) -> int:
         return len(self.entries)
 
     @property
     def rows(self) -> list[dict]:
-        return list(self.entries)
-
-    def baseline(self) -> dict | None:
-        return current_baseline(list(self.entries))
+        """The rows as logged, for the renderers."""
+        return [e.data for e in self.entries]
 
     def first(self) -> dict | None:
-        return self.entries[0] if self.entries else None
+        return self.entries[0].data if self.entries else None
 
-    def frozen(self) -> dict | None:
-        """The session settings frozen by the baseline row (None before the baseline)."""
-        first = self.first()
-        return (first or {}).get("frozen")
+    def last(self) -> dict | None:
+        return self.entries[-1].data if self.entries else None
 
-    def kept_commit(self, session_base: str) -> str:
-        """The commit HEAD must sit at: the last kept row's ("no-change" keeps included), else the base."""
-        for entry in reversed(self.entries):
-            if entry.get("status") == "keep" and entry.get("commit"):
-                return entry["commit"]
-        return session_base
+    def baseline(self) -> dict | None:
+        """The row new candidates are compared with (``rules.current_baseline``)."""
+        return current_baseline(self.rows)
 
     def baseline_commit(self) -> str | None:
         row = self.baseline()
         return row.get("commit") if row else None
 
+    def frozen(self) -> dict | None:
+        """The session settings frozen by the baseline row (None before the baseline)."""
+        return (self.first() or {}).get("frozen")
+
+    def kept_commit(self, session_base: str | None = None) -> str:
+        """The commit HEAD must sit at: the last kept row's ("no-change" keeps included), else the base."""
+        for entry in reversed(self.entries):
+            if entry.kept and entry.commit:
+                return entry.commit
+        return session_base if session_base is not None else self.session.base_commit
+
     def noise(self) -> dict[str, float]:
         """The per-case noise floor measured by the baseline run."""
         for entry in reversed(self.entries):
-            if entry.get("noise"):
-                return entry["noise"]
+            if entry.data.get("noise"):
+                return entry.data["noise"]
         return {}
 
     def noise_runs(self) -> dict[str, list[float]]:
@@ -92,23 +205,53 @@ class History:
 
     def passed_tests(self) -> frozenset[str]:
         """Correctness test ids that passed at the baseline: each must pass in every later iteration."""
-        first = self.first() or {}
-        return frozenset(first.get("passed_tests") or ())
+        return frozenset((self.first() or {}).get("passed_tests") or ())
 
     def kernel_names(self) -> dict[str, str]:
         """case -> ``kernel_name`` recorded at the baseline, for cases whose kernel the fenced files define."""
-        first = self.first() or {}
-        return dict(first.get("kernel_names") or {})
+        return dict((self.first() or {}).get("kernel_names") or {})
 
     def reference(self) -> Reference | None:
+        """What the next candidate is judged against; None before the baseline."""
         row = self.baseline()
         if row is None:
             return None
         return Reference(commit=row.get("commit"), medians=shape_medians(row), noise=self.noise(),
                          passed_tests=self.passed_tests(), kernel_names=self.kernel_names(), runs=self.noise_runs())
 
+    def claimed_ratio(self, older: str, newer: str) -> tuple[float | None, list[str]]:
+        """The geomean latency ratio newer/older the log claims, over the cases both reference rows hold.
+
+        A commit's claim is the reference in force once it was kept: its own numbers when it moved
+        performance, else those of the baseline before it ("no-change" keeps claim no change).
+        """
+        def reference_at(commit: str) -> dict | None:
+            ref = None
+            for entry in self.entries:
+                if entry.moved_performance:
+                    ref = entry.medians
+                if entry.kept and entry.commit == commit:
+                    return ref
+            return None
+
+        a, b = reference_at(older), reference_at(newer)
+        cases = sorted(set(a) & set(b)) if a is not None and b is not None else []
+        if not cases:
+            return None, []
+        return geomean([b[c] / a[c] for c in cases]), cases
+
     def next_iteration(self) -> int:
-        return max((e.get("iteration", -1) for e in self.entries), default=-1) + 1
+        return max((e.iteration for e in self.entries), default=-1) + 1
+
+    def stop(self) -> str | None:
+        """Why the loop should stop now (``rules.stop_condition`` under the session's thresholds), or None."""
+        return stop_condition(self.rows, self.session.thresholds)
+
+    def row_of(self, iteration: int) -> dict | None:
+        for entry in self.entries:
+            if entry.iteration == iteration:
+                return entry.data
+        return None
 
     def stage_seconds(self) -> dict[str, float]:
         """The longest correctness and perf child seen in the log: ``{"correctness": s, "perf": s}``.
@@ -117,7 +260,7 @@ class History:
         """
         longest: dict[str, float] = {}
         for entry in self.entries:
-            for name, seconds in (entry.get("timings") or {}).get("stages") or ():
+            for name, seconds in (entry.data.get("timings") or {}).get("stages") or ():
                 kind = "correctness" if str(name).endswith("-correctness") else "perf" if str(name).endswith("-perf") else None
                 if kind and isinstance(seconds, (int, float)):
                     longest[kind] = max(longest.get(kind, 0.0), float(seconds))
@@ -131,9 +274,3 @@ class History:
         if "correctness" not in longest or "perf" not in longest:
             return None
         return longest["correctness"] + longest["perf"] * (1 + 2 * max_confirm_pairs)
-
-    def row_of(self, iteration: int) -> dict | None:
-        for entry in self.entries:
-            if entry.get("iteration") == iteration:
-                return entry
-        return None

@@ -1,29 +1,62 @@
-"""Pieces shared by ``baseline``, ``try`` and ``resume``: log entries, patches, reverts, timings.
+"""One iteration as one transaction: the change committed, measured as committed, judged, recorded, settled.
 
-The order of the destructive steps is the safety rule: the candidate's patch is written to disk and
-its path logged *before* the work tree is reset, so a kill at any point leaves the work recoverable.
+    started -> committed -> measured -> decided -> recorded -> settled
+
+``Iteration`` owns the whole of it; ``try``, ``resume``, ``batch`` and ``demo`` reach it through
+``try_change`` and ``resume_interrupted``. Each step persists itself through ``State``, which knows
+its file (``sandbox/iteration.json``) and is rewritten atomically *after* the step is done, so
+whatever stops the process (kill -9, Ctrl-C, SIGTERM, a full disk, a read-only log), ``finish``
+completes the transaction the one consistent way:
+
+=========== ================================================= ===================================
+step        what is durable                                   finish (``resume``)
+=========== ================================================= ===================================
+started     the patch of the change (saved before anything)   log an ``interrupted`` row, reset
+committed   + the candidate commit                            log an ``interrupted`` row, reset
+measured    + the evidence                                    log an ``interrupted`` row, reset
+decided     + the row to append                               record that row, settle by it
+recorded    + the row is in the log (its hash is stored)      settle by it (no second row)
+settled     nothing left to do                                remove the state
+=========== ================================================= ===================================
+
+Recording (``History.record``: append, anchor, view) is idempotent, so the windows *inside* the
+steps are safe too: ``tests/test_loop_windows.py`` kills the process in each of them.
+
+Settling a row that is not a keep is ``revert``: save the latest work-tree content of the fenced
+files as the row's patch, then move the branch back. It is the only revert in the loop.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
+import json
 import math
 import os
 import re
 import signal
+import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
 
-from cutile_perf.store import atomic, git_ops, log
-from cutile_perf.child import envcheck
-from cutile_perf.loop import render
-from cutile_perf.output import say
-from cutile_perf.errors import EnvMissing, Refused
+from cutile_perf import knobs
+from cutile_perf.child import envcheck, measure
+from cutile_perf.errors import EXIT_CRASH, EXIT_OK, EXIT_REJECTED, EnvMissing, FenceViolation, IterationCrashed, Locked, NoChange, Refused
+from cutile_perf.judge import rules
+from cutile_perf.judge.verdict import Evidence, Reference, Stage, Verdict, correctness_status, judge, stopped
+from cutile_perf.loop.history import History
+from cutile_perf.loop.stages import Stages, StageRunner
+from cutile_perf.output import Outcome, say
+from cutile_perf.skill.install import is_installed_skill_path
+from cutile_perf.store import atomic, git_ops, session as session_mod
 from cutile_perf.store.session import Session
+from cutile_perf.templating import format_change
+
+STEPS = ("started", "committed", "measured", "decided", "recorded", "settled")
+STATE_FILE = "iteration.json"
+TRAILER = "Cutile-Perf"
+
+
+# --- small pieces ---------------------------------------------------------------------------------
 
 
 def slug(text: str, limit: int = 40) -> str:
@@ -50,6 +83,77 @@ class Clock:
         total = time.monotonic() - self.start
         return {"total_s": round(total, 4), "children_s": round(self.children_s, 4),
                 "harness_s": round(max(total - self.children_s, 0.0), 4), "stages": list(self.stages)}
+
+
+def base_entry(session: Session, *, iteration: int, optimization: str, status: str, correctness: str,
+               commit: str | None, base_commit: str | None, clock: Clock, probe: envcheck.Probe | None = None,
+               **extra) -> dict:
+    """One log record with the provenance every entry carries; ``probe``: the command's environment check."""
+    entry = {
+        "iteration": iteration,
+        "optimization": optimization,
+        "status": status,
+        "correctness": correctness,
+        "commit": commit,
+        "base_commit": base_commit,
+        "kernel": session.kernel,
+        "branch": session.branch,
+        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "env": probe.result().record() if probe is not None else envcheck.snapshot(),
+    }
+    entry.update(extra)
+    entry["timings"] = clock.timings()
+    return entry
+
+
+def shapes_field(medians: dict[str, float], test_ids: dict[str, str],
+                 runs: dict[str, list[float]] | None = None) -> dict[str, dict]:
+    """The log's per-shape record: median ms, the pytest node id and, when repeated, each run's median.
+
+    A non-finite median (a ``bad-record`` crash) is kept as its text ("nan", "inf"): the log is
+    strict JSON, and the row must still show what the run claimed.
+    """
+    out = {}
+    for sid, median in medians.items():
+        shown = median if isinstance(median, (int, float)) and math.isfinite(median) else str(median)
+        out[sid] = {"median": shown, "test_id": test_ids.get(sid)}
+        if runs and sid in runs:
+            out[sid]["runs"] = runs[sid]
+    return out
+
+
+def commit_message(number: int, optimization: str, reference: str, extra: dict[str, str] | None = None) -> str:
+    trailers = {"Iteration": str(number), "Baseline": reference, **(extra or {})}
+    return f"cutile-perf {number}: {optimization}\n\n" + "\n".join(f"{TRAILER}-{k}: {v}" for k, v in trailers.items())
+
+
+def save_patch(session: Session, g, base: str, paths: list[str], name: str) -> str | None:
+    """Write the diff ``base`` -> work tree of ``paths`` (untracked files included) to ``sandbox/patches/``.
+
+    Returns the repo-relative patch path, or None when there was nothing to save.
+    """
+    patch = git_ops.diff_patch(g, base, paths)
+    if not patch.strip():
+        return None
+    target = session.sandbox / "patches" / f"{name}.patch"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_bytes(target, patch)
+    return str(target.relative_to(session.repo))
+
+
+def end_children(pgids: list[int]) -> list[int]:
+    """SIGKILL the recorded process groups that still exist (a kill -9 of ``try`` leaves them running)."""
+    ended = []
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+            ended.append(pgid)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return ended
+
+
+# --- the guards: one check before anything moves --------------------------------------------------
 
 
 def require_gpu(session: Session, probe: envcheck.Probe) -> None:
@@ -84,131 +188,6 @@ def require_session_branch(session: Session, g) -> None:
                       f"git checkout {session.branch}, then run the command again")
 
 
-def fenced_changes(session: Session, changed: list[str]) -> list[str]:
-    """The changed paths an iteration owns: inside the fence, sandbox excluded."""
-    return [p for p in changed if session.in_fence(p) and not p.startswith("sandbox/")]
-
-
-def paths_touched(session: Session, g, base: str) -> list[str]:
-    """Fenced paths that differ from ``base`` in HEAD or in the work tree."""
-    committed = git_ops.changed_between(g, base, "HEAD") if git_ops.head(g) != base else []
-    return sorted({*fenced_changes(session, committed), *fenced_changes(session, git_ops.changed_paths(g))})
-
-
-def base_entry(session: Session, *, iteration: int, optimization: str, status: str, correctness: str,
-               commit: str | None, base_commit: str | None, clock: Clock, probe: envcheck.Probe | None = None,
-               **extra) -> dict:
-    """One log record with the provenance every entry carries; ``probe``: the command's environment check."""
-    entry = {
-        "iteration": iteration,
-        "optimization": optimization,
-        "status": status,
-        "correctness": correctness,
-        "commit": commit,
-        "base_commit": base_commit,
-        "kernel": session.kernel,
-        "branch": session.branch,
-        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "env": probe.result().record() if probe is not None else envcheck.snapshot(),
-    }
-    entry.update(extra)
-    entry["timings"] = clock.timings()
-    return entry
-
-
-def record(session: Session, g, entry: dict) -> str:
-    """Append ``entry`` to the chained log, then re-render perf_results.md (a failed render only warns:
-    the log is the truth and ``status``/``report`` render it again). Returns the row's hash."""
-    from cutile_perf.loop import txn# noqa: PLC0415 - txn imports iteration's neighbours, not iteration
-
-    digest = txn.append_row(session, g, entry)
-    render_results(session)
-    return digest
-
-
-def render_results(session: Session) -> None:
-    try:
-        atomic.write_text(session.results_path, render.render_perf_results(log.read_entries(session.log_path)))
-    except OSError as exc:
-        say(f"warning: could not write {session.results_path.name} ({exc}); the log is intact")
-
-
-def shapes_field(medians: dict[str, float], test_ids: dict[str, str],
-                 runs: dict[str, list[float]] | None = None) -> dict[str, dict]:
-    """The log's per-shape record: median ms, the pytest node id and, when repeated, each run's median.
-
-    A non-finite median (a ``bad-record`` crash) is kept as its text ("nan", "inf"): the log is
-    strict JSON, and the row must still show what the run claimed.
-    """
-    out = {}
-    for sid, median in medians.items():
-        shown = median if isinstance(median, (int, float)) and math.isfinite(median) else str(median)
-        out[sid] = {"median": shown, "test_id": test_ids.get(sid)}
-        if runs and sid in runs:
-            out[sid]["runs"] = runs[sid]
-    return out
-
-
-# --- the loop's state, checked once per command -------------------------------------------------
-
-
-def open_history(session: Session, g, *, for_change: bool = True):
-    """The session's history, refused (exit 3) when the log was altered or session.yaml was edited
-    after the baseline froze it. ``for_change=False`` (status) skips the refusals."""
-    from cutile_perf.loop import txn# noqa: PLC0415
-    from cutile_perf.loop.history import History  # noqa: PLC0415
-
-    broken = txn.check_log(session, g)
-    if broken and for_change:
-        raise Refused(f"{session.log_path.relative_to(session.repo)} is not the log cutile-perf wrote: {broken}",
-                      "restore it from a backup or start a new session; `cutile-perf status` shows the rows")
-    history = History.read(session.log_path)
-    frozen = history.frozen()
-    if frozen is not None and for_change:
-        now = session.frozen()
-        edited = sorted(k for k in set(frozen) | set(now) if frozen.get(k) != now.get(k))
-        if edited:
-            raise Refused(f"sandbox/session.yaml changed after the baseline froze it ({', '.join(edited)})",
-                          "put the file back as it was (the log's first row holds the frozen values) or start "
-                          "a new session with init")
-    return history
-
-
-def settle_interrupted(session: Session, g, state, *, crash_class: str, reason: str, clock: Clock,
-                       probe: envcheck.Probe | None = None) -> dict:
-    """Finish ``state`` the one consistent way from whatever step it reached (see ``txn``); returns its row.
-
-    Before ``decided`` there is no verdict: the row is a crash of ``crash_class``. From ``decided``
-    on the prepared row is appended (once: a row already in the log is recognised by its hash) and
-    the branch settled by it.
-    """
-    from cutile_perf.loop import txn# noqa: PLC0415
-
-    if txn.STEPS.index(state.step) < txn.STEPS.index("decided"):
-        row = base_entry(session, iteration=state.iteration, optimization=state.optimization, status="crash",
-                         correctness="FAIL", commit=state.candidate, base_commit=state.base, clock=clock, probe=probe,
-                         crash_class=crash_class, patch=state.patch, reason=reason[:300])
-        state.advance(session, "decided", row=row)
-    if state.step == "decided":
-        entries = log.read_entries(session.log_path)
-        last = entries[-1] if entries else {}
-        already = {k: v for k, v in last.items() if k != "prev"} == json_roundtrip(state.row)
-        digest = log.head_hash(session.log_path) if already else record(session, g, state.row)
-        state.advance(session, "recorded", row_hash=digest)
-    if state.step == "recorded":
-        if state.row.get("status") != "keep":
-            txn.revert_to_base(session, g, state)
-        state.advance(session, "settled")
-    state.clear(session)
-    return state.row
-
-
-def json_roundtrip(entry: dict) -> dict:
-    import json  # noqa: PLC0415
-
-    return json.loads(log.entry_line(entry))
-
-
 def refuse_foreign_commits(session: Session, g, kept: str, head: str) -> None:
     """HEAD is not the last kept commit: refuse, naming what is there, never drop or adopt it silently.
 
@@ -226,129 +205,412 @@ def refuse_foreign_commits(session: Session, g, kept: str, head: str) -> None:
                   "run `cutile-perf resume`")
 
 
-class StageRunner:
-    """Runs test stages in pristine checkouts of commits (one checkout per commit, built once).
+def require_settled(session: Session, g, history: History) -> str:
+    """The guards every change runs behind, in one place: the session branch is checked out, no
+    interrupted iteration waits for ``resume``, a baseline exists and HEAD is the last kept commit.
+    Returns that commit."""
+    require_session_branch(session, g)
+    if State.load(session) is not None:
+        raise Refused("an interrupted iteration is not settled yet", "run `cutile-perf resume`")
+    if history.baseline() is None:
+        raise Refused("no baseline recorded yet", "run `cutile-perf baseline` first")
+    kept = history.kept_commit()
+    head = git_ops.head(g)
+    if head != kept:
+        refuse_foreign_commits(session, g, kept, head)
+    return kept
 
-    Protected paths always come from the session's base commit, fenced paths from the commit asked
-    for: the baseline, every candidate, the interleaved re-check and ``verify`` all measure this way.
-    """
 
-    def __init__(self, session: Session, g, deadline, clock: Clock, on_start=None, fresh_compile_cache: bool = False):
-        """``fresh_compile_cache``: compile everything in an empty cache of this runner's own
-        (``verify``) instead of the session's guarded one; only with ``jit_cache`` on."""
-        from cutile_perf.child import measure# noqa: PLC0415 - measure imports session, not iteration
+def fenced_changes(session: Session, changed: list[str]) -> list[str]:
+    """The changed paths an iteration owns: inside the fence, sandbox excluded."""
+    return [p for p in changed if session.in_fence(p) and not p.startswith("sandbox/")]
 
-        self.measure = measure
-        self.session, self.g, self.deadline, self.clock, self.on_start = session, g, deadline, clock, on_start
-        self.tracked = git_ops.tracked_files(g)
-        self.checkouts: dict = {}
-        self.fenced: dict[str, list[str]] = {}
-        self.fresh_compile_cache = fresh_compile_cache
-        self.compile_cache: Path | None = None  # set on entry when the session keeps a JIT cache
-        self.dropped_compiled: list[str] = []  # cache entries no earlier command recorded, dropped on entry
-        self._exits = contextlib.ExitStack()
 
-    def fenced_files(self, commit: str) -> list[str]:
-        # Asked for by every stage of a commit: list its tree once.
-        if commit not in self.fenced:
-            self.fenced[commit] = [e.path for e in git_ops.tree_entries(self.g, commit) if self.session.in_fence(e.path)]
-        return self.fenced[commit]
+def paths_touched(session: Session, g, base: str) -> list[str]:
+    """Fenced paths that differ from ``base`` in HEAD or in the work tree."""
+    committed = git_ops.changed_between(g, base, "HEAD") if git_ops.head(g) != base else []
+    return sorted({*fenced_changes(session, committed), *fenced_changes(session, git_ops.changed_paths(g))})
 
-    def checkout(self, commit: str):
-        from cutile_perf.child import pristine# noqa: PLC0415
 
-        if commit not in self.checkouts:
-            # With the JIT cache, the n-th checkout of every command has the same path (the cache
-            # keys embed it); without it, a fresh random one as always.
-            slot = pristine.slot_root(self.session.repo, len(self.checkouts)) if self.compile_cache else None
-            built = pristine.build(self.g, protected_from=self.session.base_commit, fenced_from=commit,
-                                   fence=self.session.fence, root=slot)
-            self.checkouts[commit] = replace(built, compile_cache=self.compile_cache)
-        return self.checkouts[commit]
+def _outside_fence_ignorable(path: str) -> bool:
+    """Untracked files no stage can ever see: bytecode caches never enter a pristine checkout."""
+    return "__pycache__/" in path or path.endswith((".pyc", ".pyo"))
 
-    def stage(self, name: str, tag: str, commit: str, session: Session | None = None):
-        """``session``: another command set for this one stage (``verify --full-tests``); the
-        checkouts, fence and protected files stay the runner's."""
-        result = self.measure.run_stage(session or self.session, name, tag, self.deadline, checkout=self.checkout(commit),
-                                        fenced_files=self.fenced_files(commit), tracked=self.tracked,
-                                        on_start=self.on_start)
-        self.clock.add_child(result.duration_s, f"{tag}-{name}")
-        return result
 
-    def correctness_then_perf(self, tag: str, commit: str, proceed: Callable[[Any], bool]):
-        """Correctness, then perf, of ``commit``, with the perf child started at once and held
-        before its first test (``runner.Gate``): its start-up (interpreter, torch, imports,
-        collection) overlaps the correctness run. ``proceed(correctness_stage)`` says whether to
-        let it run; if not, it is killed. Returns ``(correctness, perf or None)``.
+def candidate_paths(session: Session, g) -> list[str]:
+    """The fenced paths this iteration changes, or the refusal that says why it cannot run."""
+    changed = [p for p in git_ops.changed_paths(g) if not _outside_fence_ignorable(p)
+               and not is_installed_skill_path(p)]
+    outside = [p for p in changed if not session.in_fence(p)]
+    if outside:
+        shown = ", ".join(outside[:5]) + (" ..." if len(outside) > 5 else "")
+        raise FenceViolation(f"changes outside the fence: {shown}; fence: {', '.join(session.fence)}",
+                             "undo them yourself (cutile-perf never touches them), or fence them at init with --allow")
+    paths = fenced_changes(session, changed)
+    if not paths:
+        raise NoChange(f"no change to the fenced files ({', '.join(session.fence)})", "edit the kernel, then run try again")
+    root = git_ops.root(g)
+    for rel in paths:
+        target = root / rel
+        if target.is_symlink() or (target.exists() and not target.is_file()):
+            raise Refused(f"{rel} is not a regular file (a symlink or a folder): the commit would not hold the "
+                          "code that runs", "replace it with the file's content")
+    filtered = git_ops.filtered_paths(g, paths)
+    if filtered:
+        raise Refused(f"git attributes (a clean filter, ident or eol conversion) would commit other bytes than the "
+                      f"work tree holds for {', '.join(filtered)}", "remove the attribute for the fenced files")
+    return paths
 
-        Only start-up overlaps: no perf test starts before the correctness child has ended. Each
-        stage still snapshots the protected files before its child starts and compares them after
-        it ends, so the two windows together cover everything from the first start to the last end.
-        """
-        from cutile_perf.child import runner# noqa: PLC0415
 
-        gate = runner.Gate()
-        perf_groups: list[int] = []
+# --- the persisted state --------------------------------------------------------------------------
 
-        def perf_started(pgid: int) -> None:
-            perf_groups.append(pgid)
-            if self.on_start is not None:
-                self.on_start(pgid)
 
-        checkout, fenced = self.checkout(commit), self.fenced_files(commit)
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            pending = pool.submit(self.measure.run_stage, self.session, "perf", tag, self.deadline, checkout=checkout,
-                                  fenced_files=fenced, tracked=self.tracked, on_start=perf_started, gate=gate)
-            try:
-                correctness = self.stage("correctness", tag, commit)
-                go = proceed(correctness)
-            except BaseException:
-                go = False
-                raise
-            finally:
-                if go:
-                    gate.open()
-                else:
-                    gate.close()
-                    for pgid in perf_groups:  # do not wait for it to finish collecting
-                        with contextlib.suppress(ProcessLookupError, PermissionError):
-                            os.killpg(pgid, signal.SIGKILL)
-            perf = pending.result()
-        if not go:
-            return correctness, None
-        self.clock.add_child(perf.duration_s, f"{tag}-perf")
-        return correctness, perf
+_CHILDREN_LOCK = threading.Lock()
 
-    def row_fields(self) -> dict:
-        """What a baseline or try row says of this runner: the unrecorded compiled kernels it dropped,
-        when there were any (on the record a reviewer reads, not only on stderr)."""
-        return {"compile_cache_dropped": len(self.dropped_compiled)} if self.dropped_compiled else {}
 
-    def defined_names(self, commit: str) -> set[str]:
-        return self.measure.defined_names(self.checkout(commit).root, self.fenced_files(commit))
+@dataclass
+class State:
+    """How far one iteration got, persisted in ``file`` after every step."""
 
-    def close(self) -> None:
+    file: Path
+    iteration: int
+    optimization: str
+    name: str  # "<iteration>-<slug>": patch and run-file names
+    base: str  # the kept commit the branch returns to on anything but a keep
+    reference: str  # the baseline commit the candidate is judged against
+    paths: list[str]  # the fenced paths this iteration changes
+    step: str = "started"
+    patch: str | None = None
+    candidate: str | None = None
+    row: dict | None = None
+    row_hash: str | None = None
+    children: list[int] = field(default_factory=list)  # process groups of pytest children
+
+    @staticmethod
+    def path(session: Session) -> Path:
+        return session.sandbox / STATE_FILE
+
+    @classmethod
+    def load(cls, session: Session) -> State | None:
+        file = cls.path(session)
         try:
-            for checkout in self.checkouts.values():
-                checkout.remove()
-            self.checkouts.clear()
-        finally:
-            self._exits.close()  # records the session cache: every child of this command has ended
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise OSError(f"{file} is unreadable ({exc}); it records an interrupted iteration") from None
+        known = {f.name for f in fields(cls)} - {"file"}
+        return cls(file=file, **{k: v for k, v in data.items() if k in known})
 
-    def __enter__(self) -> StageRunner:
-        from cutile_perf.store import jitcache# noqa: PLC0415
+    def save(self) -> None:
+        data = {k: v for k, v in asdict(self).items() if k != "file"}
+        atomic.write_text(self.file, json.dumps(data, indent=1, default=str) + "\n")
 
-        if self.session.jit_cache:
-            if self.fresh_compile_cache:
-                self.compile_cache = self._exits.enter_context(jitcache.fresh_dir())
-            else:
-                self.compile_cache = jitcache.session_dir(self.session.sandbox)
-                dropped = self.dropped_compiled = self._exits.enter_context(jitcache.guarded(self.compile_cache))
-                if dropped:
-                    say(f"warning: dropped {len(dropped)} compiled kernel(s) from {self.compile_cache} that no "
-                        "cutile-perf command recorded (written by something else, changed since, or left by a "
-                        "killed command); they are compiled again from the commits")
-        return self
+    def advance(self, step: str, **changes) -> None:
+        """Record that ``step`` is done (with its data), durably, then honour the test kill hook."""
+        if STEPS.index(step) < STEPS.index(self.step):
+            raise ValueError(f"iteration state cannot go back from {self.step} to {step}")
+        for key, value in changes.items():
+            setattr(self, key, value)
+        self.step = step
+        self.save()
+        knobs.kill_point(step)
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def add_child(self, pgid: int) -> None:
+        # Children start from several threads (sharded correctness, a pre-started perf child): one
+        # append-and-save at a time, or a later save could write a list without an earlier pgid.
+        with _CHILDREN_LOCK:
+            self.children.append(pgid)
+            self.save()
+
+    def clear(self) -> None:
+        self.file.unlink(missing_ok=True)
+
+
+# --- the transaction --------------------------------------------------------------------------------
+
+
+class Iteration:
+    """One change tried as one transaction; every step goes through ``state``."""
+
+    def __init__(self, session: Session, g, history: History, state: State, clock: Clock,
+                 probe: envcheck.Probe | None = None, reference: Reference | None = None):
+        self.session, self.g, self.history, self.state = session, g, history, state
+        self.clock, self.probe = clock, probe
+        self.ref = reference
+
+    @classmethod
+    def begin(cls, session: Session, g, history: History, optimization: str, clock: Clock,
+              probe: envcheck.Probe | None = None) -> Iteration:
+        """Check, then save the change's patch outside the work tree before anything moves."""
+        base = require_settled(session, g, history)
+        paths = candidate_paths(session, g)
+        reference = history.reference()
+        number = history.next_iteration()
+        name = f"{number}-{slug(optimization)}"
+        state = State(file=State.path(session), iteration=number, optimization=optimization, name=name, base=base,
+                      reference=reference.commit, paths=paths)
+        state.patch = save_patch(session, g, base, paths, name)
+        state.advance("started")
+        return cls(session, g, history, state, clock, probe, reference)
+
+    # -- measuring --------------------------------------------------------------------------------
+
+    def _stage(self, stages: Stages, name: str, tag: str, commit: str) -> Stage:
+        say(f"iteration {self.state.iteration}: {name}" + (f" ({tag.split('-', 1)[1]})" if "-" in tag else ""))
+        return stages.stage(name, tag, commit)
+
+    def measure(self, stages: Stages) -> tuple[Evidence, Verdict]:
+        """Run stages until the judge's verdict is final: correctness, perf, interleaved pairs."""
+        ref, t = self.ref, self.session.thresholds
+        number, cand = self.state.iteration, self.state.candidate
+        tag = f"{number}"
+        if self.session.prestart_perf:
+            say(f"iteration {number}: correctness (perf child started, held before its first test)")
+            corr, perf = stages.correctness_then_perf(
+                tag, cand, proceed=lambda c: not judge(ref, t, Evidence(correctness=c)).final)
+        else:
+            corr, perf = self._stage(stages, "correctness", tag, cand), None
+        evidence = Evidence(correctness=corr)
+        verdict = judge(ref, t, evidence)
+        if verdict.final:
+            return evidence, verdict
+        if perf is None:
+            perf = self._stage(stages, "perf", tag, cand)
+        else:
+            say(f"iteration {number}: perf")
+        defined = frozenset(stages.defined_names(cand)) if ref.kernel_names and perf.ok else None
+        evidence = evidence.add(perf=perf, defined_names=defined)
+        verdict = judge(ref, t, evidence)
+        while verdict.action == "re-measure":
+            k = len(evidence.pairs) + 1
+            base_run = self._stage(stages, "perf", f"{number}-confirm{k}-base", ref.commit)
+            evidence = evidence.add(pairs=(*evidence.pairs, (base_run, None)))
+            verdict = judge(ref, t, evidence)
+            if verdict.final:
+                break
+            cand_run = self._stage(stages, "perf", f"{number}-confirm{k}-cand", cand)
+            evidence = evidence.add(pairs=(*evidence.pairs[:-1], (base_run, cand_run)))
+            verdict = judge(ref, t, evidence)
+        return evidence, verdict
+
+    def changed_during_run(self) -> bool:
+        for rel in self.state.paths:
+            if git_ops.worktree_blob_sha(self.g, rel) != git_ops.blob_sha_at(self.g, self.state.candidate, rel):
+                return True
+        return False
+
+    # -- the steps ----------------------------------------------------------------------------------
+
+    def run(self, stages: Stages) -> dict:
+        """commit -> measure -> decide -> record -> settle; returns the row."""
+        s, state = self.session, self.state
+        candidate = git_ops.commit_paths(self.g, state.paths, commit_message(state.iteration, state.optimization,
+                                                                             self.ref.commit))
+        state.advance("committed", candidate=candidate)
+        with stages:
+            evidence, _ = self.measure(stages)
+            fields_of_runner = stages.row_fields()
+        verdict = judge(self.ref, s.thresholds, evidence.add(changed_during_run=self.changed_during_run()))
+        state.advance("measured")
+        row = self.row(verdict, evidence, fields_of_runner)
+        if verdict.action == "keep":
+            row["commit"] = git_ops.amend_message(self.g, self.trailers_message(verdict))
+        state.advance("decided", row=row)
+        return self.finish()
+
+    def row(self, verdict: Verdict, evidence: Evidence, runner_fields: dict) -> dict:
+        status, perf = verdict.action, evidence.perf
+        fields_ = dict(crash_class=verdict.crash_class.value if verdict.crash_class else None,
+                       patch=self.state.patch if status != "keep" else None, reason=verdict.reason,
+                       review=verdict.review, reference_commit=self.ref.commit)
+        complete = [(b, c) for b, c in evidence.pairs if c is not None]
+        if complete:
+            fields_["confirm"] = {case: {"base": [b.shapes[case] for b, _ in complete],
+                                         "candidate": [c.shapes[case] for _, c in complete]}
+                                  for case in self.ref.medians}
+        if verdict.decision is not None:
+            fields_["decision"] = asdict(verdict.decision)
+        fields_.update(runner_fields)
+        if perf is not None and perf.shapes:
+            fields_["shapes"] = shapes_field(perf.shapes, perf.test_ids)
+            if status != "crash" and set(self.ref.medians) <= set(perf.shapes):
+                fields_["latency_ms"] = rules.combine_latency({c: perf.shapes[c] for c in self.ref.medians})
+        return base_entry(self.session, iteration=self.state.iteration, optimization=self.state.optimization,
+                          status=status, correctness=correctness_status(verdict, perf_ran=perf is not None),
+                          commit=self.state.candidate, base_commit=self.state.base, clock=self.clock, probe=self.probe,
+                          **fields_)
+
+    def trailers_message(self, verdict: Verdict) -> str:
+        d = verdict.decision
+        extra = {"Verdict": f"keep ({d.tier})" if d else "keep"}
+        if d is not None and d.geomean_change is not None:
+            extra["Geomean"] = format_change(d.geomean_change)
+        if d is not None and d.worst_shape:
+            gate = d.gates.get(d.worst_shape)
+            change = d.changes.get(d.worst_shape)
+            extra["Worst-Case"] = (f"{d.worst_shape} {format_change(change) if change is not None else '?'}"
+                                   + (f" (gate {gate * 100:.1f} %)" if gate is not None else ""))
+        extra["Log-Prev"] = self.history.head_hash()
+        if verdict.review:
+            extra["Review"] = "claimed speedup beyond the plausibility factor; re-measured interleaved"
+        return commit_message(self.state.iteration, self.state.optimization, self.ref.commit, extra)
+
+    def finish(self, unfinished: Verdict | None = None) -> dict:
+        """Complete the transaction from whatever step it reached; returns its row.
+
+        Before ``decided`` there is no verdict: the row is a crash of ``unfinished``'s class. From
+        ``decided`` on the prepared row is recorded (once) and the branch settled by it.
+        """
+        state = self.state
+        if STEPS.index(state.step) < STEPS.index("decided"):
+            verdict = unfinished or stopped(None, "stopped before a verdict")
+            row = base_entry(self.session, iteration=state.iteration, optimization=state.optimization,
+                             status="crash", correctness="FAIL", commit=state.candidate, base_commit=state.base,
+                             clock=self.clock, probe=self.probe, crash_class=verdict.crash_class.value,
+                             patch=state.patch, reason=verdict.reason[:300])
+            state.advance("decided", row=row)
+        if state.step == "decided":
+            state.advance("recorded", row_hash=self.history.record(state.row))
+        if state.step == "recorded":
+            if state.row.get("status") != "keep":
+                self.revert()
+            state.advance("settled")
+        state.clear()
+        return state.row
+
+    def revert(self) -> str | None:
+        """Save the fenced files' latest content, then move the branch back to the base.
+
+        The patch is re-saved from the work tree (not from the candidate commit), so an edit made while
+        the tests ran is in it too. Files outside ``state.paths`` are never touched.
+        """
+        state = self.state
+        latest = save_patch(self.session, self.g, state.base, state.paths, state.name)
+        knobs.kill_point("revert:patch-saved")
+        git_ops.reset_to(self.g, state.base, state.paths)
+        return latest or state.patch
+
+    def abort(self, exc: BaseException) -> None:
+        """Settle an iteration that an exception or a signal stopped; the error then propagates."""
+        verdict = stopped(exc, "")
+        try:
+            self.finish(stopped(exc, f"{verdict.crash_class.value}: {type(exc).__name__}: {exc}"))
+        except BaseException as second:  # the log cannot be written: still never leave the candidate applied
+            try:
+                state = self.state
+                kept = state.step in ("recorded", "settled") and (state.row or {}).get("status") == "keep"
+                if not kept:
+                    self.revert()
+            finally:
+                say(f"could not finish iteration {self.state.iteration} ({type(second).__name__}: {second}); the "
+                    f"change is saved in {self.state.patch or 'no patch (nothing changed)'}; run `cutile-perf resume` "
+                    "once the cause is fixed")
+
+
+# --- the library API the commands call --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TryResult:
+    row: dict
+    stop: str | None  # the stop rule's advice after this row, or None
+    history: History  # the log after this row, in memory (a batch asks it before the next try)
+
+
+def try_change(repo: Path, optimization: str, *, stages: Stages | None = None) -> TryResult:
+    """One ``try``: the change in the work tree, committed, measured, judged, recorded, settled.
+
+    ``stages``: what runs the tests (default: pytest children in pristine checkouts, ``StageRunner``);
+    tests pass a ``ScriptedStages``.
+    """
+    clock = Clock()  # from the first line: the harness time includes loading and checks
+    probe = envcheck.Probe()  # nvidia-smi and versions in the background while git and pytest work
+    session = session_mod.load(repo)
+    require_gpu(session, probe)
+    with session_mod.locked(session.repo, "try", optimization=optimization):
+        g = git_ops.open_repo(session.repo)
+        require_session_branch(session, g)
+        if State.load(session) is not None:  # before the log: its last row may be that iteration's own
+            raise Refused("an interrupted iteration is not settled yet", "run `cutile-perf resume`")
+        history = History.open(session, g)
+        it = Iteration.begin(session, g, history, optimization, clock, probe)
+        runner = stages if stages is not None else StageRunner(session, g, measure.Deadline(session.timeout_s),
+                                                               clock, on_start=it.state.add_child)
+        try:
+            row = it.run(runner)
+        except OSError as exc:  # the log or the sandbox cannot be written (read-only, disk full)
+            it.abort(exc)
+            raise IterationCrashed(f"iteration {it.state.iteration} could not be recorded: {exc}",
+                                   f"the change is saved in {it.state.patch or '(nothing to save)'}; fix the cause, "
+                                   "then run `cutile-perf resume`") from exc
+        except BaseException as exc:
+            it.abort(exc)
+            raise
+        return TryResult(row, history.stop(), history)
+
+
+@dataclass(frozen=True)
+class ResumeResult:
+    actions: list[str]
+    head: str
+    pending: list[str]  # fenced paths with an uncommitted change waiting for `try`
+
+
+def resume_interrupted(repo: Path) -> ResumeResult:
+    """After a kill: end the killed run's children, finish its iteration, check HEAD is the kept commit."""
+    session = session_mod.load(repo)
+    lock = session_mod.read_lock(session.repo)
+    stale = lock is not None and session_mod.lock_is_stale(lock)
+    if lock is not None and not stale:
+        raise Locked(f"a cutile-perf `{lock.get('command')}` (pid {lock.get('pid')}) is still running",
+                     "wait for it; resume is for runs that were killed")
+    clock = Clock()
+    g = git_ops.open_repo(session.repo)
+    # Before the lock: a stale lock (it names the killed run's optimization) must outlive a refusal.
+    require_session_branch(session, g)
+    with session_mod.locked(session.repo, "resume", replace_stale=True):
+        actions: list[str] = []
+        if stale:
+            actions.append(f"removed the stale lock of a killed `{lock.get('command')}` (pid {lock.get('pid')})")
+        state = State.load(session)
+        if state is not None:
+            ended = end_children(state.children)
+            if ended:
+                actions.append(f"ended {len(ended)} child process group(s) of the killed run")
+        pending_row = state.row if state is not None and state.step == "decided" else None
+        history = History.open(session, g, pending_row=pending_row)
+        if state is not None:
+            step = state.step
+            say(f"finishing iteration {state.iteration} (stopped after: {step})")
+            it = Iteration(session, g, history, state, clock)
+            row = it.finish(stopped(None, f"the run was stopped after step '{step}'; finished by resume"))
+            actions.append(f"iteration {row['iteration']}: {row['status']}"
+                           + (f" ({row.get('crash_class')})" if row.get("crash_class") else "")
+                           + (f", change saved in {row['patch']}" if row.get("patch") else ""))
+        kept = history.kept_commit()
+        head = git_ops.head(g)
+        if head != kept:
+            refuse_foreign_commits(session, g, kept, head)
+        return ResumeResult(actions, kept, paths_touched(session, g, kept))
+
+
+def try_outcome(row: dict, stop: str | None) -> Outcome:
+    """A ``try`` row as a command reports it: one line, its data, the exit code of its decision."""
+    status = row["status"]
+    code = {"keep": EXIT_OK, "revert": EXIT_REJECTED}.get(status, EXIT_CRASH)
+    data = {"iteration": row["iteration"], "decision": status, "reason": row.get("reason", ""),
+            "patch": row.get("patch"), "latency_ms": row.get("latency_ms"), "commit": row.get("commit"),
+            "crash_class": row.get("crash_class"), "review": row.get("review", False), "stop": stop}
+    text = decision_line(data)
+    if stop:
+        text += f"; stop: {stop}"
+    return Outcome(text, data, code)
+
+
+def decision_line(data: dict) -> str:
+    """``iteration N: <decision> - <reason> (patch: ...)`` from a ``try`` result's data (stop rule not included)."""
+    text = f"iteration {data['iteration']}: {data['decision']} - {data.get('reason', '')}"
+    if data.get("patch"):
+        text += f" (patch: {data['patch']})"
+    return text

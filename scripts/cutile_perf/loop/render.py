@@ -2,7 +2,7 @@
 
 ``perf_results.md`` is exactly one markdown table, ``iteration | optimization | latency_ms |
 correctness | status``, one row per log entry. An iteration's single ``latency_ms`` is the
-**geometric mean of its per-shape medians** (``decide.combine_latency``), with 6 decimals; a crash
+**geometric mean of its per-shape medians** (``rules.combine_latency``), with 6 decimals; a crash
 has no latency and shows ``-``. Renderers return strings; callers write them with
 ``atomic.write_text``, so a reader never sees half a file.
 """
@@ -11,10 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from cutile_perf.store import atomic
+from cutile_perf.store.log import shape_medians
 from cutile_perf.templating import format_ms6, format_pct, format_speedup, load_template, markdown_cell
 from cutile_perf.judge import stats
-from cutile_perf.judge.decide import combine_latency, format_change
-from cutile_perf.loop.history import current_baseline, shape_medians
+from cutile_perf.judge.rules import current_baseline, combine_latency
+from cutile_perf.templating import format_change
 
 # --- perf_results.md ------------------------------------------------------------------------------
 

@@ -7,9 +7,9 @@ One JSON object per line, one line per iteration (0 is the baseline). ``perf_res
     optimization   str, one phrase ("baseline", "TMA replace gather")
     status         "keep" | "revert" | "crash"
     correctness    "PASS" | "FAIL"
-    latency_ms     float | None: geometric mean of the per-shape medians (decide.combine_latency)
+    latency_ms     float | None: geometric mean of the per-shape medians (rules.combine_latency)
     shapes         {shape_id: {"median": ms, "test_id": ..., "runs": [per-run medians], "record": {...}}}
-    decision       decide.Decision.to_dict() | None (None for the baseline and crashes)
+    decision       rules.Decision.to_dict() | None (None for the baseline and crashes)
     commit, crash_class, patch, timings, env, started, finished   (optional, recorded by the loop)
 
 Appending writes one whole line, flushes and fsyncs before returning: a kill can only cut the
@@ -29,6 +29,8 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from cutile_perf.store import atomic
 
 GENESIS = "genesis"
 
@@ -63,6 +65,12 @@ def validate_entry(entry: dict) -> None:
         raise ValueError("bad log entry: " + "; ".join(problems))
 
 
+def shape_medians(entry: dict) -> dict[str, float]:
+    """``{case: median ms}`` of one row (cases recorded as text, "nan" or "inf", are left out)."""
+    return {sid: float(s["median"]) for sid, s in (entry.get("shapes") or {}).items()
+            if isinstance(s.get("median"), (int, float))}
+
+
 def line_hash(line: str | bytes) -> str:
     data = line.encode("utf-8") if isinstance(line, str) else line
     return hashlib.sha256(data.rstrip(b"\n")).hexdigest()
@@ -79,6 +87,10 @@ def _complete_lines(path: Path) -> list[bytes]:
         data = path.read_bytes()
     except FileNotFoundError:
         return []
+    return _lines_of(data)
+
+
+def _lines_of(data: bytes) -> list[bytes]:
     lines = [ln for ln in data.split(b"\n") if ln.strip()]
     if lines and not data.endswith(b"\n"):
         lines.pop()  # cut short by a kill: not part of the chain
@@ -127,8 +139,6 @@ class Anchor:
             return None
 
     def write(self, path: Path) -> None:
-        from cutile_perf.store import atomic# noqa: PLC0415 - atomic imports nothing of ours; keep log light
-
         atomic.write_text(path, json.dumps({"rows": self.rows, "head": self.head}) + "\n")
 
 
@@ -139,7 +149,11 @@ def anchor_of(path: str | Path) -> Anchor:
 
 def check_chain(path: str | Path, anchor: Anchor | None = None) -> str | None:
     """None when the log is intact; else one line saying where it breaks."""
-    lines = _complete_lines(Path(path))
+    return check_lines(_complete_lines(Path(path)), anchor)
+
+
+def check_lines(lines: list[bytes], anchor: Anchor | None = None) -> str | None:
+    """``check_chain`` over the log's complete lines, already read."""
     prev = GENESIS
     for number, raw in enumerate(lines, start=1):
         try:
@@ -159,6 +173,25 @@ def check_chain(path: str | Path, anchor: Anchor | None = None) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """The log read once: its complete lines (the chain) and its readable entries, from the same bytes."""
+
+    lines: list[bytes]
+    contents: LogContents
+
+    @classmethod
+    def read(cls, path: str | Path) -> Snapshot:
+        try:
+            data = Path(path).read_bytes()
+        except FileNotFoundError:
+            data = b""
+        return cls(_lines_of(data), parse(data.decode("utf-8", errors="replace")))
+
+    def anchor(self) -> Anchor:
+        return Anchor(len(self.lines), line_hash(self.lines[-1]) if self.lines else GENESIS)
+
+
 def _last_byte(path: Path) -> bytes:
     with open(path, "rb") as fh:
         fh.seek(-1, os.SEEK_END)
@@ -170,7 +203,11 @@ def read_log(path: str | Path) -> LogContents:
     path = Path(path)
     if not path.exists():
         return LogContents([])
-    text = path.read_text(encoding="utf-8")
+    return parse(path.read_text(encoding="utf-8"))
+
+
+def parse(text: str) -> LogContents:
+    """``read_log`` over the log's text."""
     lines = text.split("\n")
     entries, skipped, tail = [], [], None
     for number, line in enumerate(lines, start=1):

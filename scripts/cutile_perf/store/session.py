@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from cutile_perf.store import atomic
-from cutile_perf.judge.decide import Thresholds
+from cutile_perf.judge.rules import Thresholds
 from cutile_perf.errors import Locked, NoSession, UsageError
 
 SANDBOX = "sandbox"

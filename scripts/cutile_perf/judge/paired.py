@@ -1,0 +1,163 @@
+"""The interleaved re-check's statistics: paired (baseline, candidate) runs of the same cases.
+
+When a single run is borderline (``rules.decide`` says "confirm") or claims more than is plausible,
+the harness runs the baseline commit and the candidate in turn, several pairs, and ``confirm``
+decides from those paired samples: a bootstrap interval of the median ratio (``stats.ratio_ci``)
+against the case's gate, and a paired test on the per-pair log ratios for slowdowns smaller than
+any gate. Each rule's derivation is next to it; ``tests/test_decide.py`` holds the A/A tests.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from cutile_perf.judge import stats
+from cutile_perf.judge.rules import MIN_CONFIRM_SAMPLES, Decision, Thresholds, improvement_tier, noise_floor
+from cutile_perf.templating import format_change
+
+
+# The paired test's one-sided 95 % level: the least evidence that a case rose at all, asked of any
+# revert that rests on a gate (a practical size, estimated from few runs) rather than on the test.
+SOME_RISE_Z = statistics.NormalDist().inv_cdf(0.95)
+
+# A noise floor (``noise_floor``) estimates the width of the band runs land in; a roughly uniform
+# band of width W has a standard deviation of W / sqrt(12) ~ W / 3.5.
+NOISE_WIDTH_PER_SD = 3.5
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """One case's per-pair log ratios log(candidate/baseline): their mean and its standard error."""
+
+    mean: float
+    se: float
+
+    @property
+    def z(self) -> float:
+        return self.mean / self.se
+
+
+def paired_log_ratios(paired: dict[str, tuple[list[float], list[float]]], prior_runs: dict[str, list[float]] | None,
+                      minimum: float) -> dict[str, PairedTest]:
+    """Per case: the mean of the per-pair log ratios and its standard error (``PairedTest``).
+
+    Pairs are interleaved, so drift between rounds cancels inside each pair. The run-to-run spread
+    is the larger of two estimates: one pooled over every case (from the baseline side of the pairs
+    and the baseline's own repeated runs, ``prior_runs``: more degrees of freedom than any case has
+    alone) and the case's own. So neither three samples that agree by luck nor a quiet neighbour
+    can shrink a noisy case's spread. Never below ``minimum`` read as a band width.
+    """
+    def spread(groups) -> tuple[float, int]:
+        squares, dof = 0.0, 0
+        for samples in groups:
+            if len(samples) > 1:
+                logs = [math.log(v) for v in samples]
+                centre = statistics.fmean(logs)
+                squares += sum((x - centre) ** 2 for x in logs)
+                dof += len(logs) - 1
+        return squares, dof
+
+    prior_runs = prior_runs or {}
+    squares, pooled_dof = spread([base for base, _cand in paired.values()] + list(prior_runs.values()))
+    pooled = math.sqrt(squares / pooled_dof) if pooled_dof else 0.0
+    out = {}
+    for case, (base, cand) in paired.items():
+        own_squares, own_dof = spread([base, prior_runs.get(case, [])])
+        own = math.sqrt(own_squares / own_dof) if own_dof else 0.0
+        # The larger of the pooled spread and this case's own: a quiet neighbour cannot shrink it.
+        sigma = max(pooled, own, minimum / NOISE_WIDTH_PER_SD)
+        n = min(len(base), len(cand))
+        diffs = [math.log(cand[i] / base[i]) for i in range(n)]
+        out[case] = PairedTest(statistics.fmean(diffs), sigma * math.sqrt(2.0 / n))
+    return out
+
+
+def slower_threshold(t: Thresholds, cases: int) -> float:
+    """How many standard errors a case's paired mean must exceed to count as slower.
+
+    ``slower_z`` is the one-sided threshold for a single case. Testing several cases at once
+    raises the chance that one of them crosses it by luck as many times (Bonferroni), so the
+    threshold rises with the number of cases to keep an unchanged kernel's false-revert rate:
+    3.09 for 3 cases, 3.43 for 10 at the default 2.75. (Taking the larger of the pooled and the
+    case's own spread, ``paired_log_ratios``, already errs on the careful side, which is why the
+    normal distribution, not Student's t, is used here; ``benchmarks/decision_power.py`` and
+    ``tests/test_decide.py``'s A/A tests measure the resulting rates.)
+    """
+    per_case_alpha = (1.0 - statistics.NormalDist().cdf(t.slower_z)) / max(1, cases)
+    return statistics.NormalDist().inv_cdf(1.0 - per_case_alpha)
+
+
+def confirm(paired: dict[str, tuple[list[float], list[float]]], t: Thresholds,
+            prior_runs: dict[str, list[float]] | None = None) -> Decision:
+    """Final verdict from an interleaved re-measurement: ``{shape: (baseline_samples, candidate_samples)}``.
+
+    Each sample is one run's median. A shape is slower when the whole ``t.confidence`` interval of
+    median(candidate)/median(baseline) lies beyond its gate, ``max(tolerance, noise of the baseline
+    samples)``: the interval already carries the statistics, the gate the practical size. An
+    improvement needs the interval of the per-pair geomean ratio to lie below ``1 - gate``.
+
+    A second slowdown rule works on the per-pair log ratios (``paired_log_ratios``): a case whose
+    mean exceeds ``slower_threshold`` standard errors (``slower_z`` raised for the number of
+    cases) is slower. It catches a real slowdown smaller than the gate, which the interval rule
+    lets through; with every candidate judged against the baseline commit, such small slowdowns
+    cannot add up over several "within noise" keeps. The same test backs every other verdict here:
+    a revert on a gate needs it to see some rise (``SOME_RISE_Z``), and a geomean verdict needs it
+    to agree at ``slower_threshold`` for one test.
+    """
+    if not paired:
+        raise ValueError("confirm needs at least one shape")
+    for shape, (base, cand) in paired.items():
+        if min(len(base), len(cand)) < MIN_CONFIRM_SAMPLES:
+            raise ValueError(f"confirm needs >= {MIN_CONFIRM_SAMPLES} samples per side; shape {shape} has "
+                             f"{len(base)} baseline and {len(cand)} candidate")
+    shapes = sorted(paired)
+    intervals = {s: stats.ratio_ci(*paired[s], confidence=t.confidence) for s in shapes}
+    noise = noise_floor({s: paired[s][0] for s in shapes}, minimum=t.min_noise)
+    gates = {s: max(t.regression_tolerance, noise[s]) for s in shapes}
+    changes = {s: intervals[s][0] - 1.0 for s in shapes}
+    worst = max(shapes, key=lambda s: intervals[s][1] - 1.0 - gates[s])
+    base_agg, cand_agg = _per_pair_geomeans(paired, shapes)
+    ratio, low, high = stats.ratio_ci(base_agg, cand_agg, confidence=t.confidence)
+    agg_gate = max(t.min_noise, stats.relative_spread(base_agg))
+    made = dict(changes=changes, gates=gates, geomean_change=ratio - 1.0, worst_shape=worst, source="confirm")
+    ci = lambda lo, hi: f"[{format_change(lo - 1)}, {format_change(hi - 1)}]"  # noqa: E731
+
+    tests = paired_log_ratios(paired, prior_runs, t.min_noise)
+    made["paired_z"] = {s: tests[s].z for s in shapes}
+    # A gate from three baseline samples can be tiny by luck, so a revert for crossing it also needs
+    # the pairs to show a rise at all (``SOME_RISE_Z``).
+    if intervals[worst][1] - 1.0 > gates[worst] and tests[worst].z > SOME_RISE_Z:
+        return Decision("revert", "regression", f"shape {worst} {format_change(changes[worst])} slower, interval "
+                        f"{ci(*intervals[worst][1:])} beyond gate {gates[worst] * 100:.1f} % (interleaved)", **made)
+    needed = slower_threshold(t, len(shapes))
+    surest = max(shapes, key=lambda s: tests[s].z)
+    # Both the paired test and the bootstrap interval (which excludes no change) must say slower.
+    if (tests[surest].z > needed and intervals[surest][1] > 1.0
+            and changes[surest] > t.regression_tolerance):
+        return Decision("revert", "regression", f"shape {surest} {format_change(changes[surest])} slower in every "
+                        f"sense the pairs allow: z = {tests[surest].z:.1f} > {needed:.2f} (interleaved)",
+                        **{**made, "worst_shape": surest})
+    # The geomean's interval from three or so rounds is narrow by luck too often (a bootstrap of few
+    # samples under-covers), so an overall verdict also needs the per-pair test: the mean of the
+    # cases' log ratios over the root mean square of their standard errors (not divided by
+    # sqrt(cases): drift that is left inside a pair moves every case alike).
+    z_geo = (statistics.fmean(test.mean for test in tests.values())
+             / math.sqrt(statistics.fmean(test.se ** 2 for test in tests.values())))
+    needed_geo = slower_threshold(t, 1)  # one test: the geomean
+    geo = (f"geomean {format_change(ratio - 1)}, interval {ci(low, high)}, gate {agg_gate * 100:.1f} %, "
+           f"z = {z_geo:.1f} (interleaved)")
+    if low - 1.0 > agg_gate and z_geo > needed_geo:
+        return Decision("revert", "regression", f"{geo}: slower overall", **made)
+    if 1.0 - high > agg_gate and -z_geo > needed_geo:
+        tier = improvement_tier(1.0 - ratio, t)
+        return Decision("keep", tier, f"{geo}: faster ({tier})", rebaseline=True, **made)
+    return Decision("keep", "no-change", f"{geo}: within noise, kept without moving the baseline", **made)
+
+
+def _per_pair_geomeans(paired, shapes) -> tuple[list[float], list[float]]:
+    """Geomean over shapes of each interleaved round; rounds are aligned by position."""
+    rounds = min(min(len(paired[s][0]), len(paired[s][1])) for s in shapes)
+    base = [stats.geomean([paired[s][0][i] for s in shapes]) for i in range(rounds)]
+    cand = [stats.geomean([paired[s][1][i] for s in shapes]) for i in range(rounds)]
+    return base, cand

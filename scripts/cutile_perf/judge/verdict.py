@@ -1,0 +1,237 @@
+"""The judge: everything an iteration measured goes in, one final verdict with its crash class comes out.
+
+``judge(reference, thresholds, evidence)`` is pure and is the only place where measured facts become
+a verdict. The loop calls it after each stage with the evidence gathered so far; a verdict that is
+not ``final`` asks for more (``continue``: run the perf stage; ``re-measure``: one more interleaved
+pair). Nothing after it overrides it: a fenced file edited while the tests ran, a record naming a
+kernel the candidate does not define, a crashed re-check run are evidence fields, judged here.
+
+Crash classes are decided in two places only: the child side (``child.runner.classify`` and the
+integrity checks of ``child.measure``, which fill ``Stage.crash``) and this module.
+
+Order: the work tree changed during the run -> correctness (positive evidence) -> the perf records
+(complete, finite, plausible, of the candidate's own kernels) -> one run against the baseline
+medians -> the interleaved re-check against the baseline *commit*, needed when the single run is
+borderline or claims more than ``plausible_factor`` on some case.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from cutile_perf.judge import stats
+from cutile_perf.judge.crash import CrashClass
+from cutile_perf.judge.paired import SOME_RISE_Z, confirm
+from cutile_perf.judge.rules import Decision, Thresholds, case_noise, decide, single_run_gate
+from cutile_perf.templating import format_change
+
+
+@dataclass(frozen=True)
+class Stage:
+    """What one pytest child showed: the one evidence type, filled by ``child.measure.run_stage``."""
+
+    name: str = ""  # "correctness" or "perf"
+    crash: CrashClass | None = None  # found by the child runner or the integrity checks
+    duration_s: float = 0.0
+    output: str = ""  # repo-relative path of the pytest output
+    shapes: dict[str, float] = field(default_factory=dict)  # case -> median ms (perf only)
+    test_ids: dict[str, str] = field(default_factory=dict)  # case -> pytest node id
+    kernel_names: dict[str, str] = field(default_factory=dict)  # case -> kernel_name of its record, when given
+    detail: str = ""
+    ended: bool = True  # the plugin's end-of-session marker is there
+    passed: frozenset = frozenset()
+    not_passed: dict = field(default_factory=dict)  # test id -> outcome, for tests that did not pass
+    restored: tuple[str, ...] = ()  # protected files put back after the child changed them
+
+    @property
+    def ok(self) -> bool:
+        return self.crash is None
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a candidate is judged against: the current baseline, never a later "no-change" keep."""
+
+    commit: str  # the baseline commit: the interleaved re-check measures this code again
+    medians: dict  # case -> median ms of the baseline
+    noise: dict  # case -> relative noise floor
+    passed_tests: frozenset = frozenset()  # correctness test ids that passed at the baseline
+    kernel_names: dict = field(default_factory=dict)  # case -> kernel_name the baseline record carried
+    runs: dict = field(default_factory=dict)  # case -> the baseline's per-run medians (the noise sample)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything one iteration measured so far."""
+
+    correctness: Stage | None = None
+    perf: Stage | None = None
+    # Interleaved re-check: (baseline commit's run, candidate's run) per pair, in order; the last
+    # pair's candidate is None while it runs (a crashed baseline run ends the iteration first).
+    pairs: tuple[tuple[Stage, Stage | None], ...] = ()
+    # Kernel names the candidate's fenced files define (None: not looked at; needed only when the
+    # baseline's records named their kernels).
+    defined_names: frozenset | None = None
+    changed_during_run: bool = False  # the fenced files in the work tree differ from the candidate commit
+
+    def add(self, **changes) -> Evidence:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    action: str  # "keep", "revert", "crash", "continue" (run the next stage), "re-measure"
+    reason: str = ""
+    crash_class: CrashClass | None = None
+    decision: Decision | None = None
+    review: bool = False  # a claim beyond the plausibility factor: flagged for a human
+
+    @property
+    def final(self) -> bool:
+        return self.action in ("keep", "revert", "crash")
+
+
+def _crash(crash: CrashClass, reason: str, stage: Stage | None = None) -> Verdict:
+    if stage is not None and stage.output and stage.output not in reason:
+        reason = f"{reason} (see {stage.output})"
+    return Verdict(crash.row_status, reason, crash_class=crash)
+
+
+def stopped(exc: BaseException | None, reason: str) -> Verdict:
+    """The verdict on an iteration that a signal, an exception or a kill stopped before its own verdict."""
+    interrupted = exc is None or isinstance(exc, KeyboardInterrupt)
+    return Verdict("crash", reason, crash_class=CrashClass.INTERRUPTED if interrupted else CrashClass.ERROR)
+
+
+def correctness_status(verdict: Verdict, perf_ran: bool) -> str:
+    """The row's ``correctness`` field: FAIL when the correctness stage is what failed."""
+    if verdict.crash_class is CrashClass.WRONG_RESULT:
+        return "FAIL"
+    failed_before_perf = verdict.crash_class in (CrashClass.COMPILE, CrashClass.FAULT, CrashClass.TIMEOUT,
+                                                 CrashClass.NO_TESTS, CrashClass.INCOMPLETE_TESTS, CrashClass.ERROR,
+                                                 CrashClass.INTERRUPTED)
+    return "FAIL" if verdict.action == "crash" and failed_before_perf and not perf_ran else "PASS"
+
+
+def judge_correctness(ev: Stage, ref: Reference) -> Verdict:
+    """Correctness is positive evidence: tests ran, the baseline's passing tests pass again, the run ended."""
+    if ev.crash:
+        return _crash(ev.crash, f"correctness {ev.crash.value}: {ev.detail}", ev)
+    if not ev.ended:
+        return _crash(CrashClass.INCOMPLETE_TESTS, "correctness: the test session ended before the plugin's end "
+                      "marker (exit during the run?)", ev)
+    if not ev.passed:
+        return _crash(CrashClass.INCOMPLETE_TESTS, "correctness: no test passed", ev)
+    lost = sorted(ref.passed_tests - ev.passed)
+    if lost:
+        how = ev.not_passed.get(lost[0], "missing")
+        return _crash(CrashClass.INCOMPLETE_TESTS, f"correctness: {len(lost)} test(s) that passed at the baseline "
+                      f"did not pass now, e.g. {lost[0]} ({how})", ev)
+    return Verdict("continue")
+
+
+def judge_records(ev: Stage, ref: Reference, t: Thresholds) -> Verdict:
+    """A perf run counts only with an end marker and a finite, plausible record for every baseline case."""
+    if ev.crash:
+        return _crash(ev.crash, f"perf {ev.crash.value}: {ev.detail}", ev)
+    if not ev.ended:
+        return _crash(CrashClass.INCOMPLETE_TESTS, "perf: the test session ended before the plugin's end marker", ev)
+    missing = sorted(set(ref.medians) - set(ev.shapes))
+    if missing:
+        return _crash(CrashClass.NO_RECORD, f"perf: no record for {len(missing)} baseline case(s), e.g. {missing[0]}",
+                      ev)
+    for case in sorted(ev.shapes):
+        value = ev.shapes[case]
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= t.min_plausible_ms):
+            return _crash(CrashClass.BAD_RECORD, f"perf: case {case} recorded median {value!r} ms (needs a finite "
+                          f"time >= {t.min_plausible_ms:g} ms)", ev)
+    return Verdict("continue")
+
+
+def names_defined(kernel_name: str, defined) -> bool:
+    """Whether a record's ``kernel_name`` (possibly decorated: ``name[...]``, ``name_<hash>``) is one of ``defined``."""
+    return any(kernel_name == d or kernel_name.startswith(d + "[") or kernel_name.startswith(d + "_")
+               or kernel_name.startswith(d + " ") for d in defined)
+
+
+def judge_kernel_names(perf: Stage, ref: Reference, defined) -> Verdict:
+    """Each case whose baseline record named its kernel must name one the candidate's fenced files define."""
+    for case in sorted(ref.kernel_names):
+        name = perf.kernel_names.get(case)
+        if name is None or not names_defined(name, defined):
+            return _crash(CrashClass.MEASURED_WRONG_CODE, f"perf measured-wrong-code: case {case} recorded kernel "
+                          f"{name!r}, which the fenced files do not define (the measured kernel is not the "
+                          "candidate's)", perf)
+    return Verdict("continue")
+
+
+def implausible_cases(ref: Reference, medians: dict, t: Thresholds) -> list[str]:
+    """Cases whose claimed speedup over the baseline exceeds the plausibility factor."""
+    return sorted(c for c in ref.medians if c in medians and ref.medians[c] / medians[c] > t.plausible_factor)
+
+
+def judge(ref: Reference, t: Thresholds, ev: Evidence) -> Verdict:
+    """The verdict from whatever evidence exists so far; ``continue``/``re-measure`` ask for more."""
+    if ev.changed_during_run:
+        # An edit made while pytest ran is not what was measured: never keep it.
+        return Verdict("crash", "the fenced files changed while the tests ran; the latest version is in the patch",
+                       crash_class=CrashClass.CHANGED_DURING_RUN)
+    if ev.correctness is not None:
+        verdict = judge_correctness(ev.correctness, ref)
+        if verdict.final:
+            return verdict
+    if ev.perf is None:
+        return Verdict("continue")
+    if ev.perf.ok and ref.kernel_names and ev.defined_names is not None:
+        verdict = judge_kernel_names(ev.perf, ref, ev.defined_names)
+        if verdict.final:
+            return verdict
+    verdict = judge_records(ev.perf, ref, t)
+    if verdict.final:
+        return verdict
+    perf = ev.perf.shapes
+    cases = sorted(ref.medians)
+    implausible = implausible_cases(ref, perf, t)
+    if not ev.pairs:
+        single = decide({c: ref.medians[c] for c in cases}, {c: perf[c] for c in cases}, ref.noise, t)
+        if single.verdict == "confirm" or (implausible and single.verdict == "keep"):
+            why = (f"claims more than {t.plausible_factor:g}x on {', '.join(implausible)}" if implausible
+                   else single.reason)
+            return Verdict("re-measure", why, decision=single)
+        return Verdict(single.verdict, single.reason, decision=single)
+    for pair in ev.pairs:
+        for run in pair:
+            check = judge_records(run, ref, t) if run is not None else Verdict("continue")
+            if check.final:  # a crash of a re-check run is the iteration's crash
+                return replace(check, reason=f"interleaved re-check: {check.reason}")
+    if ev.pairs[-1][1] is None:
+        return Verdict("re-measure", "the candidate's run of this interleaved pair is next")
+    paired = {c: ([base.shapes[c] for base, _ in ev.pairs], [cand.shapes[c] for _, cand in ev.pairs]) for c in cases}
+    return judge_paired(ref, t, paired, implausible)
+
+
+def judge_paired(ref: Reference, t: Thresholds, paired: dict, implausible: list[str]) -> Verdict:
+    """The verdict from interleaved pairs ``{case: (baseline runs, candidate runs)}``."""
+    cases = sorted(ref.medians)
+    rounds = min(min(len(paired[c][0]), len(paired[c][1])) for c in cases)
+    if rounds < t.min_confirm_pairs:
+        return Verdict("re-measure", f"{rounds} of {t.min_confirm_pairs} interleaved pairs")
+    confirmed = confirm(paired, t, ref.runs)
+    if confirmed.tier == "no-change" and rounds < t.max_confirm_pairs:
+        return Verdict("re-measure", "ambiguous after the interleaved pairs so far", decision=confirmed)
+    if confirmed.tier == "no-change":
+        # "Within noise" never keeps code whose paired median sits beyond the case's gate: the kept
+        # HEAD may not drift past the gate, however the statistics above came out.
+        for case in cases:
+            gate = single_run_gate(case_noise(ref.noise, case, t), t)
+            change = confirmed.changes.get(case, 0.0)
+            if change > gate and confirmed.paired_z.get(case, 0.0) > SOME_RISE_Z:
+                reason = (f"shape {case} {format_change(change)} vs the baseline commit, beyond its gate "
+                          f"{gate * 100:.1f} % (interleaved median ratio)")
+                decision = replace(confirmed, verdict="revert", tier="regression", reason=reason, worst_shape=case)
+                return Verdict("revert", reason, decision=decision)
+    still = [c for c in cases if stats.median(paired[c][0]) / stats.median(paired[c][1]) > t.plausible_factor]
+    review = bool(implausible) and confirmed.verdict == "keep"
+    reason = confirmed.reason + (f"; re-measured: {', '.join(still) or 'no case'} still beyond "
+                                 f"{t.plausible_factor:g}x, marked for review" if review else "")
+    return Verdict(confirmed.verdict, reason, decision=confirmed, review=review)

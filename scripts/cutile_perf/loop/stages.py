@@ -1,0 +1,206 @@
+"""What runs an iteration's test stages: one protocol, the real runner and a scripted one for tests.
+
+``Iteration`` asks a ``Stages`` object for each stage (correctness, perf, the interleaved re-check
+runs) and never learns how it was run. ``StageRunner`` runs pytest children in pristine checkouts
+built from the commits (``child.pristine``, ``child.measure``); ``ScriptedStages`` returns stages a
+test wrote down in advance, so the loop's unit tests run in milliseconds without a child process
+(the way Kernel Tuner's simulation runner stands in for a GPU).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from cutile_perf.child import measure, pristine, runner
+from cutile_perf.judge.verdict import Stage
+from cutile_perf.output import say
+from cutile_perf.store import git_ops, jitcache
+from cutile_perf.store.session import Session
+
+
+class Stages(Protocol):
+    """Runs one iteration's stages; a context manager around all of them."""
+
+    def stage(self, name: str, tag: str, commit: str) -> Stage: ...
+
+    def correctness_then_perf(self, tag: str, commit: str, proceed: Callable[[Stage], bool]
+                              ) -> tuple[Stage, Stage | None]: ...
+
+    def defined_names(self, commit: str) -> set[str]: ...
+
+    def row_fields(self) -> dict: ...
+
+    def __enter__(self) -> Stages: ...
+
+    def __exit__(self, *exc) -> None: ...
+
+
+class StageRunner:
+    """Runs test stages in pristine checkouts of commits (one checkout per commit, built once).
+
+    Protected paths always come from the session's base commit, fenced paths from the commit asked
+    for: the baseline, every candidate, the interleaved re-check and ``verify`` all measure this way.
+    """
+
+    def __init__(self, session: Session, g, deadline, clock: Clock, on_start=None, fresh_compile_cache: bool = False):
+        """``fresh_compile_cache``: compile everything in an empty cache of this runner's own
+        (``verify``) instead of the session's guarded one; only with ``jit_cache`` on."""
+        from cutile_perf.child import measure# noqa: PLC0415 - measure imports session, not iteration
+
+        self.measure = measure
+        self.session, self.g, self.deadline, self.clock, self.on_start = session, g, deadline, clock, on_start
+        self.tracked = git_ops.tracked_files(g)
+        self.checkouts: dict = {}
+        self.fenced: dict[str, list[str]] = {}
+        self.fresh_compile_cache = fresh_compile_cache
+        self.compile_cache: Path | None = None  # set on entry when the session keeps a JIT cache
+        self.dropped_compiled: list[str] = []  # cache entries no earlier command recorded, dropped on entry
+        self._exits = contextlib.ExitStack()
+
+    def fenced_files(self, commit: str) -> list[str]:
+        # Asked for by every stage of a commit: list its tree once.
+        if commit not in self.fenced:
+            self.fenced[commit] = [e.path for e in git_ops.tree_entries(self.g, commit) if self.session.in_fence(e.path)]
+        return self.fenced[commit]
+
+    def checkout(self, commit: str):
+        from cutile_perf.child import pristine# noqa: PLC0415
+
+        if commit not in self.checkouts:
+            # With the JIT cache, the n-th checkout of every command has the same path (the cache
+            # keys embed it); without it, a fresh random one as always.
+            slot = pristine.slot_root(self.session.repo, len(self.checkouts)) if self.compile_cache else None
+            built = pristine.build(self.g, protected_from=self.session.base_commit, fenced_from=commit,
+                                   fence=self.session.fence, root=slot)
+            self.checkouts[commit] = replace(built, compile_cache=self.compile_cache)
+        return self.checkouts[commit]
+
+    def stage(self, name: str, tag: str, commit: str, session: Session | None = None):
+        """``session``: another command set for this one stage (``verify --full-tests``); the
+        checkouts, fence and protected files stay the runner's."""
+        result = measure.run_stage(session or self.session, name, tag, self.deadline, checkout=self.checkout(commit),
+                                        fenced_files=self.fenced_files(commit), tracked=self.tracked,
+                                        on_start=self.on_start)
+        self.clock.add_child(result.duration_s, f"{tag}-{name}")
+        return result
+
+    def correctness_then_perf(self, tag: str, commit: str, proceed: Callable[[Any], bool]):
+        """Correctness, then perf, of ``commit``, with the perf child started at once and held
+        before its first test (``runner.Gate``): its start-up (interpreter, torch, imports,
+        collection) overlaps the correctness run. ``proceed(correctness_stage)`` says whether to
+        let it run; if not, it is killed. Returns ``(correctness, perf or None)``.
+
+        Only start-up overlaps: no perf test starts before the correctness child has ended. Each
+        stage still snapshots the protected files before its child starts and compares them after
+        it ends, so the two windows together cover everything from the first start to the last end.
+        """
+        from cutile_perf.child import runner# noqa: PLC0415
+
+        gate = runner.Gate()
+        perf_groups: list[int] = []
+
+        def perf_started(pgid: int) -> None:
+            perf_groups.append(pgid)
+            if self.on_start is not None:
+                self.on_start(pgid)
+
+        checkout, fenced = self.checkout(commit), self.fenced_files(commit)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending = pool.submit(measure.run_stage, self.session, "perf", tag, self.deadline, checkout=checkout,
+                                  fenced_files=fenced, tracked=self.tracked, on_start=perf_started, gate=gate)
+            try:
+                correctness = self.stage("correctness", tag, commit)
+                go = proceed(correctness)
+            except BaseException:
+                go = False
+                raise
+            finally:
+                if go:
+                    gate.open()
+                else:
+                    gate.close()
+                    for pgid in perf_groups:  # do not wait for it to finish collecting
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.killpg(pgid, signal.SIGKILL)
+            perf = pending.result()
+        if not go:
+            return correctness, None
+        self.clock.add_child(perf.duration_s, f"{tag}-perf")
+        return correctness, perf
+
+    def row_fields(self) -> dict:
+        """What a baseline or try row says of this runner: the unrecorded compiled kernels it dropped,
+        when there were any (on the record a reviewer reads, not only on stderr)."""
+        return {"compile_cache_dropped": len(self.dropped_compiled)} if self.dropped_compiled else {}
+
+    def defined_names(self, commit: str) -> set[str]:
+        return measure.defined_names(self.checkout(commit).root, self.fenced_files(commit))
+
+    def close(self) -> None:
+        try:
+            for checkout in self.checkouts.values():
+                checkout.remove()
+            self.checkouts.clear()
+        finally:
+            self._exits.close()  # records the session cache: every child of this command has ended
+
+    def __enter__(self) -> StageRunner:
+        from cutile_perf.store import jitcache# noqa: PLC0415
+
+        if self.session.jit_cache:
+            if self.fresh_compile_cache:
+                self.compile_cache = self._exits.enter_context(jitcache.fresh_dir())
+            else:
+                self.compile_cache = jitcache.session_dir(self.session.sandbox)
+                dropped = self.dropped_compiled = self._exits.enter_context(jitcache.guarded(self.compile_cache))
+                if dropped:
+                    say(f"warning: dropped {len(dropped)} compiled kernel(s) from {self.compile_cache} that no "
+                        "cutile-perf command recorded (written by something else, changed since, or left by a "
+                        "killed command); they are compiled again from the commits")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@dataclass
+class ScriptedStages:
+    """Stages written down in advance: ``script[(name, commit or "candidate" or "base")]`` is a list
+    of ``Stage`` objects handed out in order (the last one repeats). ``calls`` records each request as
+    ``(name, tag, commit)``. For the loop's unit tests; nothing is run."""
+
+    script: dict[tuple[str, str], list[Stage]]
+    reference_commit: str | None = None
+    defined: set[str] = field(default_factory=set)
+    calls: list[tuple[str, str, str]] = field(default_factory=list)
+    on_stage: Callable[[str, str, str], None] | None = None  # called before each stage (a test's side effect)
+
+    def stage(self, name: str, tag: str, commit: str) -> Stage:
+        self.calls.append((name, tag, commit))
+        if self.on_stage is not None:
+            self.on_stage(name, tag, commit)
+        role = "base" if commit == self.reference_commit else "candidate"
+        queue = self.script.get((name, commit)) or self.script[(name, role)]
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+    def correctness_then_perf(self, tag: str, commit: str, proceed):
+        correctness = self.stage("correctness", tag, commit)
+        return (correctness, self.stage("perf", tag, commit)) if proceed(correctness) else (correctness, None)
+
+    def defined_names(self, commit: str) -> set[str]:
+        return set(self.defined)
+
+    def row_fields(self) -> dict:
+        return {}
+
+    def __enter__(self) -> ScriptedStages:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None

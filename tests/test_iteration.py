@@ -1,0 +1,194 @@
+"""The iteration transaction with a scripted stage runner: the loop's unit tests, without pytest children.
+
+``loop.stages.ScriptedStages`` hands out ``Stage`` evidence written down in advance; git, the log,
+the anchor and the state file are real (the simulated TileGym-shaped repo of ``fixtures_repo``), so
+each test exercises ``try_change`` end to end in well under a second. ``test_cli_loop.py`` and
+``test_redteam.py`` keep the real child path honest.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from fixtures_repo import KERNEL_REL, allow_no_gpu, build_tilegym_like_repo, git
+
+from cutile_perf.cli import main
+from cutile_perf.judge.crash import CrashClass
+from cutile_perf.judge.verdict import Stage
+from cutile_perf.loop.baseline import baseline
+from cutile_perf.loop.history import History, anchor_path
+from cutile_perf.loop.iteration import State, resume_interrupted, try_change
+from cutile_perf.loop.stages import ScriptedStages
+from cutile_perf.store import git_ops, log
+from cutile_perf.store import session as session_mod
+
+TESTS = frozenset({"tests/ops/test_rms_norm.py::test_op[cutile]"})
+BASE = {"a": 1.0, "b": 2.0}
+
+
+def passed() -> Stage:
+    return Stage("correctness", passed=TESTS)
+
+
+KERNEL = "rms_norm_kernel"
+
+
+def perf(medians: dict[str, float], kernel: str = KERNEL) -> Stage:
+    return Stage("perf", shapes=dict(medians), test_ids={c: f"t::test_perf[{c}]" for c in medians},
+                 kernel_names={c: kernel for c in medians})
+
+
+@pytest.fixture(scope="module")
+def _template(tmp_path_factory):
+    repo = build_tilegym_like_repo(tmp_path_factory.mktemp("scripted"))
+    assert main(["init", "--repo", str(repo), "--kernel", "rms_norm"]) == 0
+    allow_no_gpu(repo)
+    stages = ScriptedStages({("correctness", "candidate"): [passed()],
+                             ("perf", "candidate"): [perf({"a": 1.0, "b": 2.0}), perf({"a": 1.004, "b": 2.01}),
+                                                     perf({"a": 0.996, "b": 1.99})]}, defined={KERNEL})
+    assert baseline(repo=repo, repeats=3, stages=stages).exit_code == 0
+    return repo
+
+
+@pytest.fixture
+def repo(_template, tmp_path):
+    import shutil
+
+    copy = tmp_path / "repo"
+    shutil.copytree(_template, copy, symlinks=True)
+    return copy
+
+
+def edit(repo, marker: str) -> None:
+    path = repo / KERNEL_REL
+    path.write_text(path.read_text() + f"\n# {marker}\n")
+
+
+def scripted(repo, *perf_runs: dict, correctness: Stage | None = None, **kw) -> ScriptedStages:
+    session = session_mod.load(repo)
+    history = History.open(session, git_ops.open_repo(repo))
+    kw.setdefault("defined", {KERNEL})
+    return ScriptedStages({("correctness", "candidate"): [correctness or passed()],
+                           ("perf", "candidate"): [perf(m) for m in perf_runs],
+                           ("perf", "base"): [perf(BASE)]}, reference_commit=history.baseline_commit(), **kw)
+
+
+def test_a_clear_speedup_is_kept_and_becomes_the_baseline_in_milliseconds(repo):
+    edit(repo, "faster")
+    start = time.monotonic()
+    result = try_change(repo, "faster", stages=scripted(repo, {"a": 0.5, "b": 1.0}))
+    assert time.monotonic() - start < 5.0
+    assert result.row["status"] == "keep" and result.row["decision"]["tier"] == "new-baseline"
+    assert git_ops.head(git_ops.open_repo(repo)) == result.row["commit"]
+    assert result.history.baseline()["iteration"] == 1
+    assert not State.path(session_mod.load(repo)).exists()
+
+
+def test_a_slowdown_is_reverted_and_the_change_saved(repo):
+    edit(repo, "slower")
+    result = try_change(repo, "slower", stages=scripted(repo, {"a": 1.5, "b": 3.0}))
+    assert result.row["status"] == "revert"
+    assert (repo / result.row["patch"]).read_bytes().count(b"# slower") == 1
+    assert "# slower" not in (repo / KERNEL_REL).read_text()
+
+
+def test_a_failed_correctness_stage_never_runs_perf(repo):
+    edit(repo, "wrong")
+    stages = scripted(repo, {"a": 0.1, "b": 0.1}, correctness=Stage("correctness", crash=CrashClass.WRONG_RESULT,
+                                                                     detail="mismatch"))
+    result = try_change(repo, "wrong", stages=stages)
+    assert (result.row["status"], result.row["crash_class"], result.row["correctness"]) == ("revert", "wrong-result", "FAIL")
+    assert [c[0] for c in stages.calls] == ["correctness"]
+
+
+def test_a_borderline_run_is_re_measured_in_interleaved_pairs_against_the_baseline_commit(repo):
+    edit(repo, "borderline")
+    stages = scripted(repo, {"a": 1.02, "b": 2.0}, {"a": 1.0, "b": 2.0})
+    result = try_change(repo, "borderline", stages=stages)
+    base = [c for c in stages.calls if c[2] == stages.reference_commit]
+    assert len(base) >= 3 and all("confirm" in tag for _, tag, _ in base)
+    assert result.row["status"] == "keep" and "confirm" in result.row
+
+
+def test_a_crashed_baseline_run_of_the_re_check_ends_the_iteration_before_the_candidate_run(repo):
+    edit(repo, "recheck crash")
+    stages = scripted(repo, {"a": 1.02, "b": 2.0})
+    stages.script[("perf", "base")] = [Stage("perf", crash=CrashClass.FAULT, detail="illegal address")]
+    result = try_change(repo, "recheck crash", stages=stages)
+    assert result.row["crash_class"] == "fault" and "interleaved re-check" in result.row["reason"]
+    assert stages.calls[-1][1].endswith("confirm1-base")
+
+
+def test_an_edit_during_the_run_is_never_kept(repo):
+    edit(repo, "measured")
+    stages = scripted(repo, {"a": 0.5, "b": 1.0}, on_stage=lambda name, tag, commit: edit(repo, "edited meanwhile"))
+    result = try_change(repo, "edited during the run", stages=stages)
+    assert (result.row["status"], result.row["crash_class"]) == ("crash", "changed-during-run")
+    assert b"edited meanwhile" in (repo / result.row["patch"]).read_bytes()
+
+
+def test_a_record_naming_a_kernel_the_candidate_does_not_define_is_measured_wrong_code(repo):
+    session = session_mod.load(repo)
+    assert History.open(session, git_ops.open_repo(repo)).kernel_names() == {"a": KERNEL, "b": KERNEL}
+    edit(repo, "renamed")
+    stages = scripted(repo, {"a": 0.5, "b": 1.0}, defined={"something_else"})
+    result = try_change(repo, "renamed kernel", stages=stages)
+    assert result.row["crash_class"] == "measured-wrong-code"
+
+
+def test_an_exception_inside_a_stage_is_one_crash_row_and_the_branch_goes_back(repo):
+    edit(repo, "boom")
+
+    def boom(name, tag, commit):
+        raise RuntimeError("the runner broke")
+
+    with pytest.raises(RuntimeError):
+        try_change(repo, "boom", stages=scripted(repo, {"a": 0.5, "b": 1.0}, on_stage=boom))
+    session = session_mod.load(repo)
+    history = History.open(session, git_ops.open_repo(repo))
+    assert history.last()["crash_class"] == "error" and "the runner broke" in history.last()["reason"]
+    assert git_ops.head(git_ops.open_repo(repo)) == session.base_commit
+
+
+def test_the_log_is_read_once_per_try(repo, monkeypatch):
+    reads = []
+    real = log.Snapshot.read.__func__
+
+    def counted(cls, path):
+        reads.append(path)
+        return real(cls, path)
+
+    monkeypatch.setattr(log.Snapshot, "read", classmethod(counted))
+    monkeypatch.setattr(log, "read_entries", lambda *a, **k: pytest.fail("a second way of reading the log"))
+    monkeypatch.setattr(log, "read_log", lambda *a, **k: pytest.fail("a second way of reading the log"))
+    edit(repo, "slower, counted")
+    try_change(repo, "slower", stages=scripted(repo, {"a": 1.5, "b": 3.0}))
+    # scripted() itself opened the history once to learn the baseline commit.
+    assert len(reads) == 2, reads
+
+
+def test_a_kill_between_the_append_and_the_anchor_is_repaired_by_resume(repo):
+    """The window that bricked a session: the row is in the log, the anchor still names the row before."""
+    session = session_mod.load(repo)
+    g = git_ops.open_repo(repo)
+    anchor_before = anchor_path(g, session).read_bytes()
+    edit(repo, "slower, killed")
+    try_change(repo, "slower", stages=scripted(repo, {"a": 1.5, "b": 3.0}))
+    # Rebuild the state the kill left: the step before recording, the anchor of the row before.
+    history = History.open(session, g)
+    row = {k: v for k, v in history.last().items() if k != "prev"}
+    next_stages = scripted(repo, {"a": 0.5, "b": 1.0})
+    git(repo, "reset", "-q", "--soft", "HEAD")  # the branch is already at the base: nothing to undo
+    anchor_path(g, session).write_bytes(anchor_before)
+    state = State(file=State.path(session), iteration=row["iteration"], optimization=row["optimization"],
+                  name=f"{row['iteration']}-slower", base=session.base_commit, reference=session.base_commit,
+                  paths=[KERNEL_REL], step="decided", patch=row["patch"], candidate=row["commit"], row=row)
+    state.save()
+    with pytest.raises(Exception, match="not settled"):
+        try_change(repo, "next", stages=next_stages)
+    result = resume_interrupted(repo)
+    assert "iteration 1: revert" in " ".join(result.actions)
+    history = History.open(session, g)  # strict: the anchor matches again
+    assert [e.iteration for e in history.entries].count(1) == 1
+    assert json.loads(anchor_path(g, session).read_text())["rows"] == len(history)
