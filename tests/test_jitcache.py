@@ -17,6 +17,7 @@ from pathlib import Path
 import git
 import pytest
 from fixtures_repo import allow_no_gpu, build_tilegym_like_repo, edit_kernel, edit_session
+from optional_deps import needs
 from test_redteam import append_to_kernel, call, rows
 
 from cutile_perf.store import jitcache
@@ -98,7 +99,7 @@ def test_the_file_names_and_the_table_are_cutile_caches_own(tmp_path):
     assert cache_mod.cache_lookup(str(tmp_path), "planted") is None
 
 
-@pytest.mark.skipif(importlib.util.find_spec("cuda.tile") is None, reason="cuda-tile is not installed")
+@needs("cuda.tile")
 def test_cutile_bytecode_embeds_the_kernel_files_path_which_is_why_slots_are_stable(tmp_path):
     """The fact the design rests on: one kernel, two folders, two bytecodes (so two cache keys)."""
     from cuda.tile.compilation import export_kernel  # no GPU and no tileiras needed for bytecode

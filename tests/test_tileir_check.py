@@ -8,6 +8,7 @@ import types
 from pathlib import Path
 
 import pytest
+from optional_deps import needs
 
 from cutile_perf import cli
 from cutile_perf.tileir import check
@@ -22,6 +23,7 @@ def _run_cli(capsys, *args: str) -> tuple[int, dict]:
     return code, json.loads(capsys.readouterr().out)
 
 
+@needs("triton")
 def test_this_machine_reports_standard_triton_not_ready(capsys):
     code, report = _run_cli(capsys)
     assert code == 0
@@ -91,6 +93,7 @@ class _FakeDriver:
         return _FakeTarget(self.backend, 100)
 
 
+@needs("triton")
 def test_active_tileir_target_makes_it_ready(monkeypatch, capsys):
     from triton.runtime import driver
 
@@ -104,6 +107,7 @@ def test_active_tileir_target_makes_it_ready(monkeypatch, capsys):
     assert "ENABLE_TILE=1" in report["recommendation"]
 
 
+@needs("triton")
 def test_enable_tile_with_standard_triton_says_it_has_no_effect(monkeypatch):
     from triton.runtime import driver
 

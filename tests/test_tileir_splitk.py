@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from optional_deps import needs
 
 from cutile_perf import knobs
 from cutile_perf.tileir import scan
@@ -118,6 +119,7 @@ print("RESULT " + json.dumps({"rows": rows, "reset_to_zero": kernel.reset_to_zer
 """
 
 
+@needs("triton")
 def test_split_k_accumulates_across_launches_so_autotune_must_reset_its_output(tmp_path):
     """Every config of the corpus kernel, in the CPU interpreter: one launch into a zeroed c is the
     product; a second launch into the same c doubles it. Hence reset_to_zero=["c_ptr"]."""

@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from optional_deps import needs
 
 from cutile_perf import cli
 from cutile_perf.tileir import transform
@@ -57,6 +58,7 @@ def test_optimized_code_keeps_the_original_configs_text_and_parses(name):
     assert kernel_body in code
 
 
+@needs("triton")
 @pytest.mark.parametrize("name", sorted(AUTOTUNED))
 def test_standard_triton_sees_exactly_the_original_configs(name, tmp_path):
     """No active driver here (CPU), as on a GPU with stock triton: the gate is false."""
@@ -69,6 +71,7 @@ def test_standard_triton_sees_exactly_the_original_configs(name, tmp_path):
     assert not any("occupancy" in c.kwargs for c in getattr(optimized, kernel).configs)
 
 
+@needs("triton")
 @pytest.mark.parametrize("name", sorted(AUTOTUNED))
 def test_tileir_backend_active_appends_variants_after_the_originals(name, tmp_path, monkeypatch):
     from triton.runtime import driver
@@ -88,6 +91,7 @@ def test_tileir_backend_active_appends_variants_after_the_originals(name, tmp_pa
     assert all(set(c.kwargs) - {"occupancy"} == set(original[0].kwargs) for c in added)
 
 
+@needs("triton")
 def test_dot_kernel_variants_use_two_ctas_and_larger_tiles(tmp_path, monkeypatch):
     from triton.runtime import driver
 
@@ -147,6 +151,7 @@ def test_autotune_keywords_other_than_configs_are_kept_verbatim(name):
     assert _autotune_keywords(_optimize(name)["optimized_code"]) == _autotune_keywords(original)
 
 
+@needs("triton")
 def test_reset_to_zero_and_restore_value_also_cover_the_gated_tileir_configs(tmp_path, monkeypatch):
     """They are autotuner-wide hooks, not per-config: kept in the decorator, they apply to every
     added config too, so timing the TileIR variants cannot accumulate into the split-K output."""

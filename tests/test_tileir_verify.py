@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from optional_deps import needs
 
 from cutile_perf import cli
 from cutile_perf.errors import UsageError
@@ -29,6 +30,7 @@ def _verify(capsys, *args: str) -> tuple[int, dict]:
     return code, json.loads(capsys.readouterr().out)
 
 
+@needs("torch", "triton")
 @pytest.mark.parametrize("name", ["vector_add", "softmax", "layernorm", "row_sum"])
 def test_single_config_corpus_kernels_pass_in_the_interpreter(name, capsys):
     code, data = _verify(capsys, *_case_args(name))
@@ -39,6 +41,7 @@ def test_single_config_corpus_kernels_pass_in_the_interpreter(name, capsys):
     assert data["tileir"]["status"] == "not run" and "TileIR backend unavailable" in data["tileir"]["reason"]
 
 
+@needs("torch", "triton")
 def test_optimized_vector_add_still_passes_in_the_interpreter(tmp_path, capsys):
     out = tmp_path / "vector_add_tileir.py"
     assert cli.main(["classify-triton", "--file", str(CORPUS / "vector_add.py"), "--apply-optimizations",
@@ -50,6 +53,7 @@ def test_optimized_vector_add_still_passes_in_the_interpreter(tmp_path, capsys):
     assert code == 0 and data["passed"]
 
 
+@needs("torch", "triton")
 def test_a_wrong_reference_fails_with_the_difference(capsys):
     code, data = _verify(capsys, "--kernel", str(CORPUS / "vector_add.py"), "--reference", "x - y",
                          "--shapes", '{"x": [256], "y": [256]}')
@@ -65,6 +69,7 @@ def test_multi_config_autotune_is_not_run_on_cpu_and_says_why(capsys):
     assert "autotuned over 2 configs" in data["ptx"]["reason"]
 
 
+@needs("torch", "triton")
 def test_kernel_that_raises_is_an_error_not_a_pass(tmp_path, capsys):
     bad = tmp_path / "bad.py"
     bad.write_text("import triton\nimport triton.language as tl\n\n@triton.jit\ndef k(x_ptr):\n    pass\n\n"
@@ -74,6 +79,7 @@ def test_kernel_that_raises_is_an_error_not_a_pass(tmp_path, capsys):
     assert "ValueError: host bug" in data["ptx"]["cases"][0]["error"]
 
 
+@needs("torch", "triton")
 def test_module_that_fails_to_import_is_reported(tmp_path, capsys):
     bad = tmp_path / "bad_import.py"
     bad.write_text("import triton\nimport no_such_module_xyz\n@triton.jit\ndef k(x):\n    pass\n"

@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 import pytest
+from optional_deps import needs
 
 from cutile_perf.errors import UsageError
 from cutile_perf.tune import Autotuner, Config, DeviceInfo, FakeBench, TuneFailed, shape_key
@@ -220,6 +221,7 @@ def test_probe_cut_drops_only_configs_that_lost_by_more_than_the_cut():
     assert launches.count(8) == 2  # two probe launches, then no more for a loser
 
 
+@needs("cuda.tile")
 def test_cutile_timer_sends_only_the_probe_survivors_to_exhaustive_search(monkeypatch):
     """exhaustive_search (faked: it needs a GPU) sees the survivors; the losers come back pruned."""
     import cuda.tile.tune as cttune

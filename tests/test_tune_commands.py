@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from optional_deps import needs
 
 from cutile_perf.cli import main
 from cutile_perf.commands.ab import ab
@@ -74,6 +75,7 @@ def test_ab_exit_1_when_tuning_loses():
     assert out.exit_code == 1 and out.data["slower_shapes"] == ["N=1024"]
 
 
+@needs("torch")
 def test_cli_without_gpu_refuses_with_exit_3(capsys):
     from tests.conftest import gpu_skip_reason
 
