@@ -192,3 +192,58 @@ def test_a_kill_between_the_append_and_the_anchor_is_repaired_by_resume(repo):
     history = History.open(session, g)  # strict: the anchor matches again
     assert [e.iteration for e in history.entries].count(1) == 1
     assert json.loads(anchor_path(g, session).read_text())["rows"] == len(history)
+
+
+# --- git is the harness's alone (issue 19 item 2): what a child could do to the user's repository ----
+# The child's actions are played by ``on_stage`` (it runs while a stage "runs"); with the sandbox the
+# child cannot reach .git at all, these are the defence behind it.
+
+
+def test_a_branch_moved_during_the_run_is_tampering_and_is_moved_back(repo):
+    edit(repo, "faster, with a branch swap")
+    session = session_mod.load(repo)
+
+    def swap(name, tag, commit):
+        if name == "perf":
+            (repo / "tests" / "sneaky.py").write_text("EXTRA = 1\n")
+            git(repo, "add", "tests/sneaky.py")
+            git(repo, "commit", "-qm", "unfenced extra")
+            (repo / "tests" / "sneaky.py").unlink()
+            git(repo, "rm", "-q", "--cached", "tests/sneaky.py")
+
+    result = try_change(repo, "faster", stages=scripted(repo, {"a": 0.5, "b": 1.0}, on_stage=swap))
+    assert (result.row["status"], result.row["crash_class"]) == ("crash", "tampered"), result.row
+    assert "moved" in result.row["reason"]
+    assert git_ops.head(git_ops.open_repo(repo)) == session.base_commit
+
+
+def test_head_pointed_at_main_during_a_reverted_run_never_resets_main(repo):
+    main_before = git(repo, "rev-parse", "main").strip()
+    edit(repo, "slower, head swapped")
+
+    def point_at_main(name, tag, commit):
+        git(repo, "symbolic-ref", "HEAD", "refs/heads/main")
+
+    result = try_change(repo, "slower", stages=scripted(repo, {"a": 1.5, "b": 3.0}, on_stage=point_at_main))
+    assert result.row["status"] != "keep"
+    assert git(repo, "rev-parse", "main").strip() == main_before, "the revert moved the user's main"
+    assert git(repo, "symbolic-ref", "HEAD").strip() == f"refs/heads/{session_mod.load(repo).branch}"
+
+
+@pytest.mark.parametrize("key, value", [("diff.external", "false"), ("core.fsmonitor", "sleep 30; false"),
+                                        ("diff.textconv", "")])
+def test_repository_config_set_by_a_child_cannot_spoil_patches_or_hang_the_loop(repo, key, value):
+    edit(repo, "slower, config set")
+
+    def configure(name, tag, commit):
+        if key == "diff.textconv":
+            (repo / ".gitattributes").write_text("*.py diff=junk\n")
+            git(repo, "config", "diff.junk.textconv", "echo junk")
+        else:
+            git(repo, "config", key, value)
+
+    start = time.monotonic()
+    result = try_change(repo, "slower", stages=scripted(repo, {"a": 1.5, "b": 3.0}, on_stage=configure))
+    assert time.monotonic() - start < 20
+    patch = (repo / result.row["patch"]).read_bytes()
+    assert b"# slower, config set" in patch and b"junk" not in patch

@@ -23,7 +23,10 @@ OWN_ENV_VARS: dict[str, str] = {
     "CUTILE_PERF_BENCH_MODE": "timing mode of cutile_perf.bench in perf tests: cold (default), warm or graph",
     "CUTILE_PERF_DEFENCE": "1: the bundled suite's tests run their red-team defence checks (test_defence; also --defence); set by the harness when session.yaml says defence: true",
     "DISABLE_AUTOTUNE": "1: cutile_perf.tune launches the fixed config without searching",
+    "CUTILE_PERF_TEST_KILL_AT": "tests only: the loop sends itself a signal at this kill point (a persisted step or a window inside one, knobs.kill_point)",
+    "CUTILE_PERF_TEST_SIGNAL": "tests only: the signal of CUTILE_PERF_TEST_KILL_AT (KILL, INT or TERM; default KILL)",
     "TILEGYM_DISABLE_AUTOTUNE": "TileGym's switch, honoured like DISABLE_AUTOTUNE",
+    "CUTILE_PERF_SANDBOX": "off: this harness process runs its test children without the sandbox (the stage then records 'none: off (CUTILE_PERF_SANDBOX)'); auto or unset: as the session says (sandbox: auto, the default)",
 }
 
 # Read by cuda-tile 1.7, tileiras, TileGym or the Triton TileIR backend (never by us, except
@@ -185,6 +188,58 @@ def child_env(**overrides: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(overrides)
     return env
+
+
+# The environment of a test child in the sandbox (child/box.py) is built from these names, never
+# copied: whatever else the harness's user set (PYTEST_ADDOPTS, PYTEST_PLUGINS, LD_PRELOAD,
+# PYTHONSTARTUP, PYTHONHOME, BASH_ENV, tokens, ssh-agent sockets...) does not reach code the kernel
+# module runs. The harness adds its own values on top (child/measure.py, child/runner.py):
+# CUTILE_PERF_REPORT, CUTILE_PERF_KEY_FD, CUTILE_PERF_GATE_FD, CUTILE_PERF_SHARD, CUTILE_PERF_DEFENCE,
+# PYTHONPATH (the checkout's package roots, then the user's own PYTHONPATH), PYTHONPYCACHEPREFIX,
+# PYTHONNOUSERSITE, CUDA_TILE_CACHE_DIR (only the session cache the harness guards and binds
+# writable; a cache dir of the user's own is not passed: the child could plant kernels in it), and
+# HOME/TMPDIR/TMP/TEMP pointing at the run's scratch folder.
+CHILD_ENV_ALLOWED: dict[str, str] = {
+    "PATH": "finding executables the tests and cuda-tile start (tileiras, nvcc, git)",
+    "LANG": "text encoding of the child's output", "LANGUAGE": "message language",
+    "TERM": "terminal type for pytest's output", "TZ": "timestamps in the output",
+    "CUDA_VISIBLE_DEVICES": "which GPU the child uses", "CUDA_DEVICE_ORDER": "how CUDA numbers the GPUs",
+    "LD_LIBRARY_PATH": "the driver's and toolkit's shared libraries (containers put libcuda there)",
+    "CUDA_HOME": "toolkit root (tileiras)", "CUDA_PATH": "toolkit root (tileiras)", "CUDA_ROOT": "toolkit root (tileiras)",
+    "CUDA_TILE_CACHE_SIZE": "cuda-tile cache size", "CUDA_TILE_COMPILER_TIMEOUT_SEC": "cuda-tile: tileiras timeout",
+    "CUDA_TILE_LOGS": "cuda-tile: IR dumps to stderr (the output log)",
+    "CUDA_TILE_ENABLE_CRASH_DUMP": "cuda-tile: crash bundle on a tileiras error",
+    "EXPERIMENTAL_CUDA_TILE_DEBUG_BUILD": "cuda-tile: debug builds, changes what is measured",
+    "DISABLE_AUTOTUNE": "cutile_perf.tune: fixed config", "TILEGYM_DISABLE_AUTOTUNE": "TileGym: fixed config",
+    "CUTILE_PERF_BENCH_MODE": "timing mode of cutile_perf.bench",
+    "CUTILE_MAX_LAUNCH_TIMEOUT_SEC": "TileGym tests: tuning watchdog", "TILEGYM_DISABLE_CUTILE": "TileGym backend switch",
+    "CUPTI": "TileGym tests: timing method", "CUDAGRAPH": "TileGym tests: timing method",
+    "ENABLE_TILE": "Triton TileIR backend switch", "TILEIR_ENABLE_APPROX": "Triton TileIR: approximate math",
+    "TILEIR_ENABLE_FTZ": "Triton TileIR: flush to zero", "TILE_IR_DISABLE_FMAD": "Triton TileIR: no FMA",
+    "TILEIR_ENABLE_AUTOGEN_ALIAS_MEM_TOKEN": "Triton TileIR: memory tokens",
+    "TRITON_TILEIRAS_PATH": "Triton TileIR: where tileiras is", "TRITON_INTERPRET": "triton CPU interpreter",
+}
+# Prefixes: locale categories (LC_ALL, LC_CTYPE...), and the NVIDIA container runtime's settings
+# (NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES) that CUDA inside a container reads.
+CHILD_ENV_ALLOWED_PREFIXES: tuple[str, ...] = ("LC_", "NVIDIA_")
+
+
+def allowed_child_env(**overrides: str) -> dict[str, str]:
+    """The environment of a sandboxed child: the allowed names from ours, then ``overrides``."""
+    env = {k: v for k, v in os.environ.items()
+           if k in CHILD_ENV_ALLOWED or k.startswith(CHILD_ENV_ALLOWED_PREFIXES)}
+    env.update(overrides)
+    return env
+
+
+def sandbox_override() -> str | None:
+    """``"off"`` when CUTILE_PERF_SANDBOX says so; None when unset or ``auto``."""
+    value = os.environ.get("CUTILE_PERF_SANDBOX", "").strip().lower()
+    if value in ("", "auto"):
+        return None
+    if value == "off":
+        return "off"
+    raise BadEnvValue(f"CUTILE_PERF_SANDBOX={value!r}: expected auto or off")
 
 
 # Test hook (tests/test_redteam.py, tests/test_loop_windows.py): stop the process at a named point

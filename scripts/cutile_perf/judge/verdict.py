@@ -42,6 +42,7 @@ class Stage:
     passed: frozenset = frozenset()
     not_passed: dict = field(default_factory=dict)  # test id -> outcome, for tests that did not pass
     restored: tuple[str, ...] = ()  # protected files put back after the child changed them
+    sandbox: str = ""  # how the child was isolated: "unshare" (child/box.py) or "none: <why>"
 
     @property
     def ok(self) -> bool:
@@ -73,6 +74,7 @@ class Evidence:
     # baseline's records named their kernels).
     defined_names: frozenset | None = None
     changed_during_run: bool = False  # the fenced files in the work tree differ from the candidate commit
+    git_moved: str | None = None  # HEAD, the session branch or the index moved while the children ran
 
     def add(self, **changes) -> Evidence:
         return replace(self, **changes)
@@ -172,6 +174,9 @@ def implausible_cases(ref: Reference, medians: dict, t: Thresholds) -> list[str]
 
 def judge(ref: Reference, t: Thresholds, ev: Evidence) -> Verdict:
     """The verdict from whatever evidence exists so far; ``continue``/``re-measure`` ask for more."""
+    if ev.git_moved:
+        # Git is the harness's alone: a branch or HEAD moved by anything else is not what was measured.
+        return Verdict("crash", f"tampered: {ev.git_moved} while the tests ran", crash_class=CrashClass.TAMPERED)
     if ev.changed_during_run:
         # An edit made while pytest ran is not what was measured: never keep it.
         return Verdict("crash", "the fenced files changed while the tests ran; the latest version is in the patch",

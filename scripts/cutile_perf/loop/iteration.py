@@ -411,10 +411,12 @@ class Iteration:
         with stages:
             evidence, _ = self.measure(stages)
             fields_of_runner = stages.row_fields()
-        verdict = judge(self.ref, s.thresholds, evidence.add(changed_during_run=self.changed_during_run()))
+        moved = git_ops.moved_since(self.g, s.branch, candidate, state.paths)
+        verdict = judge(self.ref, s.thresholds, evidence.add(git_moved=moved,
+                                                             changed_during_run=not moved and self.changed_during_run()))
         state.advance("measured")
         row = self.row(verdict, evidence, fields_of_runner)
-        if verdict.action == "keep":
+        if verdict.action == "keep":  # HEAD is the candidate on the session branch (moved_since said so)
             row["commit"] = git_ops.amend_message(self.g, self.trailers_message(verdict))
         state.advance("decided", row=row)
         return self.finish()
@@ -486,6 +488,9 @@ class Iteration:
         the tests ran is in it too. Files outside ``state.paths`` are never touched.
         """
         state = self.state
+        # Only the session branch moves back: HEAD re-pointed at another branch (by a child, or a
+        # user) would otherwise carry the reset to that branch.
+        git_ops.point_head_at(self.g, self.session.branch)
         latest = save_patch(self.session, self.g, state.base, state.paths, state.name)
         knobs.kill_point("revert:patch-saved")
         git_ops.reset_to(self.g, state.base, state.paths)

@@ -20,6 +20,22 @@ import git
 from cutile_perf.errors import UsageError
 
 SANDBOX_DIR = "sandbox"
+# Settings of the target repository that would run its own programs inside our git commands, or
+# make their output lie, forced off for every command we run (``git -c`` beats every config file):
+# a hook could rewrite the kernel right after a revert or a commit, an fsmonitor program runs on
+# every status (and can hang it), an external diff or a textconv driver makes every saved patch junk.
+_NEUTRAL_CONFIG = {
+    "core.hooksPath": os.devnull,
+    "core.fsmonitor": "false",
+    "core.untrackedCache": "false",
+    "diff.external": "",
+    "core.pager": "cat",
+    "core.askPass": "",
+    "credential.helper": "",
+}
+# No git command of ours takes long on a kernel repository; one that does is stuck (a lock held by
+# a child, a filesystem that hangs) and must not wedge the loop.
+GIT_TIMEOUT_S = 120.0
 # Used only when the target repository has no committer identity (fresh CI machines).
 _FALLBACK_IDENTITY = {
     "GIT_AUTHOR_NAME": "cutile-perf",
@@ -32,19 +48,33 @@ _FALLBACK_IDENTITY = {
 def open_repo(path: Path) -> git.Repo:
     """The repository whose work tree contains ``path``, with a clean git environment."""
     try:
-        repo = git.Repo(Path(path).resolve(), search_parent_directories=True)
+        repo = _Repo(Path(path).resolve(), search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         raise UsageError(f"{path} is not inside a git repository", "pass --repo <kernel repo>") from None
     if repo.bare or repo.working_tree_dir is None:
         raise UsageError(f"{path} is a bare git repository; a work tree is needed")
     git_dir = Path(repo.git_dir)
+    config = {f"GIT_CONFIG_KEY_{i}": key for i, key in enumerate(_NEUTRAL_CONFIG)}
+    config.update({f"GIT_CONFIG_VALUE_{i}": value for i, value in enumerate(_NEUTRAL_CONFIG.values())})
     repo.git.update_environment(
         GIT_DIR=str(git_dir), GIT_WORK_TREE=str(repo.working_tree_dir), GIT_INDEX_FILE=str(git_dir / "index"),
-        # No hook of the target repository runs inside our git commands: a post-checkout or
-        # post-commit hook could rewrite the kernel right after a revert or a commit.
-        GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0="core.hooksPath", GIT_CONFIG_VALUE_0=os.devnull,
+        GIT_CONFIG_COUNT=str(len(_NEUTRAL_CONFIG)), GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", **config,
     )
     return repo
+
+
+class _TimedGit(git.Git):
+    """Every command is killed after ``GIT_TIMEOUT_S`` (GitPython's per-call option, made the
+    default), unless it streams its output, where GitPython cannot time it."""
+
+    def execute(self, command, **kwargs):
+        if not kwargs.get("as_process") and not kwargs.get("output_stream"):
+            kwargs.setdefault("kill_after_timeout", GIT_TIMEOUT_S)
+        return super().execute(command, **kwargs)
+
+
+class _Repo(git.Repo):
+    GitCommandWrapperType = _TimedGit
 
 
 def init_repo(path: Path, message: str) -> git.Repo:
@@ -168,7 +198,7 @@ def commit_paths(repo: git.Repo, paths: Iterable[str], message: str) -> str:
 def _diff_bytes(repo: git.Repo, *args: str) -> bytes:
     # Bytes, not str: a kernel holding non-UTF-8 text (a Latin-1 comment) is diffed as text, and a
     # decoded patch could not be written back byte for byte, so the revert that needs it would fail.
-    return repo.git.diff(*args, stdout_as_string=False, strip_newline_in_stdout=False)
+    return repo.git.diff("--no-ext-diff", "--no-textconv", *args, stdout_as_string=False, strip_newline_in_stdout=False)
 
 
 def diff_patch(repo: git.Repo, base: str, paths: Iterable[str]) -> bytes:
@@ -236,6 +266,50 @@ def reset_to(repo: git.Repo, sha: str, paths: Iterable[str]) -> None:
     paths = list(paths)
     repo.git.reset("-q", "--mixed", sha)
     restore_paths(repo, sha, paths)
+
+
+def head_ref(repo: git.Repo) -> str | None:
+    """The ref HEAD points at (``refs/heads/<branch>``), or None when HEAD is detached."""
+    try:
+        return repo.git.symbolic_ref("-q", "HEAD")
+    except git.GitCommandError:
+        return None
+
+
+def branch_sha(repo: git.Repo, branch: str) -> str | None:
+    try:
+        return repo.git.rev_parse("--verify", "-q", f"refs/heads/{branch}^{{commit}}")
+    except git.GitCommandError:
+        return None
+
+
+def index_matches(repo: git.Repo, commit: str, paths: Iterable[str]) -> bool:
+    """Whether the index holds ``commit``'s version of ``paths`` (other staged files are the user's)."""
+    try:
+        repo.git.diff("--no-ext-diff", "--cached", "--quiet", commit, "--", *paths)
+        return True
+    except git.GitCommandError:
+        return False
+
+
+def moved_since(repo: git.Repo, branch: str, commit: str, paths: Iterable[str]) -> str | None:
+    """What moved since the harness committed ``commit`` on ``branch``: HEAD re-pointed, the branch
+    moved, or the index changed for ``paths``; None when all three are exactly as committed."""
+    ref = head_ref(repo)
+    if ref != f"refs/heads/{branch}":
+        return f"HEAD points at {ref or 'a detached commit'}, not refs/heads/{branch}"
+    sha = branch_sha(repo, branch)
+    if sha != commit:
+        return f"branch {branch} moved to {sha or 'nothing'} from {commit}"
+    if not index_matches(repo, commit, list(paths)):
+        return "the index no longer holds the candidate commit's version of the fenced files"
+    return None
+
+
+def point_head_at(repo: git.Repo, branch: str) -> None:
+    """Make HEAD the session branch again (a child may have re-pointed it), touching no other ref."""
+    if head_ref(repo) != f"refs/heads/{branch}":
+        repo.git.symbolic_ref("HEAD", f"refs/heads/{branch}")
 
 
 def changed_between(repo: git.Repo, older: str, newer: str) -> list[str]:
