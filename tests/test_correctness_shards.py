@@ -179,7 +179,7 @@ def test_children_started_from_several_threads_are_all_recorded_for_resume(tmp_p
 
     from cutile_perf.loop.iteration import STATE_FILE, State
 
-    state = State(tmp_path / STATE_FILE, 1, "x", "1-x", "base", "ref", ["k.py"])
+    state = State(tmp_path / STATE_FILE, b"key", 1, "x", "1-x", "base", "ref", ["k.py"])
     threads = [threading.Thread(target=lambda i=i: [state.add_child(i * 100 + j) for j in range(25)])
                for i in range(6)]
     for t in threads:
@@ -187,4 +187,4 @@ def test_children_started_from_several_threads_are_all_recorded_for_resume(tmp_p
     for t in threads:
         t.join()
     saved = json.loads((tmp_path / STATE_FILE).read_text())
-    assert sorted(saved["children"]) == sorted(i * 100 + j for i in range(6) for j in range(25))
+    assert sorted(pgid for pgid, _started in saved["children"]) == sorted(i * 100 + j for i in range(6) for j in range(25))

@@ -18,7 +18,7 @@ from cutile_perf.judge.crash import CrashClass
 from cutile_perf.judge.verdict import Stage
 from cutile_perf.loop.baseline import baseline
 from cutile_perf.loop.history import History, anchor_path
-from cutile_perf.loop.iteration import State, resume_interrupted, try_change
+from cutile_perf.loop.iteration import State, resume_interrupted, state_key, try_change
 from cutile_perf.loop.stages import ScriptedStages
 from cutile_perf.store import git_ops, log
 from cutile_perf.store import session as session_mod
@@ -181,7 +181,7 @@ def test_a_kill_between_the_append_and_the_anchor_is_repaired_by_resume(repo):
     next_stages = scripted(repo, {"a": 0.5, "b": 1.0})
     git(repo, "reset", "-q", "--soft", "HEAD")  # the branch is already at the base: nothing to undo
     anchor_path(g, session).write_bytes(anchor_before)
-    state = State(file=State.path(session), iteration=row["iteration"], optimization=row["optimization"],
+    state = State(file=State.path(session), key=state_key(g), iteration=row["iteration"], optimization=row["optimization"],
                   name=f"{row['iteration']}-slower", base=session.base_commit, reference=session.base_commit,
                   paths=[KERNEL_REL], step="decided", patch=row["patch"], candidate=row["commit"], row=row)
     state.save()

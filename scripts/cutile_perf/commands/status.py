@@ -2,17 +2,27 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 from cutile_perf.judge import rules
 from cutile_perf.store import git_ops, jitcache
 from cutile_perf.loop import render
 from cutile_perf.loop.history import History
-from cutile_perf.loop.iteration import State
+from cutile_perf.errors import Refused
+from cutile_perf.loop.iteration import State, state_key
 from cutile_perf.skill import playbook
 from cutile_perf.store import session as session_mod
 from cutile_perf.output import Outcome
 
 SHOWN_ROWS = 10
+
+
+def _pending(session, g) -> State | None:
+    """The interrupted iteration's state, or a stand-in naming why it cannot be read (status never refuses)."""
+    try:
+        return State.load(session, state_key(g))
+    except (OSError, Refused) as exc:
+        return SimpleNamespace(iteration="?", step=f"unreadable: {exc}")
 
 
 def status(*, repo: Path, show_all: bool) -> Outcome:
@@ -24,7 +34,7 @@ def status(*, repo: Path, show_all: bool) -> Outcome:
     shown = entries if show_all else entries[-SHOWN_ROWS:]
     baseline = history.baseline()
     thresholds = session.thresholds
-    pending_state = State.load(session)
+    pending_state = _pending(session, g)
     stop = history.stop() if entries else None
     hint = rules.next_priority_hint(entries) if entries else None
     bound = session.classification.get("bound", "memory-bound")

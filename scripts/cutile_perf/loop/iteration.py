@@ -28,10 +28,13 @@ files as the row's patch, then move the branch back. It is the only revert in th
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+import hmac
 import json
 import math
 import os
 import re
+import secrets
 import signal
 import threading
 import time
@@ -141,16 +144,50 @@ def save_patch(session: Session, g, base: str, paths: list[str], name: str) -> s
     return str(target.relative_to(session.repo))
 
 
-def end_children(pgids: list[int]) -> list[int]:
-    """SIGKILL the recorded process groups that still exist (a kill -9 of ``try`` leaves them running)."""
+def process_start(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (``/proc/<pid>/stat`` field 22), or None when it is gone.
+
+    A pid and its start time name one process for the life of the machine: a pid reused by an
+    unrelated process has another start time.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def end_children(children: list) -> list[int]:
+    """SIGKILL the recorded process groups that still exist (a kill -9 of ``try`` leaves them running).
+
+    ``children``: ``[pgid, start time]`` pairs. A group is ended only when its leader still has the
+    start time recorded when the harness started it: a reused pid is someone else's process.
+    """
     ended = []
-    for pgid in pgids:
+    for pgid, started in children:
+        if started is None or process_start(pgid) != started:
+            continue
         try:
             os.killpg(pgid, signal.SIGKILL)
             ended.append(pgid)
         except (ProcessLookupError, PermissionError):
             pass
     return ended
+
+
+def state_key(g) -> bytes:
+    """The key ``iteration.json`` is signed with, kept in git's own folder beside the log's anchor
+    (created on first use, readable by the user only)."""
+    path = git_ops.git_common_dir(g) / "cutile-perf" / "state.key"
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        key = secrets.token_bytes(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(key)
+        return key
 
 
 # --- the guards: one check before anything moves --------------------------------------------------
@@ -210,7 +247,7 @@ def require_settled(session: Session, g, history: History) -> str:
     interrupted iteration waits for ``resume``, a baseline exists and HEAD is the last kept commit.
     Returns that commit."""
     require_session_branch(session, g)
-    if State.load(session) is not None:
+    if State.exists(session):
         raise Refused("an interrupted iteration is not settled yet", "run `cutile-perf resume`")
     if history.baseline() is None:
         raise Refused("no baseline recorded yet", "run `cutile-perf baseline` first")
@@ -268,11 +305,21 @@ def candidate_paths(session: Session, g) -> list[str]:
 _CHILDREN_LOCK = threading.Lock()
 
 
+def _sign(key: bytes, data: dict) -> str:
+    return hmac.new(key, json.dumps(data, sort_keys=True).encode("utf-8"), hashlib.sha256).hexdigest()
+
+
 @dataclass
 class State:
-    """How far one iteration got, persisted in ``file`` after every step."""
+    """How far one iteration got, persisted in ``file`` after every step, signed with ``key``.
+
+    ``resume`` acts on this file (it appends the row it holds and ends the process groups it
+    names), so a file cutile-perf did not write is refused: the signature is an HMAC under a key
+    kept in git's folder (``state_key``).
+    """
 
     file: Path
+    key: bytes
     iteration: int
     optimization: str
     name: str  # "<iteration>-<slug>": patch and run-file names
@@ -284,14 +331,18 @@ class State:
     candidate: str | None = None
     row: dict | None = None
     row_hash: str | None = None
-    children: list[int] = field(default_factory=list)  # process groups of pytest children
+    children: list = field(default_factory=list)  # [pgid, start time] of each pytest child's group
 
     @staticmethod
     def path(session: Session) -> Path:
         return session.sandbox / STATE_FILE
 
     @classmethod
-    def load(cls, session: Session) -> State | None:
+    def exists(cls, session: Session) -> bool:
+        return cls.path(session).exists()
+
+    @classmethod
+    def load(cls, session: Session, key: bytes) -> State | None:
         file = cls.path(session)
         try:
             data = json.loads(file.read_text(encoding="utf-8"))
@@ -299,12 +350,18 @@ class State:
             return None
         except (OSError, ValueError) as exc:
             raise OSError(f"{file} is unreadable ({exc}); it records an interrupted iteration") from None
-        known = {f.name for f in fields(cls)} - {"file"}
-        return cls(file=file, **{k: v for k, v in data.items() if k in known})
+        signature = data.pop("signature", None) if isinstance(data, dict) else None
+        if not isinstance(signature, str) or not hmac.compare_digest(signature, _sign(key, data)):
+            raise Refused(f"{file.relative_to(session.repo)} is not the state cutile-perf wrote (its signature does "
+                          "not match)", "nothing was done; if no iteration was interrupted, delete the file, then "
+                          "run `cutile-perf resume` (the log and git say what was recorded)")
+        known = {f.name for f in fields(cls)} - {"file", "key"}
+        return cls(file=file, key=key, **{k: v for k, v in data.items() if k in known})
 
     def save(self) -> None:
-        data = {k: v for k, v in asdict(self).items() if k != "file"}
-        atomic.write_text(self.file, json.dumps(data, indent=1, default=str) + "\n")
+        data = json.loads(json.dumps({k: v for k, v in asdict(self).items() if k not in ("file", "key")}, default=str))
+        data["signature"] = _sign(self.key, data)
+        atomic.write_text(self.file, json.dumps(data, indent=1) + "\n")
 
     def advance(self, step: str, **changes) -> None:
         """Record that ``step`` is done (with its data), durably, then honour the test kill hook."""
@@ -320,7 +377,7 @@ class State:
         # Children start from several threads (sharded correctness, a pre-started perf child): one
         # append-and-save at a time, or a later save could write a list without an earlier pgid.
         with _CHILDREN_LOCK:
-            self.children.append(pgid)
+            self.children.append([pgid, process_start(pgid)])
             self.save()
 
     def clear(self) -> None:
@@ -348,8 +405,8 @@ class Iteration:
         reference = history.reference()
         number = history.next_iteration()
         name = f"{number}-{slug(optimization)}"
-        state = State(file=State.path(session), iteration=number, optimization=optimization, name=name, base=base,
-                      reference=reference.commit, paths=paths)
+        state = State(file=State.path(session), key=state_key(g), iteration=number, optimization=optimization,
+                      name=name, base=base, reference=reference.commit, paths=paths)
         state.patch = save_patch(session, g, base, paths, name)
         state.advance("started")
         return cls(session, g, history, state, clock, probe, reference)
@@ -536,7 +593,7 @@ def try_change(repo: Path, optimization: str, *, stages: Stages | None = None) -
     with session_mod.locked(session.repo, "try", optimization=optimization):
         g = git_ops.open_repo(session.repo)
         require_session_branch(session, g)
-        if State.load(session) is not None:  # before the log: its last row may be that iteration's own
+        if State.exists(session):  # before the log: its last row may be that iteration's own
             raise Refused("an interrupted iteration is not settled yet", "run `cutile-perf resume`")
         history = History.open(session, g)
         it = Iteration.begin(session, g, history, optimization, clock, probe)
@@ -578,7 +635,7 @@ def resume_interrupted(repo: Path) -> ResumeResult:
         actions: list[str] = []
         if stale:
             actions.append(f"removed the stale lock of a killed `{lock.get('command')}` (pid {lock.get('pid')})")
-        state = State.load(session)
+        state = State.load(session, state_key(g))
         if state is not None:
             ended = end_children(state.children)
             if ended:

@@ -4,6 +4,7 @@ Also owns the sandbox layout and the lock that keeps two loop commands off the s
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -284,38 +285,52 @@ def lock_is_stale(info: dict) -> bool:
     return not isinstance(pid, int) or pid <= 0 or not _pid_alive(pid)
 
 
+def _hold(repo: Path) -> int | None:
+    """An exclusive ``flock`` on the repository's top directory, or None when another process holds it.
+
+    The lock is the kernel's, on the directory itself: a file lock could be unlinked by anything
+    running as the user (a child of ``try``), after which a second command would create and take a
+    new one beside the first. A directory in use cannot be unlinked, and the kernel drops the lock
+    when its holder dies, however it dies.
+    """
+    fd = os.open(repo, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
 @contextmanager
 def locked(repo: Path, command: str, *, replace_stale: bool = False, **info) -> Iterator[None]:
     """Hold the repository lock for one command; a live holder means Locked, a dead one is replaced.
 
-    The lock is created with O_EXCL so two commands starting at the same moment cannot both win.
-    ``info`` (e.g. the optimization being tried) is stored in it for ``resume`` after a kill.
-    A stale lock (its pid is dead) means a run was killed mid-iteration: only ``resume``
-    (``replace_stale=True``) may take it over, after it has made the repository consistent.
+    The lock is an ``flock`` held on the repository's directory for the whole command (``_hold``);
+    ``sandbox/cutile-perf.lock`` only says who holds it and, after a kill, what was running
+    (``info``, e.g. the optimization being tried) for ``resume``. An info file whose writer is gone
+    means a run was killed mid-iteration: only ``resume`` (``replace_stale=True``) may go on, after
+    it has made the repository consistent.
     """
     path = sandbox(repo) / LOCK_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = json.dumps({"pid": os.getpid(), "command": command, **info}).encode()
-    for _ in range(2):
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            held = read_lock(repo) or {}
-            if not lock_is_stale(held):
-                raise Locked(f"another cutile-perf command ({held.get('command')}, pid {held.get('pid')}) is running "
-                             f"on {repo}", "wait for it to finish") from None
-            if not replace_stale:
-                raise Locked(f"a previous `{held.get('command')}` (pid {held.get('pid')}) was killed mid-run",
-                             "run `cutile-perf resume` to make the repository consistent") from None
-            # The killed run's pid is gone, so the lock protects nothing any more.
-            path.unlink(missing_ok=True)
-            continue
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-        break
-    else:
-        raise Locked(f"could not take the lock {path}", "remove it if no cutile-perf command is running")
+    fd = _hold(repo)
+    if fd is None:
+        held = read_lock(repo) or {}
+        raise Locked(f"another cutile-perf command ({held.get('command', 'unknown')}, pid {held.get('pid', '?')}) "
+                     f"is running on {repo}", "wait for it to finish")
     try:
-        yield
+        held = read_lock(repo)
+        if held is not None and not replace_stale:
+            if lock_is_stale(held):
+                raise Locked(f"a previous `{held.get('command')}` (pid {held.get('pid')}) was killed mid-run",
+                             "run `cutile-perf resume` to make the repository consistent")
+            # Its writer lives but does not hold the lock: the file was left or written by something
+            # else; the flock is the truth, the file is only information.
+        atomic.write_text(path, json.dumps({"pid": os.getpid(), "command": command, **info}))
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)
     finally:
-        path.unlink(missing_ok=True)
+        os.close(fd)  # releases the flock
