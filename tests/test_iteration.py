@@ -247,3 +247,25 @@ def test_repository_config_set_by_a_child_cannot_spoil_patches_or_hang_the_loop(
     assert time.monotonic() - start < 20
     patch = (repo / result.row["patch"]).read_bytes()
     assert b"# slower, config set" in patch and b"junk" not in patch
+
+
+# --- perf-only behaviour is refused before it runs (issue 19 item 5a) ----------------------------------
+
+
+@pytest.mark.parametrize("probe", [
+    "import os\nLESS = 'test_perf' in os.environ.get('PYTEST_CURRENT_TEST', '')",
+    "import sys\nLESS = '--print-record' in sys.argv",
+    "import time\n_real = time.perf_counter\ntime.perf_counter = lambda: _real() * 0.5",
+    "import statistics\nstatistics.median = lambda xs: min(xs)",
+])
+def test_a_change_that_probes_or_patches_its_measurement_is_refused_untouched(repo, probe):
+    edit(repo, "probe")
+    path = repo / KERNEL_REL
+    path.write_text(path.read_text() + "\n" + probe + "\n")
+    before = path.read_bytes()
+    rows_before = len(History.open(session_mod.load(repo), git_ops.open_repo(repo)))
+    stages = scripted(repo, {"a": 0.5, "b": 1.0})
+    with pytest.raises(Exception, match="perf-only behaviour suspected"):
+        try_change(repo, "sneaky", stages=stages)
+    assert stages.calls == [] and path.read_bytes() == before
+    assert len(History.open(session_mod.load(repo), git_ops.open_repo(repo))) == rows_before

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cutile_perf.store import jitcache
-from cutile_perf.child import pristine, records, runner, runreport
+from cutile_perf.child import box, pristine, records, runner, runreport
 from cutile_perf.judge.crash import CrashClass
 from cutile_perf.judge.verdict import Stage
 from cutile_perf.store.session import Session
@@ -208,10 +208,23 @@ def _run_child(session, name, deadline, checkout, fenced_files, on_start, output
     env = pristine.child_env(checkout.root, fenced_files, private / "pycache",
                              {**overrides, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
     argv = [*session.argv(name), *records.PYTEST_PLUGIN_ARGS]
+    # In the box every value the harness sets is passed (its environment is an allow-list, not a
+    # copy of ours); the paths in them are rewritten to the box's fixed paths by the runner.
+    the_box = None if box_why_not(session) else box.for_stage(session.repo, checkout.root, private,
+                                                              checkout.compile_cache)
     result = runner.run(argv, cwd=checkout.root, timeout_s=deadline.left(), output_path=output,
-                        env_overrides={k: v for k, v in env.items() if v != os.environ.get(k)},
-                        secret=key, on_start=on_start, gate=gate)
-    return result, runreport.read(report_file, key), report_file
+                        env_overrides=env if the_box else {k: v for k, v in env.items() if v != os.environ.get(k)},
+                        secret=key, on_start=on_start, gate=gate, box=the_box)
+    report = runreport.read(report_file, key)
+    if the_box is not None:
+        # The child names its modules' files by their box paths: the origin check wants the host's.
+        report = replace(report, modules={name: the_box.to_host(file) for name, file in report.modules.items()})
+    return result, report, report_file
+
+
+def box_why_not(session: Session) -> str | None:
+    """Why this session's children run unboxed (``box.decide``), or None: in the box."""
+    return box.decide(getattr(session, "sandbox_mode", "auto"))
 
 
 def _run_shards(session, name, deadline, checkout, fenced_files, on_start, output: Path, private: Path,
@@ -330,7 +343,8 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
             detail = (f"the perf command passed but recorded no '{FRAMEWORK}' benchmark "
                       "(does the perf test call record_property('benchmark', ...)?)")
     return Stage(name, crash, result.duration_s, _rel(session, output), shapes, test_ids, kernel_names, detail,
-                 ended=report.ended, passed=passed, not_passed=not_passed, restored=tuple(touched_user))
+                 ended=report.ended, passed=passed, not_passed=not_passed, restored=tuple(touched_user),
+                 sandbox=box.label(box_why_not(session)))
 
 
 def _last_lines(text: str, count: int = 3) -> str:

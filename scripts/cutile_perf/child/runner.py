@@ -14,10 +14,12 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cutile_perf import knobs
+from cutile_perf.child import box as boxmod
+from cutile_perf.child.box import Box
 from cutile_perf.judge.crash import CrashClass
 
 # pytest exit codes (pytest.ExitCode), named here to keep the import of pytest out of the harness.
@@ -144,17 +146,23 @@ class Gate:
 
 def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
         env_overrides: dict[str, str] | None = None, secret: bytes | None = None,
-        on_start: Callable[[int], None] | None = None, gate: Gate | None = None) -> RunResult:
+        on_start: Callable[[int], None] | None = None, gate: Gate | None = None,
+        box: Box | None = None) -> RunResult:
     """Run ``argv`` in ``cwd`` with its own process group; output goes to ``output_path``.
 
     ``secret`` reaches the child through a pipe whose descriptor is named by ``CUTILE_PERF_KEY_FD``
     (never through the environment). ``on_start(pgid)`` is called as soon as the child exists, so
     the caller can persist the group and a later ``resume`` can end it after a ``kill -9``.
     ``gate``: the child waits on it before its first test (the read end is the child's alone).
+    ``box``: run it in that sandbox (``box.py``): its environment from the allow-list instead of a
+    copy of ours, paths in it rewritten to the box's, the group led by ``unshare``.
     Never raises for a failing or hanging child; KeyboardInterrupt kills the group, then propagates.
     """
     output_path.parent.mkdir(parents=True, exist_ok=True)
-    env = knobs.child_env(**(env_overrides or {}))
+    if box is None:
+        env = knobs.child_env(**(env_overrides or {}))
+    else:
+        env = knobs.allowed_child_env(**(env_overrides or {}))
     # The record plugin must be importable in the child even when cutile-perf runs from a checkout;
     # after a caller's own PYTHONPATH (a pristine checkout's package roots must come first).
     env = with_package_on_path(env, last="PYTHONPATH" in (env_overrides or {}))
@@ -168,18 +176,25 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
     if gate is not None:
         pass_fds = (*pass_fds, gate.read_fd)
         env["CUTILE_PERF_GATE_FD"] = str(gate.read_fd)
+    command = argv
+    if box is not None:
+        env = box.env(env)
+        command = box.wrap(argv, cwd)
     start = time.monotonic()
     try:
         with output_path.open("wb") as out:
-            out.write(("$ " + " ".join(argv) + "\n").encode())
+            out.write(("$ " + " ".join(argv) + (" (in the sandbox)" if box else "") + "\n").encode())
             out.flush()
             try:
-                proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                proc = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         env=env, start_new_session=True, pass_fds=pass_fds)
             except OSError as exc:  # the interpreter or command does not exist
                 out.write(f"cannot start: {exc}\n".encode())
                 return RunResult(tuple(argv), 127, False, time.monotonic() - start, output_path)
-            return _wait(proc, argv, timeout_s, output_path, start, on_start)
+            result = _wait(proc, argv, timeout_s, output_path, start, on_start)
+            if box is not None:
+                result = replace(result, returncode=boxmod.returncode(result.returncode))
+            return result
     finally:
         for fd in pass_fds:
             os.close(fd)

@@ -45,6 +45,7 @@ from cutile_perf import knobs
 from cutile_perf.child import envcheck, measure
 from cutile_perf.errors import EXIT_CRASH, EXIT_OK, EXIT_REJECTED, EnvMissing, FenceViolation, IterationCrashed, Locked, NoChange, Refused
 from cutile_perf.judge import rules
+from cutile_perf.kernel import probes
 from cutile_perf.judge.verdict import Evidence, Reference, Stage, Verdict, correctness_status, judge, stopped
 from cutile_perf.loop.history import History
 from cutile_perf.loop.stages import Stages, StageRunner
@@ -274,6 +275,26 @@ def _outside_fence_ignorable(path: str) -> bool:
     return "__pycache__/" in path or path.endswith((".pyc", ".pyo"))
 
 
+def refuse_probes(g, base: str, paths: list[str]) -> None:
+    """Refuse (exit 3, nothing touched) a change that adds measurement-context probes or patches the
+    clocks and statistics that time it (``kernel.probes``): perf-only behaviour is stopped before it
+    runs, and the change stays in the work tree for the user to see."""
+    old, new = {}, {}
+    root = git_ops.root(g)
+    for rel in paths:
+        if not rel.endswith(".py"):
+            continue
+        sha = git_ops.blob_sha_at(g, base, rel)
+        old[rel] = git_ops.blob_bytes(g, sha).decode("utf-8", errors="replace") if sha else None
+        target = root / rel
+        if target.is_file():
+            new[rel] = target.read_bytes().decode("utf-8", errors="replace")
+    findings = probes.scan(old, new)
+    if findings:
+        raise Refused(probes.describe(findings), "a kernel that asks whether it is being measured, or patches what "
+                      "measures it, is never tried; remove those lines (the change is untouched)")
+
+
 def candidate_paths(session: Session, g) -> list[str]:
     """The fenced paths this iteration changes, or the refusal that says why it cannot run."""
     changed = [p for p in git_ops.changed_paths(g) if not _outside_fence_ignorable(p)
@@ -402,6 +423,7 @@ class Iteration:
         """Check, then save the change's patch outside the work tree before anything moves."""
         base = require_settled(session, g, history)
         paths = candidate_paths(session, g)
+        refuse_probes(g, base, paths)
         reference = history.reference()
         number = history.next_iteration()
         name = f"{number}-{slug(optimization)}"

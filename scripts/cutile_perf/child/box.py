@@ -1,0 +1,190 @@
+"""A sandbox for one pytest child: Linux namespaces through the ``unshare`` command.
+
+The test child runs code the candidate kernel module brings (its top level runs at import), so it
+runs in a box (``references/harness.md``, "Sandbox"):
+
+* user, mount, pid and net namespaces (``unshare --user --map-root-user --mount --pid --net
+  --fork --mount-proc --kill-child``); ``boxinit.py`` sets up the mounts before any user code;
+* writable: the checkout, the run's private folder (report, bytecode, scratch HOME/TMPDIR) and the
+  compile cache the harness guards, each bound at a FIXED path under ``/tmp/cutile-perf-box/``, so
+  a child cannot tell which slot, command or cache folder (``try`` or ``verify``) it runs in, and
+  cuTile's compile cache keys (which embed the kernel file's absolute path, ``store/jitcache.py``)
+  are the same for every slot;
+* hidden (an empty tmpfs over them): the user's repository (``.git`` and ``sandbox/`` included),
+  ``/tmp`` and the temp folder (every other checkout and run); the interpreter's environment and
+  the harness package come back read-only at their own paths when they lie there;
+* read-only: every other mount (site-packages included); ``/dev`` and the box's own ``/proc`` as
+  they are (GPU device nodes work); a private ``/dev/shm``;
+* no network; every process the child starts dies with it (the pid namespace);
+* the environment from an allow-list (``knobs.CHILD_ENV_ALLOWED``).
+
+``available()`` says why no box can be had here (None: it can); ``decide`` applies the session's
+``sandbox`` setting and CUTILE_PERF_SANDBOX. Where there is no box, the stage says so
+(``Stage.sandbox == "none: <why>"``): never a silent fallback.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from cutile_perf import knobs
+from cutile_perf.child import boxinit
+
+UNSHARE_FLAGS = ("--user", "--map-root-user", "--mount", "--pid", "--net", "--fork", "--mount-proc",
+                 "--kill-child")
+BOX = boxinit.BOX
+CHECKOUT = f"{BOX}/checkout"
+RUN = f"{BOX}/run"
+CACHE = f"{BOX}/jit-cache"
+SCRATCH = f"{RUN}/scratch"
+LABEL = "unshare"
+SETUP_FAILED = boxinit.SETUP_FAILED
+_PROBE_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class Box:
+    """Where one child's writable folders appear inside its box, and what it may not see."""
+
+    binds: tuple[tuple[str, str], ...]  # (host folder, box path), writable
+    hide: tuple[str, ...]  # host folders covered by an empty tmpfs (/tmp always)
+    reveal: tuple[str, ...] = ()  # host folders under a hidden one that come back read-only
+
+    def to_box(self, path: str) -> str:
+        """``path`` as the child sees it (unchanged when it is in no writable folder)."""
+        for host, inside in self.binds:
+            if path == host or path.startswith(host.rstrip("/") + "/"):
+                return inside + path[len(host):]
+        return path
+
+    def to_host(self, path: str) -> str:
+        """A path the child reported (a module's file), as the harness sees it."""
+        for host, inside in self.binds:
+            if path == inside or path.startswith(inside + "/"):
+                return host + path[len(inside):]
+        return path
+
+    def env(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with every path in a writable folder rewritten to its box path (lists too)."""
+        out = {k: os.pathsep.join(self.to_box(part) for part in v.split(os.pathsep)) for k, v in env.items()}
+        for name in ("HOME", "TMPDIR", "TMP", "TEMP"):
+            out[name] = SCRATCH
+        return out
+
+    def spec(self, cwd: Path | str) -> dict:
+        return {"binds": [list(b) for b in self.binds], "hide": list(self.hide), "reveal": list(self.reveal),
+                "cwd": self.to_box(str(cwd))}
+
+    def wrap(self, argv: list[str], cwd: Path | str) -> list[str]:
+        """The command line that runs ``argv`` (started in ``cwd``) inside the box."""
+        return [_unshare(), *UNSHARE_FLAGS, sys.executable, "-I", "-S", boxinit.__file__,
+                json.dumps(self.spec(cwd)), "--", *argv]
+
+
+def for_stage(repo: Path, checkout_root: Path, private: Path, compile_cache: Path | None) -> Box:
+    """The box of one test child: the checkout, the run's ``private`` folder (a ``scratch``
+    folder is made in it for HOME and TMPDIR) and the guarded compile cache are writable."""
+    (private / "scratch").mkdir(exist_ok=True)
+    binds = [(_real(checkout_root), CHECKOUT), (_real(private), RUN)]
+    if compile_cache is not None:
+        compile_cache.mkdir(parents=True, exist_ok=True)
+        binds.append((_real(compile_cache), CACHE))
+    return make(binds, hide=[_real(repo), _real(tempfile.gettempdir())])
+
+
+def make(binds: list[tuple[str, str]], hide: list[str]) -> Box:
+    """A box with the interpreter and this package revealed where ``hide`` (or /tmp) covers them."""
+    hidden = boxinit.hidden_roots({"hide": hide})
+    wanted = {_real(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                                 os.path.dirname(os.path.realpath(sys.executable)), _package_parent())}
+    reveal = sorted(p for p in wanted if any(_under(p, h) for h in hidden))
+    return Box(tuple(binds), tuple(hide), tuple(reveal))
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _real(path: Path | str) -> str:
+    return os.path.realpath(path)
+
+
+def _package_parent() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
+def _unshare() -> str:
+    return shutil.which("unshare") or "unshare"
+
+
+def mount_plan(spec: dict, mountinfo: str = "") -> list[tuple]:
+    """The mount operations ``boxinit`` performs for ``spec``: the set-up, then the read-only
+    remounts of ``mountinfo`` (the mount table as it stands after the set-up)."""
+    return [*boxinit.setup_plan(spec), *(("remount-ro", point, flags)
+                                         for point, flags in boxinit.remount_plan(spec, mountinfo))]
+
+
+@functools.lru_cache(maxsize=1)
+def available() -> str | None:
+    """Why no child can run in a box on this machine, or None when it can (probed once: a trivial
+    command in a full box, the same set-up as a test child's)."""
+    if not sys.platform.startswith("linux"):
+        return f"not Linux ({sys.platform})"
+    if not shutil.which("unshare"):
+        return "the unshare command (util-linux) is not installed"
+    for path, meaning in (("/proc/sys/kernel/unprivileged_userns_clone", "unprivileged user namespaces are disabled"),
+                          ("/proc/sys/user/max_user_namespaces", "user namespaces are disabled (max_user_namespaces=0)")):
+        try:
+            if Path(path).read_text().strip() == "0":
+                return meaning
+        except OSError:
+            pass
+    probe = Path(tempfile.mkdtemp(prefix="cutile-perf-boxprobe-"))
+    try:
+        box = make([(_real(probe), CHECKOUT)], hide=[_real(tempfile.gettempdir())])
+        argv = box.wrap([sys.executable, "-I", "-S", "-c",
+                         f"open({CHECKOUT + '/ok'!r}, 'w').close()"], probe)
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S,
+                                  env=knobs.allowed_child_env(), stdin=subprocess.DEVNULL, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"the sandbox probe failed: {exc}"
+        if done.returncode != 0 or not (probe / "ok").exists():
+            lines = [ln for ln in (done.stderr or "").splitlines() if ln.strip()]
+            why = lines[-1].strip() if lines else f"exit {done.returncode}"
+            if "Operation not permitted" in why and "unshare" in why:
+                why = f"unprivileged user namespaces are not allowed here ({why})"
+            return f"the sandbox probe failed: {why}"
+        return None
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def decide(session_mode: str) -> str | None:
+    """Why this stage's children run without a box ("off (...)" or ``available()``'s reason), or
+    None when they run in one. ``session_mode``: the session's ``sandbox`` setting (auto, off)."""
+    if knobs.sandbox_override() == "off":
+        return "off (CUTILE_PERF_SANDBOX=off)"
+    if str(session_mode).strip().lower() == "off":
+        return "off (session.yaml sandbox: off)"
+    return available()
+
+
+def label(why_not: str | None) -> str:
+    """What ``Stage.sandbox`` records: ``"unshare"`` or ``"none: <why>"``."""
+    return LABEL if why_not is None else f"none: {why_not}"
+
+
+def returncode(code: int | None) -> int | None:
+    """The command's own status from the box's: 128 + N (an init cannot die of its own signal N)
+    becomes -N, as if the command had not been boxed."""
+    if code is not None and 128 < code < 128 + 65:
+        return -(code - 128)
+    return code
