@@ -269,3 +269,26 @@ def test_a_change_that_probes_or_patches_its_measurement_is_refused_untouched(re
         try_change(repo, "sneaky", stages=stages)
     assert stages.calls == [] and path.read_bytes() == before
     assert len(History.open(session_mod.load(repo), git_ops.open_repo(repo))) == rows_before
+
+
+def test_verify_refuses_a_kept_commit_that_holds_unfenced_changes(repo, monkeypatch, capsys):
+    """Defence in depth behind the branch check: were an unfenced change ever kept (the measurement
+    takes unfenced paths from the base, so it was never looked at), verify says so instead of
+    re-measuring a composition that is not the commit."""
+    edit(repo, "faster, smuggled")
+
+    def smuggle(name, tag, commit):
+        if name == "perf":
+            (repo / "tests" / "conftest_extra.py").write_text("SMUGGLED = 1\n")
+            git(repo, "add", "tests/conftest_extra.py")
+            git(repo, "commit", "-q", "--amend", "--no-edit")
+
+    monkeypatch.setattr(git_ops, "moved_since", lambda *a, **k: None)  # the harness before the branch check
+    monkeypatch.setattr("cutile_perf.loop.iteration.Iteration.changed_during_run", lambda self: False)
+    result = try_change(repo, "faster", stages=scripted(repo, {"a": 0.5, "b": 1.0}, on_stage=smuggle))
+    assert result.row["status"] == "keep"
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert main(["verify", "--repo", str(repo), "--json"]) == 1
+    data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert data["unfenced"] == ["tests/conftest_extra.py"], data

@@ -47,6 +47,14 @@ def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int, full
                            f"{git_ops.short(g, b)} (a commit rewritten after the loop kept it has another sha); "
                            "`cutile-perf status` lists the kept commits", {"verified": False, "from": a, "to": b},
                            EXIT_REJECTED)
+        # The kept commits hold only fenced changes: the measurement composes unfenced paths from the
+        # base commit, so an unfenced change smuggled into a kept commit (a moved branch) would
+        # otherwise never be looked at.
+        unfenced = [p for p in git_ops.changed_between(g, session.base_commit, b) if not session.in_fence(p)]
+        if unfenced:
+            return Outcome(f"NOT VERIFIED: {git_ops.short(g, b)} changes paths outside the fence since the session's "
+                           f"base ({', '.join(unfenced[:5])}); the loop never keeps such a commit",
+                           {"verified": False, "from": a, "to": b, "unfenced": unfenced}, EXIT_REJECTED)
         reference = history.reference()
         tag = f"verify-{git_ops.short(g, a)}-{git_ops.short(g, b)}"
         # --full-tests: the session may have narrowed its correctness command before the baseline
@@ -57,7 +65,7 @@ def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int, full
         # A fresh compile cache: verify trusts nothing but the commits, not even the session's
         # guarded cache (jitcache.py, "What the guard does not stop").
         with StageRunner(session, g, measure.Deadline(session.timeout_s * (pairs + stages)), clock,
-                                   fresh_compile_cache=True) as runner:
+                         fresh_compile_cache=True) as runner:
             say(f"{which} of {git_ops.short(g, b)}")
             corr = runner.stage("correctness", tag, b, session=corr_session)
             checked = judge_correctness(corr, reference)
