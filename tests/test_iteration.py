@@ -292,3 +292,19 @@ def test_verify_refuses_a_kept_commit_that_holds_unfenced_changes(repo, monkeypa
     assert main(["verify", "--repo", str(repo), "--json"]) == 1
     data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert data["unfenced"] == ["tests/conftest_extra.py"], data
+
+
+# --- the environment is a frozen input (issue 19) -------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, value", [("CUPTI", "0"), ("PYTEST_ADDOPTS", "-p no:cacheprovider -k perf"),
+                                         ("LD_PRELOAD", "/tmp/libfast.so"), ("DISABLE_AUTOTUNE", "1")])
+def test_a_try_under_other_measurement_switches_than_the_baseline_is_refused(repo, monkeypatch, name, value):
+    edit(repo, "switched")
+    stages = scripted(repo, {"a": 0.5, "b": 1.0})
+    monkeypatch.setenv(name, value)
+    with pytest.raises(Exception, match=f"differs from the baseline's: {name}"):
+        try_change(repo, "faster only under a switch", stages=stages)
+    assert stages.calls == []
+    monkeypatch.delenv(name)
+    assert try_change(repo, "faster", stages=stages).row["status"] == "keep"

@@ -232,6 +232,29 @@ def allowed_child_env(**overrides: str) -> dict[str, str]:
     return env
 
 
+# The variables that change what a child measures without changing the code: timing methods,
+# autotune and compiler switches, the import path, and the pytest and loader hooks a child outside
+# the sandbox would see. The baseline records their values (``measurement_env``) and every later
+# ``try`` and ``verify`` refuses to measure under other values: set at ``try`` (or only at the
+# baseline), they would shift every record with no change to the kernel. Not frozen: what only
+# finds things (PATH, LD_LIBRARY_PATH, toolkit roots, locale, terminal), which a later GPU job may
+# legitimately set differently.
+MEASUREMENT_ENV_NAMES: tuple[str, ...] = (
+    "PYTHONPATH", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "LD_PRELOAD",
+    "PYTHONSTARTUP", "PYTHONHOME", "PYTHONOPTIMIZE", "PYTHONHASHSEED", "CUDA_VISIBLE_DEVICES",
+    "CUDA_LAUNCH_BLOCKING", "DISABLE_AUTOTUNE", "TILEGYM_DISABLE_AUTOTUNE", "TILEGYM_DISABLE_CUTILE",
+    "CUTILE_PERF_BENCH_MODE", "CUTILE_MAX_LAUNCH_TIMEOUT_SEC", "CUPTI", "CUDAGRAPH", "ENABLE_TILE",
+    "EXPERIMENTAL_CUDA_TILE_DEBUG_BUILD",
+)
+MEASUREMENT_ENV_PREFIXES: tuple[str, ...] = ("CUDA_TILE_", "TILEIR_", "TILE_IR_", "TRITON_")
+
+
+def measurement_env() -> dict[str, str]:
+    """The values of the variables that shape a measurement (``MEASUREMENT_ENV_NAMES``), as set now."""
+    return {k: v for k, v in sorted(os.environ.items())
+            if (k in MEASUREMENT_ENV_NAMES or k.startswith(MEASUREMENT_ENV_PREFIXES)) and k != "CUDA_TILE_CACHE_DIR"}
+
+
 def sandbox_override() -> str | None:
     """``"off"`` when CUTILE_PERF_SANDBOX says so; None when unset or ``auto``."""
     value = os.environ.get("CUTILE_PERF_SANDBOX", "").strip().lower()

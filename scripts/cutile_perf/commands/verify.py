@@ -35,6 +35,7 @@ def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int, full
         history = History.open(session, g)
         if history.baseline() is None:
             raise Refused("no baseline recorded yet", "run `cutile-perf baseline` first")
+        iteration.require_baseline_env(history)
         try:
             a = git_ops.resolve(g, older or history.first()["commit"])
             b = git_ops.resolve(g, newer or history.kept_commit(session.base_commit))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cutile_perf import knobs
 from cutile_perf.child import envcheck, measure
 from cutile_perf.errors import DirtyTree, IterationCrashed, Refused, UsageError
 from cutile_perf.judge import rules, stats, verdict
@@ -85,6 +86,7 @@ def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outco
             base_commit=head, clock=clock, probe=probe, latency_ms=latency,
             shapes=iteration.shapes_field(shapes, test_ids, runs), noise=noise, repeats=repeats, crash_class=None,
             patch=None, decision=None, reason="baseline (no code change)", frozen=session.frozen(),
+            frozen_env=knobs.measurement_env(),
             passed_tests=sorted(corr.passed),
             kernel_names={c: n for c, n in names.items() if c in shapes and verdict.names_defined(n, defined)},
             **fields_of_runner,

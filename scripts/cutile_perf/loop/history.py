@@ -184,6 +184,20 @@ class History:
         """The session settings frozen by the baseline row (None before the baseline)."""
         return (self.first() or {}).get("frozen")
 
+    def frozen_env(self) -> dict[str, str] | None:
+        """The measurement environment the baseline ran under (``knobs.measurement_env``); None for a
+        log written before it was recorded."""
+        return (self.first() or {}).get("frozen_env")
+
+    def env_changes(self, now: dict[str, str]) -> list[str]:
+        """``NAME (baseline: X, now: Y)`` for each measurement variable set otherwise than at the baseline."""
+        frozen = self.frozen_env()
+        if frozen is None:
+            return []
+        shown = lambda value: "unset" if value is None else repr(value)  # noqa: E731
+        return [f"{k} (baseline: {shown(frozen.get(k))}, now: {shown(now.get(k))})"
+                for k in sorted(set(frozen) | set(now)) if frozen.get(k) != now.get(k)]
+
     def kept_commit(self, session_base: str | None = None) -> str:
         """The commit HEAD must sit at: the last kept row's ("no-change" keeps included), else the base."""
         for entry in reversed(self.entries):

@@ -252,11 +252,22 @@ def require_settled(session: Session, g, history: History) -> str:
         raise Refused("an interrupted iteration is not settled yet", "run `cutile-perf resume`")
     if history.baseline() is None:
         raise Refused("no baseline recorded yet", "run `cutile-perf baseline` first")
+    require_baseline_env(history)
     kept = history.kept_commit()
     head = git_ops.head(g)
     if head != kept:
         refuse_foreign_commits(session, g, kept, head)
     return kept
+
+
+def require_baseline_env(history: History) -> None:
+    """Refuse (exit 3) to measure under other timing, autotune, compiler or import switches than the
+    baseline ran under (``knobs.MEASUREMENT_ENV_NAMES``): the records would move with no change to
+    the kernel."""
+    changed = history.env_changes(knobs.measurement_env())
+    if changed:
+        raise Refused("the environment that shapes measurements differs from the baseline's: " + "; ".join(changed),
+                      "set it as it was at the baseline (the log's first row, frozen_env), or start a new session")
 
 
 def fenced_changes(session: Session, changed: list[str]) -> list[str]:
