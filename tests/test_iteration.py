@@ -308,3 +308,17 @@ def test_a_try_under_other_measurement_switches_than_the_baseline_is_refused(rep
     assert stages.calls == []
     monkeypatch.delenv(name)
     assert try_change(repo, "faster", stages=stages).row["status"] == "keep"
+
+
+def test_every_row_says_whether_its_children_ran_in_a_sandbox(repo):
+    from cutile_perf.loop.iteration import isolation
+
+    boxed, unboxed = Stage("perf", sandbox="unshare"), Stage("perf", sandbox="none: user namespaces disabled")
+    assert isolation([boxed, boxed]) == "unshare"
+    assert isolation([boxed, unboxed]) == "none: user namespaces disabled"  # never hidden behind a boxed stage
+    edit(repo, "faster, unboxed")
+    stages = scripted(repo, {"a": 0.5, "b": 1.0})
+    stages.script[("correctness", "candidate")] = [Stage("correctness", passed=TESTS, sandbox="none: off (test)")]
+    result = try_change(repo, "faster", stages=stages)
+    assert result.row["sandbox"] == "none: off (test)"
+    assert main(["status", "--repo", str(repo)]) == 0

@@ -58,6 +58,10 @@ def status(*, repo: Path, show_all: bool) -> Outcome:
     if hint:
         lines.append(f"hint: {hint}")
     lines.append("next (playbook, not yet tried): " + (", ".join(f"{i.letter} {i.name}" for i in left[:4]) or "all tried"))
+    boxed = (entries[-1].get("sandbox") if entries else None) or ""
+    if boxed.startswith("none"):
+        lines.append(f"warning: the last row's children ran without a sandbox ({boxed}); a hostile kernel could "
+                     "reach the repository, the session and the interpreter (references/harness.md, Sandbox)")
     if broken:
         lines.append(f"LOG BROKEN: {broken}; try, baseline and resume refuse until it is restored")
     if pending_state is not None:
@@ -76,7 +80,7 @@ def status(*, repo: Path, show_all: bool) -> Outcome:
             "next": [i.letter for i in left], "stale_lock": stale, "pending_changes": pending,
             "head": git_ops.head(g), "log_broken": broken,
             "interrupted_step": pending_state.step if pending_state else None,
-            "compile_cache": cache,
+            "compile_cache": cache, "sandbox": boxed or None,
             "changed_thresholds": {n: {"value": v, "default": d} for n, v, d in changed},
             "edited_commands": {k: {"command": c, "init": d} for k, c, d in edited}}
     return Outcome("\n".join(lines), data, 1 if broken else 0)

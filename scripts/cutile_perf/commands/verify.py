@@ -81,11 +81,13 @@ def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int, full
                             if data["fails_on_from_too"] else f"; {git_ops.short(g, a)} passes it")
                 return Outcome(f"NOT VERIFIED: {git_ops.short(g, b)} fails {which}: {checked.reason}{also}",
                                data, EXIT_REJECTED)
+            ran = [corr]
             samples = {c: ([], []) for c in cases}
             for k in range(pairs):
                 for side, commit in ((0, a), (1, b)):
                     say(f"pair {k + 1}/{pairs}: perf of {git_ops.short(g, commit)}")
                     run = runner.stage("perf", f"{tag}-{k + 1}-{'from' if side == 0 else 'to'}", commit)
+                    ran.append(run)
                     check = judge_records(run, Reference(commit, {c: 1.0 for c in cases}, {}), session.thresholds)
                     if check.final:
                         return Outcome(f"NOT VERIFIED: a perf run crashed: {check.reason}",
@@ -99,6 +101,10 @@ def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int, full
     reproduces = low - gate <= claim <= high + gate
     per_case = {c: stats.median(samples[c][1]) / stats.median(samples[c][0]) for c in cases}
     word = "VERIFIED" if reproduces else "NOT VERIFIED"
+    # Independent only when the candidate's code could not reach the measurement: every child boxed.
+    boxed = iteration.isolation(ran)
+    if boxed != "unshare":
+        word += f" (not independent: the children ran without a sandbox, {boxed})"
     text = (f"{word}: {git_ops.short(g, a)} -> {git_ops.short(g, b)} recorded {templating.format_change(claim - 1)}, "
             f"measured {templating.format_change(ratio - 1)} (interval {templating.format_change(low - 1)} to "
             f"{templating.format_change(high - 1)}, gate {gate * 100:.1f} %, {pairs} interleaved pairs); {which} passed")
@@ -106,5 +112,6 @@ def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int, full
     lines += [f"| {c} | {stats.median(samples[c][0]):.6f} | {stats.median(samples[c][1]):.6f} | "
               f"{templating.format_change(per_case[c] - 1)} |" for c in cases]
     data = {"verified": reproduces, "from": a, "to": b, "claimed_ratio": claim, "measured_ratio": ratio,
-            "interval": [low, high], "gate": gate, "per_case": per_case, "pairs": pairs, "full_tests": full_tests}
+            "interval": [low, high], "gate": gate, "per_case": per_case, "pairs": pairs, "full_tests": full_tests,
+            "sandbox": boxed, "independent": boxed == "unshare"}
     return Outcome("\n".join(lines), data, EXIT_OK if reproduces else EXIT_REJECTED)

@@ -79,6 +79,11 @@ class Evidence:
     def add(self, **changes) -> Evidence:
         return replace(self, **changes)
 
+    def stages(self) -> list[Stage]:
+        """Every stage that ran, in order."""
+        runs = [run for pair in self.pairs for run in pair if run is not None]
+        return [s for s in (self.correctness, self.perf) if s is not None] + runs
+
 
 @dataclass(frozen=True)
 class Verdict:

@@ -86,7 +86,7 @@ def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outco
             base_commit=head, clock=clock, probe=probe, latency_ms=latency,
             shapes=iteration.shapes_field(shapes, test_ids, runs), noise=noise, repeats=repeats, crash_class=None,
             patch=None, decision=None, reason="baseline (no code change)", frozen=session.frozen(),
-            frozen_env=knobs.measurement_env(),
+            frozen_env=knobs.measurement_env(), sandbox=iteration.isolation([corr]),
             passed_tests=sorted(corr.passed),
             kernel_names={c: n for c, n in names.items() if c in shapes and verdict.names_defined(n, defined)},
             **fields_of_runner,

@@ -270,6 +270,14 @@ def require_baseline_env(history: History) -> None:
                       "set it as it was at the baseline (the log's first row, frozen_env), or start a new session")
 
 
+def isolation(stages) -> str:
+    """The row's ``sandbox`` field: "unshare" when every child ran in a box (``child.box``), else the
+    first stage's "none: <why>" (never a silent fallback: status, report and verify show it)."""
+    labels = [s.sandbox for s in stages if s is not None and s.sandbox]
+    unboxed = [label for label in labels if label != "unshare"]
+    return unboxed[0] if unboxed else ("unshare" if labels else "none: no child ran")
+
+
 def fenced_changes(session: Session, changed: list[str]) -> list[str]:
     """The changed paths an iteration owns: inside the fence, sandbox excluded."""
     return [p for p in changed if session.in_fence(p) and not p.startswith("sandbox/")]
@@ -524,6 +532,7 @@ class Iteration:
         if verdict.decision is not None:
             fields_["decision"] = asdict(verdict.decision)
         fields_.update(runner_fields)
+        fields_["sandbox"] = isolation(evidence.stages())
         if perf is not None and perf.shapes:
             fields_["shapes"] = shapes_field(perf.shapes, perf.test_ids)
             if status != "crash" and set(self.ref.medians) <= set(perf.shapes):
