@@ -1,4 +1,4 @@
-"""Is the Triton TileIR backend usable here? ``python scripts/tileir_check.py [--strict]`` (JSON)."""
+"""Is the Triton TileIR backend usable here? ``python scripts/tileir_check.py`` (JSON; exit 1 when not ready)."""
 import sys
 
 from cutile_perf.cli import main

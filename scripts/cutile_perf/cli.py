@@ -5,9 +5,11 @@ Nothing else in the package imports argparse, prints results or calls ``sys.exit
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import signal
 import sys
+import tempfile
 import threading
 import traceback
 from collections.abc import Callable, Sequence
@@ -15,7 +17,8 @@ from pathlib import Path
 
 from cutile_perf import __version__
 from cutile_perf.output import Outcome
-from cutile_perf.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, CutilePerfError
+from cutile_perf.errors import (EXIT_INTERRUPTED, EXIT_UNEXPECTED, CouldNotWrite, CutilePerfError, UsageError,
+                                 clean_text, displayable, not_utf8)
 
 EXIT_CODES_HELP = """\
 Exit codes:
@@ -23,7 +26,8 @@ Exit codes:
   1    the change was reverted, or a check said "not ready"
   2    usage error or bad input
   3    refused before touching anything (fence violation, dirty tree, lock, no session, missing GPU)
-  4    the iteration crashed (compile error, fault, timeout, wrong result, no record); repo reverted
+  4    the iteration crashed (compile error, fault, timeout, wrong result, no record); repo reverted;
+       or cutile-perf could not write its own files (disk full, read-only): the path is named
   70   unexpected error (traceback in sandbox/cutile-perf.log)
   130  interrupted
 """
@@ -68,13 +72,16 @@ def _add_init(subparsers) -> None:
     p.add_argument("--prestart-perf", action="store_true",
                    help="try starts the perf child during the correctness run and holds it before its first "
                         "test, so its start-up overlaps correctness")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="run the test children without the isolation this machine offers (session.yaml "
+                        "sandbox_mode: off; default auto)")
 
     def run(a: argparse.Namespace) -> Outcome:
         from cutile_perf.commands.init import init  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return init(repo=a.repo, kernel=a.kernel, test=a.test, branch=a.branch, allow=a.allow, timeout_s=a.timeout,
                     perf_test=a.perf_test, correctness_jobs=a.correctness_jobs,
-                    prestart_perf=a.prestart_perf)
+                    prestart_perf=a.prestart_perf, sandbox_mode="off" if a.no_sandbox else "auto")
 
     p.set_defaults(handler=run)
 
@@ -366,8 +373,9 @@ def _add_template(subparsers) -> None:
 def _add_tileir_check(subparsers) -> None:
     p = _sub(subparsers, "tileir-check",
              "which triton is active and whether its TileIR backend can compile kernels here (JSON)",
-             "Examples:\n  cutile-perf tileir-check\n  cutile-perf tileir-check --strict   # exit 1 unless TileIR is active")
-    p.add_argument("--strict", action="store_true", help="exit 1 when the TileIR backend is not the active target")
+             "Example:\n  cutile-perf tileir-check   # exit 1 unless TileIR is the active target (\"ready\": false)")
+    p.add_argument("--strict", action="store_true",
+                   help="accepted for old scripts; exit 1 when not ready is now the default")
 
     def run(a: argparse.Namespace) -> Outcome:
         from cutile_perf.commands.tileir_check import tileir_check  # noqa: PLC0415 - loaded on use: --help and other commands start fast
@@ -555,18 +563,36 @@ def subcommand_flags(name: str) -> set[str]:
 
 
 def _log_unexpected(args: argparse.Namespace) -> Path | None:
-    """Write the traceback and versions next to the session, so a bug report has what it needs."""
+    """Write the traceback and versions next to the session, so a bug report has what it needs.
+
+    Into the session's sandbox/ when there is one; else into the temporary folder, so that a failed
+    command leaves nothing behind in a repository it was only pointed at."""
     try:
         from cutile_perf.child.envcheck import versions_line  # noqa: PLC0415 - only when a bug is being logged
 
         repo = getattr(args, "repo", None) or Path(".")
-        path = Path(repo) / "sandbox" / "cutile-perf.log"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        box = Path(repo) / "sandbox"
+        path = (box if (box / "session.yaml").is_file() else Path(tempfile.gettempdir())) / "cutile-perf.log"
         with path.open("a", encoding="utf-8") as fh:
             fh.write(f"cutile-perf {__version__} {versions_line()}\n{traceback.format_exc()}\n")
         return path
     except Exception:  # the log is best effort; never hide the original error behind a new one
         return None
+
+
+def _io_error(exc: OSError, args: argparse.Namespace, name: Callable[[str], str]) -> CutilePerfError:
+    """The CutilePerfError for an OSError that reached the command line."""
+    where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f) or "one of its files"
+    what = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename:
+        failed = Path(str(exc.filename)).absolute()
+        for dest, value in vars(args).items():
+            if dest != "repo" and isinstance(value, Path) and (failed == value.absolute()
+                                                             or value.absolute() in failed.parents):
+                return UsageError(f"{name(dest)} {value}: {what}")
+    return CouldNotWrite(f"could not read or write {where}: {what}",
+                         "free space or fix the permissions, then run the command again "
+                         "(`cutile-perf status` says whether resume is needed)")
 
 
 def _sigterm_as_interrupt(signum, frame) -> None:
@@ -575,26 +601,76 @@ def _sigterm_as_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+# Arguments that name files, folders, kernels, branches or commits: control characters in them are
+# refused (stripping would name another file). Free text (``FREE_TEXT``) is cleaned instead; the
+# rest (expressions, JSON, source code) is parsed by its command. Bytes that were not UTF-8 are
+# refused in every argument.
+NAME_ARGS = {"kernel", "allow", "branch", "test", "older", "newer", "target", "op", "under", "step", "entry"}
+FREE_TEXT = {"optimization"}
+
+
+def _arg_name(parser: argparse.ArgumentParser, command: str | None, dest: str) -> str:
+    for action in _subparser(parser, command)._actions if command else ():
+        if action.dest == dest:
+            return action.option_strings[-1] if action.option_strings else action.metavar or dest
+    return dest
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices[command]
+
+
+def check_arguments(args: argparse.Namespace, name=lambda dest: dest) -> None:
+    """Refuse (UsageError, exit 2) argument text that is not UTF-8, control characters in names and
+    paths; strip terminal control from free text, in place. Before any command touches anything."""
+    for dest, value in vars(args).items():
+        if dest in ("handler", "command"):
+            continue
+        items = value if isinstance(value, list) else [value]
+        texts = [str(v) for v in items if isinstance(v, (str, Path))]
+        for text in texts:
+            if not_utf8(text):
+                raise UsageError(f"{name(dest)}: not UTF-8 text (the bytes were not valid UTF-8)",
+                                 "pass plain text; check the terminal's encoding")
+            if (dest in NAME_ARGS or isinstance(value, Path)) and any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text):
+                raise UsageError(f"{name(dest)} {displayable(text)!r}: control characters in a name or path")
+        if dest in FREE_TEXT and isinstance(value, str):
+            setattr(args, dest, clean_text(value, name(dest)))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    name = functools.partial(_arg_name, parser, args.command)
     if threading.current_thread() is not threading.main_thread():
-        return _run(args)
+        return _run(args, name)
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
-        return _run(args)
+        return _run(args, name)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, name: Callable[[str], str] = str) -> int:
     try:
-        outcome: Outcome = args.handler(args)
+        try:
+            check_arguments(args, name)
+            outcome: Outcome = args.handler(args)
+        except UnicodeDecodeError as exc:  # a file we were given (a plan, session.yaml) is not UTF-8
+            raise UsageError(f"a file it read is not UTF-8 text ({exc.reason} at byte {exc.start})",
+                             "save it as UTF-8") from exc
+        except OSError as exc:
+            # I/O failed (disk full, read-only, a folder where a file goes): a documented exit that
+            # names the path, not a traceback. On a path the user passed it is a usage error (2),
+            # on one of our own files CouldNotWrite (4).
+            raise _io_error(exc, args, name) from exc
     except CutilePerfError as exc:
+        message, hint = displayable(exc.message), displayable(exc.hint) if exc.hint else None
         if getattr(args, "json", False):
-            print(json.dumps({"error": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}))
+            print(json.dumps({"error": message, "hint": hint, "exit_code": exc.exit_code}))
         else:
-            print(f"cutile-perf: error: {exc}", file=sys.stderr)
+            print(f"cutile-perf: error: {message}" + (f" ({hint})" if hint else ""), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("cutile-perf: interrupted", file=sys.stderr)
@@ -602,7 +678,7 @@ def _run(args: argparse.Namespace) -> int:
     except Exception as exc:  # a bug of ours: one line for the user, the traceback in the log
         log = _log_unexpected(args)
         where = f"; traceback in {log}" if log else ""
-        print(f"cutile-perf: unexpected error: {type(exc).__name__}: {exc}{where}", file=sys.stderr)
+        print(f"cutile-perf: unexpected error: {displayable(f'{type(exc).__name__}: {exc}')}{where}", file=sys.stderr)
         return EXIT_UNEXPECTED
     if getattr(args, "json", False):
         print(json.dumps(outcome.data, default=str, sort_keys=True))

@@ -6,10 +6,12 @@ the bottom so that none of them imports another to find a template.
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cutile_perf import checkout_root
+from cutile_perf.errors import displayable
 
 if TYPE_CHECKING:  # jinja2 is imported on first render only: commands that render nothing skip it
     import jinja2
@@ -39,7 +41,7 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
         autoescape=False,  # markdown, not HTML
     )
-    env.filters.update(ms6=format_ms6, md=markdown_cell, pct=format_pct, times=format_speedup)
+    env.filters.update(ms6=format_ms6, md=markdown_cell, mdcode=markdown_code, pct=format_pct, times=format_speedup)
     return env
 
 
@@ -64,8 +66,21 @@ def format_speedup(value: float | None) -> str:
 
 
 def markdown_cell(value) -> str:
-    """Text that cannot break a table row: no newlines, pipes escaped."""
-    return " ".join(str("" if value is None else value).split()).replace("|", "\\|")
+    """Text from the log or the user that cannot break a table row, a terminal or a rendered page:
+    one line, terminal control dropped (``output.displayable``), HTML's ``& < >`` escaped, pipes
+    escaped."""
+    text = displayable("" if value is None else value)
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+
+
+def markdown_code(value) -> str:
+    """Text as one inline code span (shown verbatim, so no HTML escaping): one line, no terminal
+    control, fenced with more backticks than it holds."""
+    text = displayable("" if value is None else value)
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 

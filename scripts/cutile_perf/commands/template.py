@@ -7,6 +7,7 @@ example; the other flags replace the fields for the user's kernel.
 """
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,8 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         inplace=["q"]),
 }
 KINDS = tuple(EXAMPLES)
+# Fields given as Python expressions: each must parse on its own.
+EXPRESSIONS = ("grid", "args", "key")
 
 
 def resolve_kind(kind: str) -> str:
@@ -74,6 +77,13 @@ def _json(text: str, flag: str):
         raise UsageError(f"{flag}: not valid JSON ({exc})") from None
 
 
+def _expression(text: str, flag: str) -> None:
+    try:
+        ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte
+        raise UsageError(f"{flag} {text!r}: not a Python expression ({getattr(exc, 'msg', exc)})") from None
+
+
 def template(*, name: str, kind: str, overrides: dict[str, str | None], output: Path | None) -> Outcome:
     """``overrides`` maps render fields to the flag text given (None: keep the example's value)."""
     if name not in NAMES:
@@ -92,7 +102,20 @@ def template(*, name: str, kind: str, overrides: dict[str, str | None], output: 
     if overrides.get("configs") is not None and overrides.get("fixed") is None:
         fields["fixed"] = fields["configs"][0] if isinstance(fields["configs"], list) and fields["configs"] else {}
 
+    for key, flag in (("op_name", "--op"), ("kernel_name", "--kernel-name"), ("kernel_module", "--kernel-module")):
+        text = str(fields[key])
+        dotted = key == "kernel_module"
+        if overrides.get(key) is not None and not all(p.isidentifier() for p in (text.split(".") if dotted else [text])):
+            raise UsageError(f"{flag} {text!r}: not a Python {'module path' if dotted else 'name'}")
+    for key in EXPRESSIONS:
+        if overrides.get(key) is not None:
+            _expression(fields[key], f"--{key}")
     source = render(resolved, **fields)
+    try:
+        ast.parse(source)
+    except (SyntaxError, ValueError) as exc:  # never write (or print) Python that does not parse
+        raise UsageError(f"the generated module does not parse (line {exc.lineno}: {exc.msg})",
+                         "check --grid, --args, --key, --op and --kernel-module") from None
     data = {"kind": resolved, "fields": fields}
     if output is None:
         return Outcome(source.rstrip("\n"), {**data, "source": source})

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+import shutil
 from pathlib import Path
 
 from cutile_perf.store import atomic, git_ops
@@ -12,13 +13,21 @@ from cutile_perf.skill import playbook
 from cutile_perf.store import session as session_mod
 from cutile_perf.output import Outcome, say
 from cutile_perf.judge.rules import Thresholds
-from cutile_perf.errors import DirtyTree, Refused, UsageError
+from cutile_perf.errors import CouldNotWrite, DirtyTree, Refused, UsageError
 from cutile_perf.store import log
 from cutile_perf.loop import render
 
 
-def _fence_entry(repo: Path, raw: str) -> str:
-    """A repo-relative fence entry; directories end with "/" so they fence everything under them."""
+def _fence_entry(repo: Path, raw: str, test_files: tuple[str, ...]) -> str:
+    """A repo-relative fence entry; directories end with "/" so they fence everything under them.
+
+    A UsageError for what the loop may never change (``session.protected_reason``): a test, a
+    conftest or pytest/packaging configuration, anything under tests/, the session's test files,
+    sandbox/, .git/, a folder holding any of these, and a glob (it could take any of them in)."""
+    if not raw.strip():
+        raise UsageError("--allow: empty path")
+    if set(raw) & set("*?["):
+        raise UsageError(f"--allow {raw}: a glob is not a fence entry", "name the files, or a folder")
     path = Path(raw)
     absolute = (path if path.is_absolute() else repo / path).resolve()
     if not absolute.is_relative_to(repo):
@@ -26,13 +35,21 @@ def _fence_entry(repo: Path, raw: str) -> str:
     rel = absolute.relative_to(repo).as_posix()
     if rel in {".", ""} or rel == session_mod.SANDBOX or rel.startswith(".git"):
         raise UsageError(f"--allow {raw}: cannot fence the whole repository, .git or sandbox/")
-    return rel + "/" if absolute.is_dir() else rel
+    entry = rel + "/" if absolute.is_dir() else rel
+    if bad := session_mod.check_fence(repo, [entry], test_files):
+        raise UsageError(f"--allow {raw}: {bad[0]} {bad[1]}; the loop may not change tests or their configuration",
+                         "fence only kernel code")
+    return entry
 
 
 def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allow: list[str],
          timeout_s: float, perf_test: Path | None = None, correctness_jobs: int = 1,
-         prestart_perf: bool = False) -> Outcome:
+         prestart_perf: bool = False, sandbox_mode: str = "auto") -> Outcome:
     timeout_s = session_mod.parse_timeout(timeout_s)  # nan would pass "<= 0" and disable the hang guard
+    if sandbox_mode not in session_mod.SANDBOX_MODES:
+        raise UsageError(f"sandbox mode {sandbox_mode!r}: choose one of {', '.join(session_mod.SANDBOX_MODES)}")
+    if not kernel.strip():
+        raise UsageError("--kernel: empty", "pass a name like rms_norm or a path to the kernel file")
     if not 1 <= correctness_jobs <= session_mod.MAX_CORRECTNESS_JOBS:
         raise UsageError(f"--correctness-jobs must be from 1 to {session_mod.MAX_CORRECTNESS_JOBS}, "
                          f"not {correctness_jobs}")
@@ -53,12 +70,20 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
         raise DirtyTree(f"uncommitted changes to tracked files: {shown}", "commit or stash them yourself, then re-run init")
 
     kernel_files = kernel_scan.find_kernel_files(root, kernel)
+    for found in kernel_files:
+        if not found.resolve().is_relative_to(root):
+            raise UsageError(f"--kernel {kernel}: {found} is outside the repository {root}")
+        if why := session_mod.protected_reason(found.relative_to(root).as_posix()):
+            raise UsageError(f"--kernel {kernel}: {found.relative_to(root).as_posix()} {why}; "
+                             "the kernel cannot be a test or its configuration")
     test_file = (test if test is None or test.is_absolute() else root / test)
     other_tests: list[Path] = []
     if test_file is None:
         test_file, other_tests = kernel_scan.choose_test_file(root, kernel_files[0])
     elif not test_file.is_file():
         raise UsageError(f"test file {test} does not exist")
+    if not test_file.resolve().is_relative_to(root):
+        raise UsageError(f"--test {test}: outside the repository {root}")
     scan = kernel_scan.scan_file(kernel_files[0], root)
     # A perf test kept in its own file (scaffold-perf writes test_<op>_perf.py) is named literally in
     # the perf command; the correctness command keeps the {test} placeholder.
@@ -73,7 +98,11 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
         # Refuse rather than add a suffix: an existing branch may hold an earlier session's kept commits.
         raise Refused(f"branch {branch} already exists", "pass --branch <new name>, or check it out and continue there")
 
-    fence = sorted({f.relative_to(root).as_posix() for f in kernel_files} | {_fence_entry(root, a) for a in allow})
+    test_files = (test_file.resolve().relative_to(root).as_posix(), *session_mod.command_test_files(perf_cmd))
+    kernel_rels = [f.relative_to(root).as_posix() for f in kernel_files]
+    if bad := session_mod.check_fence(root, kernel_rels, test_files):
+        raise UsageError(f"--kernel {kernel}: {bad[0]} {bad[1]}; the kernel cannot be a test or its configuration")
+    fence = sorted(set(kernel_rels) | {_fence_entry(root, a, test_files) for a in allow})
     session = session_mod.Session(
         repo=root, kernel=kernel_files[0].stem, kernel_files=tuple(f.relative_to(root).as_posix() for f in kernel_files),
         fence=tuple(fence), test=test_file.resolve().relative_to(root).as_posix(),
@@ -81,16 +110,26 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
         thresholds=Thresholds(), timeout_s=timeout_s, base_commit=git_ops.head(g), branch=branch,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         classification={"kernel_type": scan.kernel_type, "ai_estimate": scan.ai_estimate, "bound": scan.bound},
-        correctness_jobs=correctness_jobs, prestart_perf=prestart_perf,
+        correctness_jobs=correctness_jobs, prestart_perf=prestart_perf, sandbox_mode=sandbox_mode,
     )
     # Before anything is created: an empty selection would pass init and fail only at the baseline.
     selections = check_selections(session, timeout_s=min(float(timeout_s), selection.COLLECT_TIMEOUT_S))
     env = envcheck.check()
     git_ops.exclude_locally(g, f"/{session_mod.SANDBOX}/")
-    git_ops.create_branch(g, branch)
-    session_mod.save(session)
-
-    atomic.write_text(session.results_path, render.render_perf_results(log.read_entries(session.log_path)))
+    # The session's files before the branch: a sandbox/ that cannot be written (full, read-only, a
+    # file in its place) then stops init with nothing to undo in git, and what was made is removed.
+    made_sandbox = not session.sandbox.exists()
+    try:
+        session_mod.save(session)
+        atomic.write_text(session.results_path, render.render_perf_results(log.read_entries(session.log_path)))
+        git_ops.create_branch(g, branch)
+    except BaseException as exc:
+        _remove_session_files(session, made_sandbox)
+        if isinstance(exc, OSError):
+            where = exc.filename or session.sandbox
+            raise CouldNotWrite(f"init could not write {where}: {exc.strerror or exc}",
+                                "make sandbox/ writable (and the disk not full), then re-run init") from exc
+        raise
     if not env.can_measure:
         say("warning: this machine cannot measure yet (see the environment check); set up here, measure on a GPU")
 
@@ -115,6 +154,18 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
             "environment": {**env.record(), "problems": [p.message for p in env.problems]},
             "session": str(session.sandbox / session_mod.SESSION_FILE)}
     return Outcome(text, data)
+
+
+def _remove_session_files(session: session_mod.Session, made_sandbox: bool) -> None:
+    """Undo a failed init's writes: sandbox/ when init made it, else only the files init writes."""
+    if made_sandbox:
+        shutil.rmtree(session.sandbox, ignore_errors=True)
+        return
+    for path in (session.sandbox / session_mod.SESSION_FILE, session.results_path):
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            pass  # best effort: the error being reported is the one that matters
 
 
 def _perf_file(root: Path, raw: Path) -> Path:

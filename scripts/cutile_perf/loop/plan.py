@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
-from cutile_perf.errors import UsageError
+from cutile_perf.errors import UsageError, clean_text
 
 CANDIDATE_DIR = "sandbox/"
 EXAMPLE = 'tries: [{optimization: "occupancy 4", files: {<fenced kernel>: sandbox/cand/occ4.py}}]'
@@ -55,7 +55,8 @@ def parse(text: str) -> list[PlannedTry]:
     for n, entry in enumerate(entries, 1):
         if not isinstance(entry, dict) or set(entry) - {"optimization", "files"}:
             raise UsageError(f"plan entry {n} must have exactly 'optimization' and 'files'", EXAMPLE)
-        optimization = " ".join(str(entry.get("optimization") or "").split())
+        # Into the log and every view, like a try's description: terminal control out, UTF-8 only.
+        optimization = clean_text(str(entry.get("optimization") or ""), f"plan entry {n} optimization")
         if not optimization:
             raise UsageError(f"plan entry {n} has no optimization description", EXAMPLE)
         files = entry.get("files")

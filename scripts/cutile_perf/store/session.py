@@ -4,22 +4,24 @@ Also owns the sandbox layout and the lock that keeps two loop commands off the s
 """
 from __future__ import annotations
 
+import fnmatch
+import functools
 import fcntl
 import json
 import math
 import os
 import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import yaml
 
 from cutile_perf.store import atomic
 from cutile_perf.judge.rules import Thresholds
-from cutile_perf.errors import Locked, NoSession, UsageError
+from cutile_perf.errors import Locked, NoSession, Refused, UsageError
 
 SANDBOX = "sandbox"
 SESSION_FILE = "session.yaml"
@@ -37,7 +39,61 @@ CORRECTNESS_TEMPLATE = '{python} -m pytest {test} -k "test_ and cutile and not c
 PERF_TEMPLATE = '{python} -m pytest {test} -k "test_perf and cutile and not cutile_rs" -q --print-record'
 # What a session freezes into the log's first row: a later edit of these in session.yaml is refused.
 FROZEN_KEYS = ("kernel", "kernel_files", "fence", "test", "correctness_cmd", "perf_cmd", "thresholds", "timeout_s",
-               "base_commit", "branch", "require_gpu", "defence")
+               "base_commit", "branch", "require_gpu", "defence", "jit_cache", "prestart_perf", "correctness_jobs",
+               "sandbox_mode")
+# How the children are isolated from the machine: "auto" (the best isolation this machine offers),
+# "off" (none; init --no-sandbox). child/runner.py reads it.
+SANDBOX_MODES = ("auto", "off")
+
+# What the fence may never hold, whatever init was told or session.yaml says: the tests that judge a
+# change, the files that configure pytest or the package (they choose the tests, plugins and
+# options), anything under a tests/ folder, git's folder and the session's own. A change that may
+# also weaken its own test proves nothing (a broken kernel plus a loosened tolerance was kept).
+PROTECTED_NAMES = ("conftest.py", "pytest.ini", "pyproject.toml", "setup.cfg", "setup.py", "tox.ini")
+PROTECTED_PATTERNS = ("test_*.py", "*_test.py")
+PROTECTED_DIRS = ("tests",)
+_GLOB_CHARS = set("*?[")
+_WALK_SKIPPED = {".git", "__pycache__"}
+
+
+def protected_reason(rel: str, test_files: Iterable[str] = ()) -> str | None:
+    """Why the repo-relative ``rel`` (a file, or a folder ending in "/") may not be in the fence; None
+    when it may. ``test_files``: the session's correctness and perf test files. Pure: a folder's
+    contents on disk are ``protected_inside``'s."""
+    is_dir = rel.endswith("/")
+    parts = PurePosixPath(rel).parts
+    if not parts or parts in ((".",), ("/",)):
+        return "is the whole repository"
+    if parts[0] == ".git":
+        return "is git's own folder"
+    if parts[0] == SANDBOX:
+        return "is the session's own folder (sandbox/)"
+    if any(p in PROTECTED_DIRS for p in parts):
+        return "is a tests/ folder" if is_dir and parts[-1] in PROTECTED_DIRS else "is under a tests/ folder"
+    name = parts[-1]
+    if not is_dir and (name in PROTECTED_NAMES or any(fnmatch.fnmatchcase(name, p) for p in PROTECTED_PATTERNS)):
+        return "is a test or a pytest/packaging configuration file"
+    clean = PurePosixPath(rel).as_posix()
+    for test in test_files:
+        test = PurePosixPath(test).as_posix()
+        if test == clean or (is_dir and test.startswith(clean + "/")):
+            return f"{'holds' if is_dir else 'is'} the session's test file {test}"
+    return None
+
+
+def protected_inside(root: Path, rel: str) -> str | None:
+    """The first repo-relative path under the folder ``rel`` ("dir/") that the fence may not hold
+    (``protected_reason`` of the file), or None. What the folder holds now: a file created in it
+    later is refused by ``Session.in_fence``."""
+    top = Path(root) / rel
+    for current, dirs, files in os.walk(top, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d not in _WALK_SKIPPED)
+        base = Path(current).relative_to(root).as_posix()
+        for name in sorted(files) + [d + "/" for d in dirs]:
+            found = f"{base}/{name}"
+            if protected_reason(found):
+                return found
+    return None
 
 
 def sandbox(repo: Path) -> Path:
@@ -85,6 +141,9 @@ class Session:
     # sit at stable paths, so kernels a change leaves alone are not recompiled (jitcache.py). False:
     # fresh checkout paths and the user's own cuTile cache, as before the setting existed.
     jit_cache: bool = True
+    # How the children are isolated from the machine (SANDBOX_MODES): "auto", the best this machine
+    # offers; "off" (init --no-sandbox), none. Read by child/runner.py.
+    sandbox_mode: str = "auto"
     schema: int = SCHEMA
 
     @property
@@ -100,10 +159,20 @@ class Session:
         return self.sandbox / RESULTS_FILE
 
     def in_fence(self, path: str) -> bool:
-        """True when ``path`` (repo-relative) may be changed by the agent, or is session scratch."""
+        """True when ``path`` (repo-relative) may be changed by the agent, or is session scratch.
+
+        A test or test configuration file is never in the fence, also not inside a fenced folder
+        (a conftest.py created there would change what the tests check)."""
         if path == SANDBOX or path.startswith(SANDBOX + "/"):
             return True
+        if protected_reason(path, self.test_files):
+            return False
         return any(path == f or (f.endswith("/") and path.startswith(f)) for f in self.fence)
+
+    @functools.cached_property
+    def test_files(self) -> tuple[str, ...]:
+        """The session's test files, repo-relative: ``test`` and every ``.py`` file its commands name."""
+        return (self.test, *command_test_files(self.correctness_cmd, self.perf_cmd))
 
     def argv(self, which: str) -> list[str]:
         """The correctness or perf command as an argv list, placeholders filled in."""
@@ -171,7 +240,29 @@ def _top_level(start: Path) -> Path:
     return start
 
 
-_GLOB_CHARS = set("*?[")
+def command_test_files(*commands: str) -> list[str]:
+    """The ``.py`` files the test commands name literally (a perf file of its own), repo-relative."""
+    found = []
+    for command in commands:
+        try:
+            parts = shlex.split(command)
+        except ValueError:
+            continue  # argv() reports the unparsable command when it is used
+        found += [PurePosixPath(p).as_posix() for p in parts if p.endswith(".py") and "{" not in p]
+    return found
+
+
+def check_fence(root: Path, entries: Iterable[str], test_files: Iterable[str]) -> tuple[str, str] | None:
+    """``(entry, why)`` for the first fence entry that would let the loop change a test, a test
+    configuration, git's folder or the session's own files; None when every entry is allowed."""
+    test_files = tuple(test_files)
+    for entry in entries:
+        reason = protected_reason(entry, test_files)
+        if reason is None and entry.endswith("/") and (inside := protected_inside(root, entry)):
+            reason = f"holds {inside}, a test or test configuration file"
+        if reason:
+            return entry, reason
+    return None
 
 
 def _check_paths(path: Path, key: str, value) -> tuple[str, ...]:
@@ -217,6 +308,9 @@ def load(repo: Path) -> Session:
     for key in ("require_gpu", "defence", "prestart_perf", "jit_cache"):
         if not isinstance(data.get(key, False), bool):
             raise UsageError(f"{path}: {key} must be true or false")
+    if data.get("sandbox_mode", "auto") not in SANDBOX_MODES:
+        raise UsageError(f"{path}: sandbox_mode must be one of {', '.join(SANDBOX_MODES)}, "
+                         f"not {data.get('sandbox_mode')!r}")
     if data.get("prestart_perf") and _runs_xdist(str(data["perf_cmd"])):
         # The gate holds the main pytest process; xdist workers would start timing regardless.
         raise UsageError(f"{path}: prestart_perf needs a perf command without pytest-xdist (-n/--numprocesses)",
@@ -232,7 +326,14 @@ def load(repo: Path) -> Session:
     data.update(timeout_s=timeout_s, kernel_files=_check_paths(path, "kernel_files", data["kernel_files"]),
                 fence=_check_paths(path, "fence", data["fence"]),
                 thresholds=thresholds, created=str(data.get("created", "")))
-    return Session(repo=Path(repo).resolve(), **data)
+    session = Session(repo=Path(repo).resolve(), **data)
+    # Checked on every load, not only by init: a hand-edited (or a kernel-edited) session.yaml must
+    # not widen the fence to the tests that judge the change.
+    if bad := check_fence(session.repo, (*session.fence, *session.kernel_files), session.test_files):
+        entry, why = bad
+        raise Refused(f"{path}: fence entry {entry} {why}; the loop may not change tests or their configuration",
+                      "take it out of fence (and kernel_files) in sandbox/session.yaml")
+    return session
 
 
 def _runs_xdist(command: str) -> bool:
