@@ -28,6 +28,44 @@ controller's reports are used (workers write nothing, or every record would land
   before the first test, the child waits for one byte on that descriptor; end of file means the
   correctness run failed, and the child stops without running a test.
 
+* Timer identity (issue 19 item 4): when this module loads, before any conftest or test module
+  (and so before the candidate's kernel) is imported, it takes the identity of every function a
+  measurement or its report goes through (``WATCHED``: ``time.perf_counter``/``_ns``,
+  ``time.monotonic``, ``statistics.median``/``mean``, ``json.dumps``, ``hmac.new``, ``cutile_perf.bench``
+  and ``judge.stats``, ``runreport``'s writer and signer, this plugin's own writers, pytest's
+  ``TestReport`` and the ``_pytest.reports``/``_pytest.runner`` functions that build the reports,
+  ``torch.cuda.Event``/``elapsed_time``/``record``/``synchronize``, ``triton.testing.do_bench``, and
+  the module objects themselves, so a fake ``sys.modules["time"]`` counts too). torch and triton
+  are not imported for this (1 s and more per child, most of which never time anything): an
+  import hook at the head of ``sys.meta_path`` takes their identities the moment their own import
+  finishes, before the importer's next statement runs; a torch found in ``sys.modules`` that did not
+  pass the hook is itself a finding. After collection (the kernel is imported by then) and at the
+  end of the session, before the end marker is signed, each current object is compared with the
+  captured one (``is``); every replacement is written to the run report as a ``tampered`` line
+  naming the attribute (the harness turns it into crash class ``tampered``), and the original is
+  put back so that what follows, the report writer included, runs on the real functions.
+
+  What this cannot detect, and why:
+
+  - patches outside Python attributes: a C extension or ``LD_PRELOAD`` that hooks ``cudaEventElapsedTime``,
+    ``clock_gettime`` or the driver; the check compares Python objects only;
+  - a patch applied and undone between the two checks (inside a test, or around each timed
+    call): only the state at the check points is seen;
+  - a kernel that does less work only when timed without touching any timer (it counts its calls,
+    or probes the context: ``kernel/probes.py`` refuses the known probes from the source, and
+    the interleaved re-measurement and ``verify`` remain the backstop);
+  - rebinding a name inside another module (``test_module.perf_counter = fake`` after the test did
+    ``from time import perf_counter``), patches of instances (one ``Event`` object's method), of
+    functions not in ``WATCHED``, or of a function's ``__code__`` in place (the object stays the
+    same, its behaviour does not);
+  - code in the same process that finds this plugin's captured references (``gc.get_referrers``,
+    the module's globals) and replaces the originals there as well, or removes the checker: the
+    check raises the bar from "assign an attribute" to "rewrite the harness's memory", like the
+    report's signature; it does not make the process trustworthy;
+  - under pytest-xdist only the controller is checked (its workers write no report);
+  - a hook installed ahead of ours that patches torch while torch itself is being imported (its
+    patched objects are what is captured).
+
 Loading: installed, the ``pytest11`` entry point loads it; the harness also passes
 ``-p cutile_perf.pytest_plugin`` so a target venv without our entry point works too.
 
@@ -39,15 +77,24 @@ the initial conftests have loaded, and only when nobody registered it: it exists
 from __future__ import annotations
 
 import contextlib
+import hashlib  # noqa: F401 - hashlib, hmac, statistics, time, _pytest.*, bench, stats: imported at load so
+import hmac  # noqa: F401   that TimerIdentity captures them before any test module exists
+import importlib.util
+import inspect
 import json
 import os
+import statistics  # noqa: F401
 import sys
+import time  # noqa: F401
 from typing import Any
 
+import _pytest.reports  # noqa: F401
+import _pytest.runner  # noqa: F401
 import pytest
 
-from cutile_perf import knobs
+from cutile_perf import bench, knobs  # noqa: F401
 from cutile_perf.child import runreport
+from cutile_perf.judge import stats  # noqa: F401
 from cutile_perf.child.records import BENCHMARK_PROPERTY, RecordError, format_print_record_line, parse_benchmark
 
 PRINT_RECORD_OPTION = "--print-record"
@@ -74,6 +121,156 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
         )
 
 
+# --- timer identity (module docstring) ---------------------------------------------------------
+
+# module -> dotted attributes under it whose identity is captured at load and checked later.
+WATCHED: dict[str, tuple[str, ...]] = {
+    "time": ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns", "process_time"),
+    "statistics": ("median", "mean", "fmean", "stdev", "quantiles"),
+    "json": ("dumps", "loads", "JSONEncoder.encode", "JSONEncoder.iterencode"),
+    "hmac": ("new", "HMAC.hexdigest"),
+    "hashlib": ("sha256",),
+    "os": ("fsync", "read"),
+    "builtins": ("open", "sorted", "min", "max", "sum", "len"),
+    "cutile_perf.bench": ("bench", "bench_record", "_timed", "_batch_times", "_check_escape", "_graph_replay",
+                          "_torch", "hidden_work", "plan_counts", "stats"),
+    "cutile_perf.judge.stats": ("median", "mean", "std", "quantile", "summarize", "rel_std_percent", "trimmed_mean"),
+    "cutile_perf.child.runreport": ("Writer", "Writer.write", "_sign", "outcome_of", "ids_digest", "OUTCOME_RANK"),
+    "cutile_perf.child.records": ("parse_benchmark", "format_print_record_line", "BENCHMARK_PROPERTY"),
+    __name__: ("RunReporter", "RunReporter.pytest_runtest_logreport", "RunReporter.pytest_sessionfinish",
+               "RunReporter.pytest_collection_modifyitems", "BenchmarkRecorder", "BenchmarkRecorder._append",
+               "BenchmarkRecorder.pytest_runtest_logreport", "_jsonable", "_json_scalar", "_print_lines", "json",
+               "os", "runreport", "knobs", "BENCHMARK_PROPERTY", "TimerIdentity", "TimerIdentity.check"),
+    "pytest": ("TestReport", "hookimpl"),
+    "_pytest.reports": ("TestReport", "TestReport.__init__", "TestReport.from_item_and_call", "BaseReport",
+                        "BaseReport.passed", "BaseReport.failed", "BaseReport.skipped",
+                        "pytest_report_to_serializable", "pytest_report_from_serializable"),
+    "_pytest.runner": ("TestReport", "CallInfo", "CallInfo.from_call", "call_and_report", "call_runtest_hook",
+                       "runtestprotocol", "pytest_runtest_makereport", "check_interactive_exception"),
+    # Imported on demand, never for this check (see _ImportWatch).
+    "torch": ("cuda", "cuda.Event", "cuda.Event.elapsed_time", "cuda.Event.record", "cuda.Event.synchronize",
+              "cuda.synchronize", "cuda.current_stream", "cuda.graphs", "profiler"),
+    "triton.testing": ("do_bench", "do_bench_cudagraph"),
+}
+LAZY = ("torch", "triton.testing")  # captured when their own import finishes
+_MISSING = object()
+
+
+def _resolve(module: str, chain: str = "") -> object:
+    """The object ``module.chain`` names now, without binding methods (``getattr_static``)."""
+    obj = sys.modules.get(module, _MISSING)
+    for part in chain.split(".") if chain else ():
+        if obj is _MISSING:
+            return _MISSING
+        found = inspect.getattr_static(obj, part, _MISSING)
+        obj = getattr(obj, part, _MISSING) if found is _MISSING else found
+    return obj
+
+
+class TimerIdentity:
+    """The captured originals and the check (module docstring, "Timer identity")."""
+
+    def __init__(self):
+        self.captured: dict[str, tuple[str, str, object]] = {}  # label -> (module, chain, original)
+        self.pending: set[str] = set()  # lazy modules not imported yet
+        self.reported: set[str] = set()
+        self.watch: _ImportWatch | None = None
+
+    def capture(self, module: str) -> None:
+        if module not in sys.modules:
+            return
+        self.pending.discard(module)
+        for chain in ("", *WATCHED[module]):
+            label = f"{module}.{chain}" if chain else module
+            value = _resolve(module, chain)
+            if value is not _MISSING and label not in self.captured:
+                self.captured[label] = (module, chain, value)
+
+    @classmethod
+    def at_load(cls, *, watch_imports: bool) -> TimerIdentity:
+        identity = cls()
+        for module in WATCHED:
+            if module in sys.modules:
+                identity.capture(module)
+            elif module in LAZY and importlib.util.find_spec(module.split(".")[0]) is not None:
+                identity.pending.add(module)
+        if identity.pending and watch_imports:
+            identity.watch = _ImportWatch(identity)
+            sys.meta_path.insert(0, identity.watch)
+        return identity
+
+    def check(self, when: str) -> list[str]:
+        """What was replaced since load (each attribute reported once), the originals put back."""
+        found: list[tuple[str, str]] = []
+        for label, (module, chain, original) in self.captured.items():
+            if _resolve(module, chain) is not original:
+                found.append((label, f"{label} was replaced ({when})"))
+                _restore(module, chain, original)
+        for module in sorted(self.pending):
+            if module in sys.modules:
+                found.append((f"import:{module}", f"{module} was imported past the plugin's import hook, its timers "
+                                                  f"could not be captured ({when})"))
+        if self.watch is not None and self.pending and self.watch not in sys.meta_path:
+            found.append(("meta_path", f"the plugin's import hook was removed from sys.meta_path ({when})"))
+        out = [text for key, text in found if key not in self.reported]
+        self.reported.update(key for key, _text in found)
+        return out
+
+
+def _restore(module: str, chain: str, original: object) -> None:
+    with contextlib.suppress(Exception):
+        if not chain:
+            sys.modules[module] = original
+            return
+        *parents, name = chain.split(".")
+        owner = _resolve(module, ".".join(parents))
+        if owner is not _MISSING:
+            setattr(owner, name, original)
+
+
+class _ImportWatch:
+    """Meta-path finder: lets the other finders find a LAZY module, and captures its identities
+    right after the module's own code has run."""
+
+    def __init__(self, identity: TimerIdentity):
+        self.identity = identity
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.identity.pending:
+            return None
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _CapturingLoader(spec.loader, name, self.identity)
+        return spec
+
+
+class _CapturingLoader:
+    def __init__(self, inner, name: str, identity: TimerIdentity):
+        self.inner, self.name, self.identity = inner, name, identity
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        # The module sees its real loader; only the end of its execution is ours.
+        module.__loader__ = self.inner
+        if getattr(module, "__spec__", None) is not None:
+            module.__spec__.loader = self.inner
+        self.inner.exec_module(module)
+        self.identity.capture(self.name)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
 REPORTER_NAME = "cutile-perf-run-report"
 GATE_NAME = "cutile-perf-gate"
 # Read at import, before any conftest or test module (and the kernel they import) exists.
@@ -93,7 +290,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(Gate(_GATE_FD), GATE_NAME)
     path = knobs.report_path()
     if path is not None and not hasattr(config, "workerinput") and not config.pluginmanager.has_plugin(REPORTER_NAME):
-        config.pluginmanager.register(RunReporter(path, _REPORT_KEY or b"", knobs.shard()), REPORTER_NAME)
+        config.pluginmanager.register(RunReporter(path, _REPORT_KEY or b"", knobs.shard(), _IDENTITY),
+                                      REPORTER_NAME)
 
 
 class Gate:
@@ -122,10 +320,27 @@ class Gate:
 class RunReporter:
     """Writes the signed run report the harness judges a stage by (``runreport.read``)."""
 
-    def __init__(self, path, key: bytes, shard: tuple[int, int] | None = None):
+    def __init__(self, path, key: bytes, shard: tuple[int, int] | None = None,
+                 identity: TimerIdentity | None = None):
         self.writer = runreport.Writer(path, key)
         self.outcomes: dict[str, str] = {}
         self.shard = shard
+        self.identity = identity
+        self._writer, self._write = self.writer, runreport.Writer.write
+
+    def check_identity(self, when: str) -> None:
+        """Timer identity: write every replaced timing or reporting function as a ``tampered`` line."""
+        findings = self.identity.check(when) if self.identity is not None else []
+        if self.writer is not self._writer or "write" in vars(self._writer):
+            findings.append(f"the plugin's report writer was replaced ({when})")
+            self.writer = self._writer
+            vars(self._writer).pop("write", None)
+        if findings:
+            self._write(self.writer, {"type": "tampered", "findings": findings})
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.check_identity("after collection")
 
     @pytest.hookimpl(trylast=True)  # after -k/-m deselection: shard what the command selects
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
@@ -159,6 +374,7 @@ class RunReporter:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
+        self.check_identity("at the end of the session")
         modules = {}
         for name, module in list(sys.modules.items()):
             file = getattr(module, "__file__", None)
@@ -231,3 +447,7 @@ def _json_scalar(value: Any) -> Any:
 def _jsonable(value: Any) -> Any:
     """A record as plain JSON data (numpy/torch scalars become numbers)."""
     return json.loads(json.dumps(value, default=_json_scalar))
+
+
+# Last, so that this module's own functions exist; still at load, before any conftest or test module.
+_IDENTITY = TimerIdentity.at_load(watch_imports=knobs.report_path() is not None)

@@ -326,6 +326,9 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
                      + (f" (restored; the changed copies are in sandbox/tampered/{tag}/)" if touched_user else ""))
     elif report.forged:
         integrity = (CrashClass.TAMPERED, f"the run report has lines the plugin did not write: {report.forged[0]}")
+    elif report.tampered:
+        integrity = (CrashClass.TAMPERED, f"timing or reporting functions were replaced in the {name} run: "
+                     + "; ".join(report.tampered[:3]))
     elif shard_integrity is not None:
         integrity = shard_integrity
     elif crash is None:

@@ -1,7 +1,8 @@
 """The signed run report a pytest child leaves for the harness: positive evidence, not exit codes.
 
 The plugin (``pytest_plugin.RunReporter``) writes one JSON line per event: a test's outcome, a
-benchmark record, the files the imported modules came from, and an end-of-session marker. Each
+benchmark record, the files the imported modules came from, the timing or reporting functions it
+found replaced (``tampered``; readers that predate it ignore the line), and an end-of-session marker. Each
 line carries a sequence number and an HMAC under a key the harness passed through a pipe. The
 harness (``read``) then knows:
 
@@ -81,6 +82,9 @@ class RunReport:
     exitstatus: int | None = None
     forged: list[str] = field(default_factory=list)  # lines that the plugin did not write
     shard: dict | None = None  # index, count, selected (of all shards), digest, mine (this share)
+    # Timing or reporting functions the plugin saw replaced in the child ("tampered" lines; a report
+    # from a plugin without the timer identity check has none).
+    tampered: list[str] = field(default_factory=list)
 
     def passed(self) -> set[str]:
         return {n for n, o in self.outcomes.items() if o == "passed"}
@@ -119,6 +123,8 @@ def read(path: str | os.PathLike, key: bytes) -> RunReport:
             report.shard = {k: line.get(k) for k in ("index", "count", "selected", "digest", "mine")}
         elif kind == "modules":
             report.modules = dict(line.get("files") or {})
+        elif kind == "tampered":
+            report.tampered.extend(str(f) for f in line.get("findings") or [])
         elif kind == "end":
             report.ended = True
             report.exitstatus = line.get("exitstatus")
@@ -139,6 +145,7 @@ def merge_shards(reports: list[RunReport]) -> tuple[RunReport, str | None]:
         merged.records.extend(report.records)
         merged.modules.update(report.modules)
         merged.forged.extend(f"shard {index}: {line}" for line in report.forged)
+        merged.tampered.extend(f"shard {index}: {finding}" for finding in report.tampered)
         if report.exitstatus is not None:
             merged.exitstatus = max(merged.exitstatus or 0, report.exitstatus)
     shards = [r.shard for r in reports if r.shard is not None]

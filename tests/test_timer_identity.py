@@ -1,0 +1,176 @@
+"""Timer identity (issue 19 item 4): a kernel that replaces the functions its timing or its report
+goes through is caught by the child's plugin and ends as crash class ``tampered``.
+
+The simulated repository's perf test reports ``LATENCY_MS`` instead of timing anything, so each
+attack below does both halves of a real one: it patches the timer the way an attacker would (here
+to run at half speed) and sets ``LATENCY_MS`` to what the patched timer would then have measured
+(2x faster). The control shows that the same numbers without the patch are kept: the patch, and
+only the patch, is what turns the candidate away.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from test_redteam import FAST, append_to_kernel, call, edit_kernel, repo, rows, snapshot, _template  # noqa: F401
+from test_redteam import assert_not_kept_nothing_lost
+
+from cutile_perf.child import records, runner, runreport
+
+PATCH_PERF_COUNTER = '''
+# ATTACK perf-counter
+import time as _t
+
+_real_clock = _t.perf_counter
+_t.perf_counter = lambda: _real_clock() / 2  # every interval the perf test times is halved
+'''
+
+PATCH_MEDIAN = '''
+# ATTACK median
+import statistics as _st
+
+_real_median = _st.median
+_st.median = lambda xs: _real_median(xs) / 2
+'''
+
+
+@pytest.mark.parametrize("attack, marker", [(PATCH_PERF_COUNTER, "# ATTACK perf-counter"),
+                                            (PATCH_MEDIAN, "# ATTACK median")])
+def test_kernel_that_patches_a_timer_is_tampered(repo, attack, marker):
+    before = snapshot(repo)
+    edit_kernel(repo, latency=FAST)
+    append_to_kernel(repo, attack)
+    code, data, _ = call(repo, "try", "2x faster (per the patched timer)")
+    row = assert_not_kept_nothing_lost(repo, before, code, marker=marker)
+    assert row.get("crash_class") == "tampered", row
+    name = "time.perf_counter" if "perf-counter" in marker else "statistics.median"
+    assert name in json.dumps(row), row
+
+
+def test_control_the_same_numbers_without_a_patch_are_kept(repo):
+    edit_kernel(repo, latency=FAST)
+    code, data, _ = call(repo, "try", "honestly 2x faster")
+    assert code == 0 and rows(repo)[-1]["status"] == "keep", data
+
+
+# --- the plugin in a real pytest child, report read back -----------------------------------------
+
+
+def _child(tmp_path: Path, files: dict[str, str]) -> runreport.RunReport:
+    for rel, text in files.items():
+        (tmp_path / rel).write_text(textwrap.dedent(text))
+    key = runreport.new_key()
+    report = tmp_path / "report.jsonl"
+    result = runner.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *records.PYTEST_PLUGIN_ARGS,
+                         str(tmp_path)], cwd=tmp_path, timeout_s=120, output_path=tmp_path / "out.log",
+                        env_overrides={"CUTILE_PERF_REPORT": str(report)}, secret=key)
+    parsed = runreport.read(report, key)
+    assert parsed.ended and not parsed.forged, result.tail()
+    return parsed
+
+
+def test_an_honest_run_has_no_finding_and_a_test_that_restores_its_patch_passes(tmp_path):
+    parsed = _child(tmp_path, {"test_a.py": '''
+        import statistics, time
+
+        def test_uses_timers(monkeypatch):
+            monkeypatch.setattr(time, "perf_counter", lambda: 0.0)  # pytest puts it back at teardown
+            assert statistics.median([1, 2, 3]) == 2
+    '''})
+    assert parsed.outcomes and parsed.tampered == []
+
+
+def test_patch_at_import_is_found_after_collection_and_put_back(tmp_path):
+    parsed = _child(tmp_path, {"kernel.py": '''
+        import statistics, time
+        time.perf_counter = lambda: 0.0
+        statistics.mean = min
+    ''', "test_k.py": '''
+        import time
+        import kernel
+
+        def test_clock_is_real_again():
+            assert time.perf_counter() > 0.0  # the plugin restored it after collection
+    '''})
+    assert parsed.passed() == {"test_k.py::test_clock_is_real_again"}
+    assert any(f.startswith("time.perf_counter was replaced (after collection)") for f in parsed.tampered)
+    assert any(f.startswith("statistics.mean was replaced") for f in parsed.tampered)
+
+
+def test_patch_inside_a_test_is_found_at_the_end(tmp_path):
+    parsed = _child(tmp_path, {"test_k.py": '''
+        import sys
+
+        def test_swap():
+            import statistics
+            sys.modules["statistics"] = type(sys)("statistics")  # a fake module for later importers
+    '''})
+    assert parsed.tampered == ["statistics was replaced (at the end of the session)"]
+
+
+def test_patched_report_writer_still_gets_the_finding_out(tmp_path):
+    # json.dumps is what the writer serialises with: an attacker's version that drops lines would
+    # hide the finding; it is restored before the finding is written.
+    parsed = _child(tmp_path, {"test_k.py": '''
+        import json
+        _real = json.dumps
+
+        def _hide(obj, *a, **k):
+            if isinstance(obj, dict) and obj.get("type") == "tampered":
+                obj = {"type": "note"}
+            return _real(obj, *a, **k)
+
+        def test_swap():
+            json.dumps = _hide
+    '''})
+    assert parsed.tampered == ["json.dumps was replaced (at the end of the session)"]
+
+
+def test_torch_timers_are_captured_when_torch_is_imported_later(tmp_path):
+    pytest.importorskip("torch")
+    parsed = _child(tmp_path, {"conftest.py": "import torch\n", "test_k.py": '''
+        import torch
+
+        _real = torch.cuda.Event.elapsed_time
+        torch.cuda.Event.elapsed_time = lambda self, end: _real(self, end) / 2
+
+        def test_nothing():
+            pass
+    '''})
+    assert parsed.tampered == ["torch.cuda.Event.elapsed_time was replaced (after collection)"]
+
+
+def test_torch_imported_past_the_hook_is_a_finding(tmp_path):
+    pytest.importorskip("torch")
+    parsed = _child(tmp_path, {"test_k.py": '''
+        import sys
+        sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "_ImportWatch"]
+        import torch
+
+        def test_nothing():
+            pass
+    '''})
+    assert any("torch was imported past the plugin's import hook" in f for f in parsed.tampered), parsed.tampered
+    assert any("import hook was removed" in f for f in parsed.tampered), parsed.tampered
+
+
+# --- the report field ------------------------------------------------------------------------------
+
+
+def test_tampered_lines_are_read_and_merged_and_old_reports_have_none(tmp_path):
+    key = runreport.new_key()
+    path = tmp_path / "r.jsonl"
+    writer = runreport.Writer(path, key)
+    writer.write({"type": "test", "nodeid": "t", "outcome": "passed"})
+    writer.write({"type": "tampered", "findings": ["time.perf_counter was replaced (after collection)"]})
+    writer.write({"type": "end", "exitstatus": 0, "collected": 1})
+    report = runreport.read(path, key)
+    assert report.tampered == ["time.perf_counter was replaced (after collection)"] and report.ended
+    old = tmp_path / "old.jsonl"
+    runreport.Writer(old, key).write({"type": "end", "exitstatus": 0, "collected": 0})
+    assert runreport.read(old, key).tampered == []
+    merged, _problem = runreport.merge_shards([report, runreport.read(old, key)])
+    assert merged.tampered == ["shard 0: time.perf_counter was replaced (after collection)"]
