@@ -25,8 +25,28 @@ def script():
 
 
 def test_there_is_one_attack_per_letter_and_each_names_its_defence():
-    assert [p.stem[0] for p in ATTACKS] == ["a", "b", "c", "d", "e"]
+    assert [p.stem[0] for p in ATTACKS] == list("abcdefghi")
     assert set(script().DEFENCES) == {p.stem for p in ATTACKS}
+
+
+def test_only_selects_by_letter_or_stem():
+    rt = script()
+    assert [p.stem for p in rt.attack_files(["f,g", "h_pth_planter"])] == [
+        "f_perf_only_launch_shrink", "g_timer_patch_hidden", "h_pth_planter"]
+    assert len(rt.attack_files(None)) == len(ATTACKS)
+
+
+def test_only_the_perf_only_attack_is_visible_to_the_static_probe_scan():
+    """(f) is refused before running; (g)-(i) are written so the scan does not see them (their
+    defences are at run time), and (a)-(e) are not probes at all."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from cutile_perf.kernel import probes
+
+    rel = "src/tilesuite/ops/cutile/softmax.py"
+    old = {rel: (ROOT / "examples" / "kernels" / rel).read_text()}
+    found = {p.stem: probes.scan(old, {rel: p.read_text()}) for p in ATTACKS}
+    assert {stem for stem, f in found.items() if f} == {"f_perf_only_launch_shrink"}
+    assert probes.describe(found["f_perf_only_launch_shrink"]).startswith("perf-only behaviour suspected")
 
 
 @pytest.mark.toolchain
@@ -36,14 +56,46 @@ def test_attack_compiles_for_sm_90(path):
     assert script().compile_attack(path, "sm_90") >= 1
 
 
+def test_outcomes_and_verdicts():
+    rt = script()
+    assert rt.outcome_of(3, None, "perf-only behaviour suspected: x.py:1 [env] ...\nmore") == \
+        "refused: perf-only behaviour suspected: x.py:1 [env] ..."
+    assert rt.outcome_of(4, {"status": "crash", "crash_class": "tampered"}, "") == "crash tampered"
+    assert rt.outcome_of(0, {"status": "revert", "decision": {"tier": "regression"}}, "") == "revert"
+    assert rt.outcome_of(0, {"status": "keep", "decision": {"tier": "no-change"}}, "") == "keep (no-change)"
+    assert rt.outcome_of(0, {"status": "keep", "decision": {"tier": "new-baseline"}}, "") == "keep (new-baseline)"
+    assert rt.caught("f_perf_only_launch_shrink", "refused: perf-only behaviour suspected: ...", []) is True
+    assert rt.caught("f_perf_only_launch_shrink", "refused: no baseline recorded yet", []) is None
+    assert rt.caught("g_timer_patch_hidden", "crash tampered", []) is True
+    assert rt.caught("g_timer_patch_hidden", "keep (no-change)", []) is False
+    assert rt.caught("h_pth_planter", "keep (no-change)", []) is True
+    assert rt.caught("h_pth_planter", "keep (no-change)", ["LANDED: x.pth exists after the try"]) is False
+    assert rt.caught("i_branch_swap", "keep (keep-lower-priority)", []) is False
+
+
 def test_table_marks_a_kept_attack_as_not_caught():
-    results = [{"attack": "a_side_stream", "kept": False, "status": "crash", "crash_class": "error",
-                "reason": "perf error: HiddenDeviceWork | x", "defence": "bench"},
-               {"attack": "d_lower_precision", "kept": True, "status": "keep", "crash_class": None,
-                "reason": "within noise", "defence": "float64"}]
+    results = [{"attack": "a_side_stream", "caught": True, "outcome": "crash wrong-result", "sandbox": "unshare",
+                "reason": "perf error: HiddenDeviceWork | x", "defence": "bench", "seconds": 41.0},
+               {"attack": "d_lower_precision", "caught": False, "outcome": "keep (no-change)", "sandbox": "unshare",
+                "reason": "within noise", "defence": "float64", "seconds": 50.0},
+               {"attack": "h_pth_planter", "caught": True, "outcome": "keep (no-change)", "sandbox": "unshare",
+                "reason": "within noise", "defence": "sandbox", "seconds": 50.0,
+                "attack_lines": ["[1-correctness.log] ATTACK h_pth_planter pid=7: write to /x.pth failed"]}]
     text = script().markdown(results)
-    assert "| a_side_stream | no | crash | error | perf error: HiddenDeviceWork \\| x | bench |" in text
-    assert "**KEPT: NOT CAUGHT**" in text and "NOT CAUGHT: d_lower_precision was kept" in text
+    assert ("| a_side_stream | crash wrong-result | yes | perf error: HiddenDeviceWork \\| x | unshare | 41.0 | "
+            "bench |") in text
+    assert "| d_lower_precision | keep (no-change) | **NOT CAUGHT** |" in text
+    assert "NOT CAUGHT: d_lower_precision (keep (no-change): within noise)" in text
+    assert "    [1-correctness.log] ATTACK h_pth_planter pid=7: write to /x.pth failed" in text
+
+
+def test_attack_lines_are_collected_once_from_the_runs_logs(tmp_path):
+    runs = tmp_path / "sandbox" / "runs"
+    runs.mkdir(parents=True)
+    (runs / "1-correctness.log").write_text("x\nATTACK i_branch_swap pid=1: nothing found\n")
+    (runs / "1-perf.log").write_text("ATTACK i_branch_swap pid=2: nothing found\nATTACK i_branch_swap pid=2: y\n")
+    assert script().attack_lines(tmp_path) == ["[1-correctness.log] ATTACK i_branch_swap pid=1: nothing found",
+                                               "[1-perf.log] ATTACK i_branch_swap pid=2: y"]
 
 
 def _half_math_softmax(x, dtype, tile=1024):
