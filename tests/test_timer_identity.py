@@ -28,26 +28,43 @@ _real_clock = _t.perf_counter
 _t.perf_counter = lambda: _real_clock() / 2  # every interval the perf test times is halved
 '''
 
-PATCH_MEDIAN = '''
-# ATTACK median
-import statistics as _st
-
-_real_median = _st.median
-_st.median = lambda xs: _real_median(xs) / 2
+# The same patches with the module and attribute names built at run time: the static scan
+# (kernel/probes.py, run by `try` before anything runs) cannot see them, the child's check must.
+HIDDEN_PATCH = '''
+# ATTACK hidden-{what}
+_mod = __import__(bytes({module}).decode())
+_name = bytes({attr}).decode()
+_real = getattr(_mod, _name)
+setattr(_mod, _name, {fake})
 '''
+HIDDEN = {
+    "time.perf_counter": HIDDEN_PATCH.format(what="perf-counter", module=list(b"time"), attr=list(b"perf_counter"),
+                                             fake="lambda: _real() / 2"),
+    "statistics.median": HIDDEN_PATCH.format(what="median", module=list(b"statistics"), attr=list(b"median"),
+                                             fake="lambda xs: _real(xs) / 2"),
+}
 
 
-@pytest.mark.parametrize("attack, marker", [(PATCH_PERF_COUNTER, "# ATTACK perf-counter"),
-                                            (PATCH_MEDIAN, "# ATTACK median")])
-def test_kernel_that_patches_a_timer_is_tampered(repo, attack, marker):
+@pytest.mark.parametrize("name", sorted(HIDDEN))
+def test_kernel_that_patches_a_timer_out_of_sight_of_the_scan_is_tampered(repo, name):
     before = snapshot(repo)
     edit_kernel(repo, latency=FAST)
-    append_to_kernel(repo, attack)
+    append_to_kernel(repo, HIDDEN[name])
     code, data, _ = call(repo, "try", "2x faster (per the patched timer)")
-    row = assert_not_kept_nothing_lost(repo, before, code, marker=marker)
+    row = assert_not_kept_nothing_lost(repo, before, code, marker="# ATTACK hidden-")
     assert row.get("crash_class") == "tampered", row
-    name = "time.perf_counter" if "perf-counter" in marker else "statistics.median"
     assert name in json.dumps(row), row
+
+
+def test_kernel_that_patches_a_timer_in_plain_sight_is_not_kept(repo):
+    """Refused by the static scan before anything runs (exit 3), or, were the scan to miss it,
+    caught by the child's check: either way not kept."""
+    before = snapshot(repo)
+    edit_kernel(repo, latency=FAST)
+    append_to_kernel(repo, PATCH_PERF_COUNTER)
+    code, data, _ = call(repo, "try", "2x faster (per the patched timer)")
+    row = assert_not_kept_nothing_lost(repo, before, code, marker="# ATTACK perf-counter", refused_ok=True)
+    assert row is None or row.get("crash_class") == "tampered", row
 
 
 def test_control_the_same_numbers_without_a_patch_are_kept(repo):
