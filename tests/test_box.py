@@ -12,6 +12,7 @@ had (unprivileged user namespaces disabled, no ``unshare``).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import site
@@ -24,7 +25,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from fixtures_repo import edit_kernel, git
+from fixtures_repo import KERNEL_REL, edit_kernel, git
 from test_redteam import (SLOW, _template, append_to_kernel, assert_not_kept_nothing_lost, call, repo, rows,  # noqa: F401
                           snapshot)
 
@@ -378,6 +379,27 @@ with socket.create_connection(("127.0.0.1", {port}), timeout=2) as _s:
         stop.set()
         thread.join(timeout=2)
         server.close()
+
+
+@needs_box
+def test_try_and_verify_children_see_the_same_fixed_checkout_path(repo):
+    """Item 4: whichever slot or command (try, verify) a child runs in, its kernel file has one
+    path, so it cannot tell them apart by place, and cuTile's cache key (which embeds that path)
+    is the same for every slot. The signed run reports keep the paths the children saw."""
+    edit_kernel(repo, latency={s: v / 2 for s, v in SLOW.items()})  # 25 % faster than the baseline
+    code, data = _try(repo, "faster")
+    assert code == 0, data
+    code, data, _ = call(repo, "verify")
+    assert data.get("verified") is not None, data
+    seen: dict[str, set[str]] = {}
+    for report in (repo / "sandbox/runs").glob("*.report.jsonl"):
+        for line in report.read_text().splitlines():
+            files = json.loads(line).get("files") if '"modules"' in line else None
+            for name, path in (files or {}).items():
+                if name == "fakegym.ops.cutile.rms_norm":
+                    seen.setdefault(path, set()).add(report.name.split("-")[0])
+    assert set(seen) == {f"{box.CHECKOUT}/{KERNEL_REL}"}, seen
+    assert {"verify"} <= set().union(*seen.values()), seen  # verify's children too, not only try's
 
 
 # --- the overhead, for the record ---------------------------------------------------------------------

@@ -189,7 +189,8 @@ def _session(tmp_path: Path, *session_changes) -> tuple[Path, Path]:
 
 @pytest.mark.slow
 def test_children_compile_into_the_guarded_session_cache_from_the_same_paths_and_verify_starts_empty(
-        tmp_path, capsys):
+        tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CUTILE_PERF_SANDBOX", "off")  # the observer writes outside the box; boxed paths: test_box.py
     repo, log = _session(tmp_path)
     cache = repo / "sandbox" / jitcache.CACHE_DIR
     edit_kernel(repo, latency={"256x1024": 0.5, "4096x1024": 1.0})
@@ -225,6 +226,7 @@ def test_children_compile_into_the_guarded_session_cache_from_the_same_paths_and
 @pytest.mark.slow
 def test_without_jit_cache_children_keep_the_users_cache_and_fresh_paths(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_TILE_CACHE_DIR", str(tmp_path / "users-own-cache"))
+    monkeypatch.setenv("CUTILE_PERF_SANDBOX", "off")  # the box passes no cache of the user's own (harness.md, Sandbox)
     repo, log = _session(tmp_path, ("jit_cache", False))
     append_to_kernel(repo, OBSERVER.format(log=str(log)))
     code, data, _ = call(repo, "try", "observed 1")

@@ -111,7 +111,8 @@ for _frame in _inspect.stack():
 
 
 @pytest.mark.slow
-def test_a_protected_file_changed_after_the_correctness_check_is_caught(tmp_path):
+def test_a_protected_file_changed_after_the_correctness_check_is_caught(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUTILE_PERF_SANDBOX", "off")  # the check behind the box: in it the repository is hidden
     repo = _prestarted_session(tmp_path)
     before = snapshot(repo)
     edit_kernel(repo, latency=FAST)

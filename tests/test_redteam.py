@@ -271,6 +271,7 @@ def test_ratchet_of_repeated_4_percent_slowdowns_never_drifts_past_the_gate(tmp_
     held in 285 of 300 simulated sessions (``python benchmarks/decision_power.py --noise 0.12
     --steps 6``), and with unseeded jitter this test failed in CI about that often."""
     monkeypatch.setenv("FAKEGYM_JITTER_COUNTER", str(tmp_path / "jitter-counter"))
+    monkeypatch.setenv("CUTILE_PERF_SANDBOX", "off")  # the box would hide the counter and its variable from the child
     repo = build_tilegym_like_repo(tmp_path)
     edit_kernel(repo, noise=0.12)  # per-sample jitter; the median of 9 moves ~3 % run to run
     git(repo, "commit", "-qam", "noisier simulated kernel")
@@ -517,9 +518,10 @@ _atexit.register(_forge)
 
 
 @pytest.mark.parametrize("how", ["truncate", "inflate"])
-def test_kernel_that_alters_the_log_neither_wins_nor_bricks_the_session(repo, how):
+def test_kernel_that_alters_the_log_neither_wins_nor_bricks_the_session(repo, how, monkeypatch):
     """The kernel truncates sandbox/experiments.jsonl, or appends a forged baseline row with
     inflated medians so that later candidates look faster. Today: kept, or the session is bricked."""
+    monkeypatch.setenv("CUTILE_PERF_SANDBOX", "off")  # the check behind the box: in it the attack cannot reach the log (test_box.py)
     forged_row = json.dumps({"iteration": 0, "optimization": "baseline", "status": "keep", "correctness": "PASS",
                              "latency_ms": 100.0, "shapes": {s: {"median": 100.0} for s in BASE_LATENCY}})
     action = ("    log.write_text('')" if how == "truncate"
@@ -543,9 +545,10 @@ for _box in _sandboxes():
     assert code == 1 and data.get("decision") == "revert", data
 
 
-def test_kernel_that_widens_the_fence_in_session_yaml_is_caught(repo):
+def test_kernel_that_widens_the_fence_in_session_yaml_is_caught(repo, monkeypatch):
     """The kernel adds the test file to the fence in sandbox/session.yaml, so the next `try` may
     edit the tests. Today the widened fence is simply used."""
+    monkeypatch.setenv("CUTILE_PERF_SANDBOX", "off")  # the check behind the box: in it the attack cannot reach session.yaml (test_box.py)
     before = snapshot(repo)
     append_to_kernel(repo, FIND_SANDBOX + f'''
 # ATTACK widen-fence

@@ -59,6 +59,12 @@ FOREIGN_ENV_VARS: dict[str, str] = {
     "TILEIR_ENABLE_AUTOGEN_ALIAS_MEM_TOKEN": "Triton TileIR backend: auto memory tokens for aliasing accesses (default on)",
     "TILE_IR_DISABLE_FMAD": "Triton TileIR backend: 1 disables FMA contraction",
     "PYTHONPATH": "python: module search path",
+    "CUDA_VISIBLE_DEVICES": "CUDA: which GPUs a process sees (passed into the sandbox)",
+    "PYTEST_ADDOPTS": "pytest: extra command-line options (never passed into the sandbox)",
+    "PYTEST_PLUGINS": "pytest: plugins to load (never passed into the sandbox)",
+    "PYTEST_CURRENT_TEST": "pytest: the node id of the test now running (set by pytest inside the test process)",
+    "LD_PRELOAD": "the dynamic loader: libraries loaded first (never passed into the sandbox)",
+    "CUDA_MPS_PIPE_DIRECTORY": "CUDA: where an MPS client finds the MPS daemon's pipes (default under /tmp, which the sandbox hides)",
     "TORCH_LOGS": "torch: output_code prints the Triton code torch.compile generates (benchmarks/profile_gap.py)",
 }
 
@@ -218,6 +224,7 @@ CHILD_ENV_ALLOWED: dict[str, str] = {
     "TILEIR_ENABLE_FTZ": "Triton TileIR: flush to zero", "TILE_IR_DISABLE_FMAD": "Triton TileIR: no FMA",
     "TILEIR_ENABLE_AUTOGEN_ALIAS_MEM_TOKEN": "Triton TileIR: memory tokens",
     "TRITON_TILEIRAS_PATH": "Triton TileIR: where tileiras is", "TRITON_INTERPRET": "triton CPU interpreter",
+    "CUDA_MPS_PIPE_DIRECTORY": "an MPS daemon's pipes, when the GPU is shared through MPS",
 }
 # Prefixes: locale categories (LC_ALL, LC_CTYPE...), and the NVIDIA container runtime's settings
 # (NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES) that CUDA inside a container reads.
