@@ -172,6 +172,7 @@ def test_timeout_kills_the_iteration(tilegym_like_repo, capsys):
     assert "SLEEP_S = 0.0" in (repo / KERNEL_REL).read_text()
 
 
+@pytest.mark.usefixtures("runtime_defences_only")
 def test_no_tests_collected_is_a_crash(tilegym_like_repo, capsys):
     repo = start_session(tilegym_like_repo, capsys)
     # A kernel edit that makes the correctness selection empty (the simulated tests skip themselves
@@ -241,11 +242,21 @@ def test_max_iterations_stop(tilegym_like_repo, capsys):
 
 
 def test_live_lock_refuses_a_second_run(session_repo, capsys):
+    # A live holder: the kernel's flock on the repository directory, held by another process (the
+    # lock file beside it only informs; session.locked).
     lock = session_repo / "sandbox/cutile-perf.lock"
     lock.write_text(json.dumps({"pid": os.getpid(), "command": "try"}))
-    edit_kernel(session_repo, latency=FAST)
-    code, data = cli(capsys, session_repo, "try", "x")
-    assert code == 3 and "is running" in data["error"]
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
+                               "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+                               str(session_repo)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        edit_kernel(session_repo, latency=FAST)
+        code, data = cli(capsys, session_repo, "try", "x")
+        assert code == 3 and "is running" in data["error"]
+    finally:
+        holder.kill()
+        holder.wait()
     lock.unlink()
 
 

@@ -110,6 +110,7 @@ for _frame in _inspect.stack():
 '''
 
 
+@pytest.mark.usefixtures("runtime_defences_only")
 @pytest.mark.slow
 def test_a_protected_file_changed_after_the_correctness_check_is_caught(tmp_path, monkeypatch):
     monkeypatch.setenv("CUTILE_PERF_SANDBOX", "off")  # the check behind the box: in it the repository is hidden

@@ -345,6 +345,7 @@ CORRECTNESS_DODGES = {
 }
 
 
+@pytest.mark.usefixtures("runtime_defences_only")
 @pytest.mark.parametrize("dodge", sorted(CORRECTNESS_DODGES))
 def test_correctness_tests_that_do_not_pass_are_not_evidence(repo, dodge):
     """A wrong, faster kernel whose correctness tests skip, xfail, or exit 0 mid-run is kept today."""
@@ -478,6 +479,7 @@ if _T.is_file():
     assert row.get("crash_class") == "tampered", row
 
 
+@pytest.mark.usefixtures("runtime_defences_only")
 def test_fake_records_appended_by_the_kernel_are_caught(repo):
     """At exit of the perf run the kernel appends a 10x faster copy of every record to the records
     file (the path is in CUTILE_PERF_RECORDS or CUTILE_PERF_REPORT, or found under sandbox/)."""
@@ -517,6 +519,7 @@ _atexit.register(_forge)
     assert row.get("crash_class") in ("bad-record", "tampered"), row
 
 
+@pytest.mark.usefixtures("runtime_defences_only")
 @pytest.mark.parametrize("how", ["truncate", "inflate"])
 def test_kernel_that_alters_the_log_neither_wins_nor_bricks_the_session(repo, how, monkeypatch):
     """The kernel truncates sandbox/experiments.jsonl, or appends a forged baseline row with
@@ -545,6 +548,7 @@ for _box in _sandboxes():
     assert code == 1 and data.get("decision") == "revert", data
 
 
+@pytest.mark.usefixtures("runtime_defences_only")
 def test_kernel_that_widens_the_fence_in_session_yaml_is_caught(repo, monkeypatch):
     """The kernel adds the test file to the fence in sandbox/session.yaml, so the next `try` may
     edit the tests. Today the widened fence is simply used."""
@@ -745,7 +749,28 @@ def _killed_by(code: int, name: str) -> bool:
     return code in (-sig, 128 + sig) or (name in ("INT", "TERM") and code == 130)
 
 
+def _recorded_groups(repo: Path) -> list[int]:
+    """The process groups the killed run recorded in its iteration state (what resume must end)."""
+    try:
+        return [pgid for pgid, _started in json.loads((repo / "sandbox/iteration.json").read_text())["children"]]
+    except (OSError, ValueError, KeyError):
+        return []
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
 def _resume_and_check(repo: Path, before: Before, tag: str, reap: list[int], *, marker: str) -> dict:
+    # The children's environment is built from an allow-list in the sandbox, so the tag may not
+    # reach them: the groups the run recorded are checked too.
+    groups = _recorded_groups(repo)
     code, data, _ = call(repo, "resume")
     assert code == 0 and data.get("consistent"), data
     assert not (repo / "sandbox/cutile-perf.lock").exists()
@@ -754,6 +779,9 @@ def _resume_and_check(repo: Path, before: Before, tag: str, reap: list[int], *, 
     left = tagged_pids(tag, repo)
     reap.extend(left)
     assert not left, f"resume left the killed run's children running: {left}"
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: not any(_group_alive(g) for g in groups), 3.0)
+    assert not [g for g in groups if _group_alive(g)], f"resume left recorded process groups running: {groups}"
     iterations = [r["iteration"] for r in rows(repo)]
     assert len(iterations) == len(set(iterations)), f"duplicate rows: {iterations}"
     row = assert_not_kept_nothing_lost(repo, before, marker=marker)
@@ -800,13 +828,13 @@ def test_kill_9_during_a_hung_run_leaves_no_child_for_resume_or_the_next_try(rep
     """Today the pytest child of a SIGKILLed `try` keeps running through `resume` and the next `try`."""
     before = snapshot(repo)
     edit_kernel(repo, sleep=60)  # every simulated test hangs
-    imported = tmp_path / "kernel-imported"
-    append_to_kernel(repo, f"# ATTACK hung\nopen({str(imported)!r}, 'w').close()  # the child is about to hang")
+    append_to_kernel(repo, "# ATTACK hung")
     tag = uuid.uuid4().hex
     proc = spawn(repo, "try", "hangs", env={"REDTEAM_TAG": tag})
     try:
-        wait_until(imported.exists, 30, "the pytest child to import the kernel")
-        time.sleep(0.2)
+        # The child cannot write outside its checkout (the sandbox): its recorded group says it started.
+        wait_until(lambda: bool(_recorded_groups(repo)), 60, "the pytest child to start")
+        time.sleep(3.0)  # it imports the kernel, then every test hangs
     finally:
         proc.kill()
         proc.communicate(timeout=30)

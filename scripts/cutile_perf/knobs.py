@@ -244,10 +244,11 @@ def allowed_child_env(**overrides: str) -> dict[str, str]:
 # the sandbox would see. The baseline records their values (``measurement_env``) and every later
 # ``try`` and ``verify`` refuses to measure under other values: set at ``try`` (or only at the
 # baseline), they would shift every record with no change to the kernel. Not frozen: what only
-# finds things (PATH, LD_LIBRARY_PATH, toolkit roots, locale, terminal), which a later GPU job may
-# legitimately set differently.
+# finds things (PATH, PYTHONPATH, LD_LIBRARY_PATH, toolkit roots, locale, terminal), which a later
+# GPU job may legitimately set differently (the toolchain unpacked elsewhere, the harness run from a
+# checkout); the versions every row records say which toolchain measured it.
 MEASUREMENT_ENV_NAMES: tuple[str, ...] = (
-    "PYTHONPATH", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "LD_PRELOAD",
+    "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "LD_PRELOAD",
     "PYTHONSTARTUP", "PYTHONHOME", "PYTHONOPTIMIZE", "PYTHONHASHSEED", "CUDA_VISIBLE_DEVICES",
     "CUDA_LAUNCH_BLOCKING", "DISABLE_AUTOTUNE", "TILEGYM_DISABLE_AUTOTUNE", "TILEGYM_DISABLE_CUTILE",
     "CUTILE_PERF_BENCH_MODE", "CUTILE_MAX_LAUNCH_TIMEOUT_SEC", "CUPTI", "CUDAGRAPH", "ENABLE_TILE",

@@ -120,7 +120,9 @@ class History:
         frozen = self.frozen()
         if frozen is not None:
             now = session.frozen()
-            edited = sorted(k for k in set(frozen) | set(now) if frozen.get(k) != now.get(k))
+            # A setting the baseline did not freeze (a log from before it was frozen) is not compared:
+            # the session it belongs to never promised it.
+            edited = sorted(k for k in set(frozen) if frozen.get(k) != now.get(k))
             if edited:
                 raise Refused(f"sandbox/session.yaml changed after the baseline froze it ({', '.join(edited)})",
                               "put the file back as it was (the log's first row holds the frozen values) or start "
