@@ -257,6 +257,12 @@ MEASUREMENT_ENV_NAMES: tuple[str, ...] = (
 MEASUREMENT_ENV_PREFIXES: tuple[str, ...] = ("CUDA_TILE_", "TILEIR_", "TILE_IR_", "TRITON_")
 
 
+def search_path_dirs() -> list[str]:
+    """The folders on PYTHONPATH, PATH and LD_LIBRARY_PATH (where the toolchain is found)."""
+    return [p for name in ("PYTHONPATH", "PATH", "LD_LIBRARY_PATH")
+            for p in os.environ.get(name, "").split(os.pathsep) if p]
+
+
 def measurement_env() -> dict[str, str]:
     """The values of the variables that shape a measurement (``MEASUREMENT_ENV_NAMES``), as set now."""
     return {k: v for k, v in sorted(os.environ.items())

@@ -104,6 +104,12 @@ def make(binds: list[tuple[str, str]], hide: list[str]) -> Box:
     hidden = boxinit.hidden_roots({"hide": hide})
     wanted = {_real(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
                                  os.path.dirname(os.path.realpath(sys.executable)), _package_parent())}
+    # The toolchain the harness itself runs with (cuda.tile on PYTHONPATH, tileiras on PATH, its
+    # libraries): a GPU host's set-up may unpack it under /tmp, which the box hides. Never anything
+    # inside the user's repository (``hide[0]`` for a stage): the child imports from its checkout.
+    own = [h for h in hide[:1] if h != _real(tempfile.gettempdir())]
+    wanted |= {_real(p) for p in knobs.search_path_dirs() if os.path.isdir(p)
+               and not any(_under(_real(p), o) for o in own)}
     reveal = sorted(p for p in wanted if any(_under(p, h) for h in hidden))
     return Box(tuple(binds), tuple(hide), tuple(reveal))
 
