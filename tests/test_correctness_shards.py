@@ -144,6 +144,7 @@ for _frame in _inspect.stack():
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("runtime_defences_only")
 def test_a_kernel_that_steers_its_childs_share_is_not_kept(tmp_path):
     repo = _sharded_session(tmp_path, 3)
     before = snapshot(repo)

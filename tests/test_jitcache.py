@@ -188,6 +188,7 @@ def _session(tmp_path: Path, *session_changes) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("runtime_defences_only")
 def test_children_compile_into_the_guarded_session_cache_from_the_same_paths_and_verify_starts_empty(
         tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("CUTILE_PERF_SANDBOX", "off")  # the observer writes outside the box; boxed paths: test_box.py
@@ -224,6 +225,7 @@ def test_children_compile_into_the_guarded_session_cache_from_the_same_paths_and
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("runtime_defences_only")
 def test_without_jit_cache_children_keep_the_users_cache_and_fresh_paths(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_TILE_CACHE_DIR", str(tmp_path / "users-own-cache"))
     monkeypatch.setenv("CUTILE_PERF_SANDBOX", "off")  # the box passes no cache of the user's own (harness.md, Sandbox)
