@@ -409,25 +409,8 @@ def test_try_and_verify_children_see_the_same_fixed_checkout_path(repo):
 # --- the overhead, for the record ---------------------------------------------------------------------
 
 
-def overhead_s(tmp_path: Path, runs: int = 20) -> tuple[float, float]:
-    """Median wall time of ``python -c pass`` unboxed and boxed (``runs`` each, interleaved)."""
-    checkout, private = tmp_path / "co", tmp_path / "pv"
-    checkout.mkdir()
-    private.mkdir()
-    b = box.for_stage(tmp_path / "repo", checkout, private, None)
-    plain, boxed = [], []
-    for _ in range(runs):
-        for argv, env, out in (([sys.executable, "-c", "pass"], knobs.child_env(), plain),
-                               (b.wrap([sys.executable, "-c", "pass"], checkout), b.env(knobs.allowed_child_env()),
-                                boxed)):
-            start = time.perf_counter()
-            subprocess.run(argv, env=env, cwd=checkout, check=True)
-            out.append(time.perf_counter() - start)
-    return sorted(plain)[runs // 2], sorted(boxed)[runs // 2]
-
-
 @needs_box
 def test_the_box_costs_little_per_child(tmp_path):
-    plain, boxed = overhead_s(tmp_path, runs=5)
+    plain, boxed = box.startup_cost(runs=5)
     print(f"python -c pass: {plain * 1e3:.1f} ms unboxed, {boxed * 1e3:.1f} ms boxed")
     assert boxed - plain < 2.0  # generous: a shared CI machine; the figure is in the final report
