@@ -322,3 +322,10 @@ def test_every_row_says_whether_its_children_ran_in_a_sandbox(repo):
     result = try_change(repo, "faster", stages=stages)
     assert result.row["sandbox"] == "none: off (test)"
     assert main(["status", "--repo", str(repo)]) == 0
+
+
+def test_init_says_whether_the_children_will_run_in_a_sandbox(tmp_path, capsys, monkeypatch):
+    repo = build_tilegym_like_repo(tmp_path)
+    assert main(["init", "--repo", str(repo), "--kernel", "rms_norm", "--no-sandbox", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert data["sandbox"] == "none: off (session.yaml sandbox: off)", data

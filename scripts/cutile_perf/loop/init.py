@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from cutile_perf.store import atomic, git_ops
-from cutile_perf.child import envcheck, selection
+from cutile_perf.child import box, envcheck, selection
 from cutile_perf.kernel import kernel_scan
 from cutile_perf.skill import playbook
 from cutile_perf.store import session as session_mod
@@ -132,6 +132,9 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
         raise
     if not env.can_measure:
         say("warning: this machine cannot measure yet (see the environment check); set up here, measure on a GPU")
+    # Said here, before anything is measured, and again on every row (``sandbox``): never a silent fallback.
+    unboxed = box.decide(session.sandbox_mode)
+    isolation = box.label(unboxed)
 
     text = "\n".join([
         f"session ready on branch {branch} (base {git_ops.short(g, session.base_commit)})",
@@ -143,6 +146,9 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
         f"fence (files you may change): {', '.join(fence)}",
         *(_selection_line(sel) for sel in selections),
         f"playbook priority ({scan.bound}): {playbook.render_priority(scan.bound)}",
+        ("test children: each in a sandbox (unshare)" if unboxed is None else
+         f"warning: test children will run WITHOUT a sandbox ({unboxed}); a hostile kernel could reach the "
+         "repository, the session and the interpreter, and verify is not independent"),
         "environment:",
         *("  " + line for line in envcheck.render(env).splitlines()),
         "next: cutile-perf baseline",
@@ -152,7 +158,7 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
             "scan": scan.to_dict(), "selections": {sel.which: sel.to_dict() for sel in selections},
             "playbook": [i.letter for i in playbook.priority(scan.bound)],
             "environment": {**env.record(), "problems": [p.message for p in env.problems]},
-            "session": str(session.sandbox / session_mod.SESSION_FILE)}
+            "session": str(session.sandbox / session_mod.SESSION_FILE), "sandbox": isolation}
     return Outcome(text, data)
 
 
