@@ -149,3 +149,16 @@ def test_templates_found_as_package_data_in_an_installed_layout(tmp_path):
     assert out.returncode == 0, out.stderr
     assert f"[PosixPath('{site / 'cutile_perf' / 'templates'}')]" in out.stdout
     assert "| 0 | baseline | 1.500000 | PASS | keep |" in out.stdout
+
+
+def test_report_lists_the_iterations_measured_without_a_sandbox():
+    from cutile_perf.loop.render import summarize_session
+
+    rows = [{"iteration": 0, "optimization": "baseline", "status": "keep", "correctness": "PASS", "latency_ms": 1.0,
+             "sandbox": "unshare"},
+            {"iteration": 1, "optimization": "x", "status": "revert", "correctness": "PASS", "latency_ms": 1.1,
+             "sandbox": "none: off (session.yaml sandbox: off)"},
+            {"iteration": 2, "optimization": "y", "status": "revert", "correctness": "PASS", "latency_ms": 1.1}]
+    assert summarize_session(rows)["unboxed"] == [{"iteration": 1, "why": "off (session.yaml sandbox: off)"}]
+    text = render_report(rows, {"kernel": "k"}, None)
+    assert "Measured without a sandbox" in text and "iteration 1 (off (session.yaml sandbox: off))" in text

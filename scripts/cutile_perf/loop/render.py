@@ -78,6 +78,10 @@ def summarize_session(entries: list[dict]) -> dict:
         "review": [_row(e) for e in entries if e.get("review")],
         "compile_cache_dropped": [{"iteration": e.get("iteration"), "dropped": e["compile_cache_dropped"]}
                                   for e in entries if e.get("compile_cache_dropped")],
+        # Rows whose children ran without a sandbox (``sandbox: none: <why>``); rows from before the
+        # sandbox carry no field and are not listed.
+        "unboxed": [{"iteration": e.get("iteration"), "why": str(e["sandbox"])[len("none: "):]}
+                    for e in entries if str(e.get("sandbox") or "").startswith("none")],
     }
 
 
