@@ -329,3 +329,13 @@ def test_init_says_whether_the_children_will_run_in_a_sandbox(tmp_path, capsys, 
     assert main(["init", "--repo", str(repo), "--kernel", "rms_norm", "--no-sandbox", "--json"]) == 0
     data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert data["sandbox"] == "none: off (session.yaml sandbox: off)", data
+
+
+def test_status_shows_a_description_as_written_in_the_terminal(repo, capsys):
+    edit(repo, "arrow")
+    try_change(repo, "occupancy 2 -> 4", stages=scripted(repo, {"a": 1.5, "b": 3.0}))
+    capsys.readouterr()
+    assert main(["status", "--repo", str(repo)]) == 0
+    out = capsys.readouterr().out
+    assert "occupancy 2 -> 4" in out and "&gt;" not in out
+    assert "occupancy 2 -&gt; 4" in (repo / "sandbox/perf_results.md").read_text()  # the markdown file stays escaped

@@ -1,6 +1,7 @@
 """``cutile-perf status``: the table, the current baseline, the stop condition, what to try next."""
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -44,7 +45,9 @@ def status(*, repo: Path, show_all: bool) -> Outcome:
     stale = lock is not None and session_mod.lock_is_stale(lock)
     pending = [p for p in git_ops.changed_paths(g) if not p.startswith("sandbox/")]
 
-    lines = [render.render_perf_results(shown).rstrip()]
+    # The table's cells are HTML-escaped for markdown viewers; a terminal shows the text itself
+    # (control characters are already stripped from every cell).
+    lines = [html.unescape(render.render_perf_results(shown).rstrip())]
     if not show_all and len(entries) > SHOWN_ROWS:
         lines.append(f"({len(entries) - SHOWN_ROWS} earlier rows hidden; --all shows them)")
     if baseline:
