@@ -243,13 +243,18 @@ def refuse_foreign_commits(session: Session, g, kept: str, head: str) -> None:
                   "run `cutile-perf resume`")
 
 
-def require_settled(session: Session, g, history: History) -> str:
-    """The guards every change runs behind, in one place: the session branch is checked out, no
-    interrupted iteration waits for ``resume``, a baseline exists and HEAD is the last kept commit.
-    Returns that commit."""
+def require_nothing_pending(session: Session, g) -> None:
+    """The guards before the log is opened: the session branch is checked out and no interrupted
+    iteration waits for ``resume`` (the log's last row may be that iteration's own, unanchored)."""
     require_session_branch(session, g)
     if State.exists(session):
         raise Refused("an interrupted iteration is not settled yet", "run `cutile-perf resume`")
+
+
+def require_settled(session: Session, g, history: History) -> str:
+    """The guards on the history every change runs behind (after ``require_nothing_pending``): a
+    baseline exists, the measurement environment is the baseline's, and HEAD is the last kept
+    commit. Returns that commit."""
     if history.baseline() is None:
         raise Refused("no baseline recorded yet", "run `cutile-perf baseline` first")
     require_baseline_env(history)
@@ -634,9 +639,7 @@ def try_change(repo: Path, optimization: str, *, stages: Stages | None = None) -
     require_gpu(session, probe)
     with session_mod.locked(session.repo, "try", optimization=optimization):
         g = git_ops.open_repo(session.repo)
-        require_session_branch(session, g)
-        if State.exists(session):  # before the log: its last row may be that iteration's own
-            raise Refused("an interrupted iteration is not settled yet", "run `cutile-perf resume`")
+        require_nothing_pending(session, g)
         history = History.open(session, g)
         it = Iteration.begin(session, g, history, optimization, clock, probe)
         runner = stages if stages is not None else StageRunner(session, g, measure.Deadline(session.timeout_s),
