@@ -104,10 +104,14 @@ def _crash(crash: CrashClass, reason: str, stage: Stage | None = None) -> Verdic
     return Verdict(crash.row_status, reason, crash_class=crash)
 
 
-def stopped(exc: BaseException | None, reason: str) -> Verdict:
-    """The verdict on an iteration that a signal, an exception or a kill stopped before its own verdict."""
+def stopped(exc: BaseException | None, reason: str | None = None) -> Verdict:
+    """The verdict on an iteration that a signal, an exception or a kill stopped before its own verdict.
+    Without ``reason``, the class and the exception say what stopped it."""
     interrupted = exc is None or isinstance(exc, KeyboardInterrupt)
-    return Verdict("crash", reason, crash_class=CrashClass.INTERRUPTED if interrupted else CrashClass.ERROR)
+    crash = CrashClass.INTERRUPTED if interrupted else CrashClass.ERROR
+    if reason is None:
+        reason = f"{crash.value}: {type(exc).__name__}: {exc}"
+    return Verdict("crash", reason, crash_class=crash)
 
 
 def correctness_status(verdict: Verdict, perf_ran: bool) -> str:

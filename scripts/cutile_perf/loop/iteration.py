@@ -602,9 +602,8 @@ class Iteration:
 
     def abort(self, exc: BaseException) -> None:
         """Settle an iteration that an exception or a signal stopped; the error then propagates."""
-        verdict = stopped(exc, "")
         try:
-            self.finish(stopped(exc, f"{verdict.crash_class.value}: {type(exc).__name__}: {exc}"))
+            self.finish(stopped(exc))
         except BaseException as second:  # the log cannot be written: still never leave the candidate applied
             try:
                 state = self.state
