@@ -1,6 +1,7 @@
 """The help texts an agent reads first: every command's --help works and carries the exit codes."""
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 
@@ -39,3 +40,16 @@ def test_exit_codes_are_distinct():
     codes = [errors.EXIT_OK, errors.EXIT_REJECTED, errors.EXIT_USAGE, errors.EXIT_REFUSED,
              errors.EXIT_CRASH, errors.EXIT_UNEXPECTED, errors.EXIT_INTERRUPTED]
     assert len(set(codes)) == len(codes)
+
+
+def test_every_help_ends_with_the_one_generated_exit_code_table():
+    # In process: one parser, no child per subcommand. The text is errors.EXIT_CODES, the table
+    # SKILL.md and harness.md copy (tests/test_docs.py).
+    from cutile_perf import errors
+
+    parser = cli.build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    table = errors.exit_codes_text()
+    assert parser.format_help().endswith(table)
+    for name, sub in action.choices.items():
+        assert sub.format_help().endswith(table), name

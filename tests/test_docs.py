@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cutile_perf import cli, knobs
+from cutile_perf import cli, errors, knobs
 from cutile_perf.skill import doccheck, playbook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -200,6 +200,25 @@ def test_playbook_doc_follows_the_harness_table():
         line = f"- {bound}: " + " -> ".join(letters)
         assert line in text, f"optimization-playbook.md lacks the harness order: {line!r}"
 
+
+
+def test_exit_code_tables_are_the_generated_one():
+    # Issue 21: `--help` said a wrong result exits 4 while harness.md said 1. One table in
+    # errors.EXIT_CODES; every --help prints it (test_cli_help), SKILL.md and harness.md copy it.
+    table = errors.exit_codes_markdown()
+    harness = (ROOT / "references" / "harness.md").read_text(encoding="utf-8")
+    inside = harness.split("<!-- exit-codes:begin -->\n", 1)[1].split("<!-- exit-codes:end -->", 1)[0]
+    assert inside == table, "regenerate with cutile_perf.errors.exit_codes_markdown()"
+    # SKILL.md takes no HTML comment (test_readme_and_skill_stay_lean): the copy is found whole.
+    assert table in (ROOT / "SKILL.md").read_text(encoding="utf-8"), \
+        "SKILL.md: paste cutile_perf.errors.exit_codes_markdown()"
+
+
+def test_a_wrong_result_is_exit_1_in_the_exit_code_table():
+    meanings = dict(errors.EXIT_CODES)
+    assert "wrong result" in meanings[errors.EXIT_REJECTED]
+    assert "wrong result" not in meanings[errors.EXIT_CRASH]
+    assert len(meanings) == len(errors.EXIT_CODES)  # one meaning per code
 
 # --- the extraction helpers themselves ------------------------------------------------------------
 

@@ -18,19 +18,9 @@ from pathlib import Path
 from cutile_perf import __version__
 from cutile_perf.output import Outcome
 from cutile_perf.errors import (EXIT_INTERRUPTED, EXIT_UNEXPECTED, CouldNotWrite, CutilePerfError, UsageError,
-                                 clean_text, displayable, not_utf8)
+                                 clean_text, displayable, exit_codes_text, not_utf8)
 
-EXIT_CODES_HELP = """\
-Exit codes:
-  0    done (for `try`: the change was kept)
-  1    the change was reverted, or a check said "not ready"
-  2    usage error or bad input
-  3    refused before touching anything (fence violation, dirty tree, lock, no session, missing GPU)
-  4    the iteration crashed (compile error, fault, timeout, wrong result, no record); repo reverted;
-       or cutile-perf could not write its own files (disk full, read-only): the path is named
-  70   unexpected error (traceback in sandbox/cutile-perf.log)
-  130  interrupted
-"""
+EXIT_CODES_HELP = exit_codes_text()  # the one table (errors.EXIT_CODES), at the end of every --help
 
 Handler = Callable[[argparse.Namespace], Outcome]
 

@@ -7,17 +7,48 @@ here, at the bottom, so the command line and every renderer use the same rule.
 from __future__ import annotations
 
 import re
+import textwrap
 
-# Exit codes. Each has exactly one meaning (see `cutile-perf --help`).
-EXIT_OK = 0  # done; for `try`, the change was kept
-EXIT_REJECTED = 1  # the change was reverted, or a check said "not ready"
-EXIT_USAGE = 2  # bad arguments or bad input files
-EXIT_REFUSED = 3  # refused before touching anything: fence, dirty tree, lock, missing session
-EXIT_CRASH = 4  # the iteration crashed (compile error, fault, timeout, no record...); repo reverted; or our own
-# files could not be written (disk full, read-only): CouldNotWrite
+# Exit codes. Each has exactly one meaning, written once in EXIT_CODES below: every `--help` prints
+# it (exit_codes_text) and SKILL.md and references/harness.md carry it (exit_codes_markdown; a test
+# compares the copies), so the meanings cannot drift apart.
+EXIT_OK = 0
+EXIT_REJECTED = 1
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+EXIT_CRASH = 4
+EXIT_UNEXPECTED = 70
 EXIT_INTERRUPTED = 130
-EXIT_UNEXPECTED = 70  # a bug in cutile-perf; the traceback is in sandbox/cutile-perf.log
 
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (EXIT_OK, "done; for `try`: the change was kept"),
+    # A failed correctness test is an ordinary rejected change (crash class wrong-result, row status
+    # revert), not a crash: exit 1, never 4.
+    (EXIT_REJECTED, "the change was reverted (not faster, or a wrong result), or a check said no "
+                    "(`env`, `compile-check`, `verify`, `batch --check`, `tileir-check`, ...)"),
+    (EXIT_USAGE, "usage error or bad input (arguments, files)"),
+    (EXIT_REFUSED, "refused before touching anything: fence violation, dirty tree, lock held, no session, "
+                   "GPU or toolchain missing"),
+    (EXIT_CRASH, "the iteration crashed (compile error, fault, timeout, no record, ...): the repo is "
+                 "reverted and the patch saved; or cutile-perf could not write its own files (disk full, "
+                 "read-only): the path is named"),
+    (EXIT_UNEXPECTED, "unexpected error: a bug in cutile-perf, traceback in `sandbox/cutile-perf.log`"),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C or SIGTERM); `cutile-perf resume` settles the iteration"),
+)
+
+
+def exit_codes_text(width: int = 100) -> str:
+    """The exit-code table as every ``--help`` ends: ``Exit codes:``, then one wrapped entry a code."""
+    lines = ["Exit codes:"]
+    for code, meaning in EXIT_CODES:
+        lines += textwrap.wrap(meaning, width, initial_indent=f"  {code:<4} ", subsequent_indent=" " * 7,
+                               break_on_hyphens=False)
+    return "\n".join(lines) + "\n"
+
+
+def exit_codes_markdown() -> str:
+    """The exit-code table as SKILL.md and references/harness.md carry it (tests/test_docs.py checks)."""
+    return "| Code | Meaning |\n| --- | --- |\n" + "".join(f"| {code} | {meaning} |\n" for code, meaning in EXIT_CODES)
 
 class CutilePerfError(Exception):
     """An error with a one-line message for the user and an optional hint on what to run next."""
