@@ -160,6 +160,25 @@ def test_torch_timers_are_captured_when_torch_is_imported_later(tmp_path):
     assert parsed.tampered == ["torch.cuda.Event.elapsed_time was replaced (after collection)"]
 
 
+def test_a_patch_of_the_cupti_path_through_torch_profiler_is_found(tmp_path):
+    """TileGym's default timer (and bench's device-time witness) read kernel times through
+    torch.profiler; replacing what sums them is the same attack as replacing an event's clock."""
+    pytest.importorskip("torch")
+    parsed = _child(tmp_path, {"test_k.py": '''
+        import torch.profiler
+        from torch.autograd import profiler_util
+
+        torch.profiler.profile.key_averages = lambda self, *a, **k: []
+        profiler_util.FunctionEvent.self_device_time_total = property(lambda self: 0)
+
+        def test_nothing():
+            pass
+    '''})
+    found = " | ".join(parsed.tampered)
+    assert "torch.profiler.profile.key_averages was replaced" in found, found
+    assert "torch.autograd.profiler_util.FunctionEvent.self_device_time_total was replaced" in found, found
+
+
 def test_torch_imported_past_the_hook_is_a_finding(tmp_path):
     pytest.importorskip("torch")
     parsed = _child(tmp_path, {"test_k.py": '''
@@ -172,6 +191,78 @@ def test_torch_imported_past_the_hook_is_a_finding(tmp_path):
     '''})
     assert any("torch was imported past the plugin's import hook" in f for f in parsed.tampered), parsed.tampered
     assert any("import hook was removed" in f for f in parsed.tampered), parsed.tampered
+
+
+def test_a_patch_of_the_targets_own_timer_in_its_test_tree_is_found(tmp_path):
+    """TileGym times in tests/common.py; a kernel that rebinds that function (or its code) from
+    outside the fence is found, and the test runs on the original."""
+    (tmp_path / "tests").mkdir()
+    parsed = _child(tmp_path, {
+        "tests/__init__.py": "",
+        "tests/common.py": '''
+            class Timer:
+                def median_ms(self, samples):
+                    return sorted(samples)[len(samples) // 2]
+
+            def benchmark(samples):
+                return Timer().median_ms(samples)
+
+            def flush():
+                return "flushed"
+        ''',
+        "kernel.py": '''
+            import sys
+            import tests.common as c  # the target's timer module, imported by the candidate
+
+            def _halved(samples):
+                return min(samples) / 2
+
+            c.benchmark = _halved
+            c.Timer.median_ms = lambda self, samples: 0.0
+            c.flush.__code__ = (lambda: "skipped").__code__
+        ''',
+        "tests/test_op.py": '''
+            import kernel
+            from tests import common
+
+            def test_perf():
+                assert common.benchmark([3.0, 1.0, 2.0]) == 2.0
+                assert common.flush() == "flushed"
+        '''})
+    found = " | ".join(parsed.tampered)
+    assert "tests.common.benchmark was replaced" in found, found
+    assert "tests.common.Timer.median_ms was replaced" in found, found
+    assert "tests.common.flush had its code replaced" in found, found
+    assert parsed.outcomes == {"tests/test_op.py::test_perf": "passed"}, parsed.outcomes  # originals put back
+
+
+def test_the_targets_test_modules_unpatched_give_no_finding(tmp_path):
+    (tmp_path / "tests").mkdir()
+    parsed = _child(tmp_path, {
+        "tests/__init__.py": "",
+        "tests/common.py": "def benchmark(samples):\n    return sorted(samples)[len(samples) // 2]\n",
+        "tests/conftest.py": "import pytest\n\n@pytest.fixture\ndef samples():\n    return [1.0, 2.0, 3.0]\n",
+        "tests/test_op.py": "from tests import common\n\ndef test_perf(samples):\n    assert common.benchmark(samples) == 2.0\n"})
+    assert parsed.tampered == [] and parsed.outcomes == {"tests/test_op.py::test_perf": "passed"}
+
+
+def test_a_target_test_module_imported_behind_the_hooks_back_is_a_finding(tmp_path):
+    (tmp_path / "tests").mkdir()
+    parsed = _child(tmp_path, {
+        "tests/__init__.py": "",
+        "tests/common.py": "def benchmark(samples):\n    return samples[0]\n",
+        "tests/test_op.py": '''
+            import sys
+            hooks = [f for f in sys.meta_path if type(f).__name__ == "_ImportWatch"]
+            sys.meta_path[:] = [f for f in sys.meta_path if f not in hooks]
+            import tests.common
+            tests.common.benchmark = lambda samples: 0.0
+            sys.meta_path[:0] = hooks  # put back, so the hook looks untouched
+
+            def test_perf():
+                pass
+        '''})
+    assert any("tests.common was imported past the plugin's import hook" in f for f in parsed.tampered), parsed.tampered
 
 
 # --- the report field ------------------------------------------------------------------------------

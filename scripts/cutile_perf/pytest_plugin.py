@@ -34,8 +34,14 @@ controller's reports are used (workers write nothing, or every record would land
   ``time.monotonic``, ``statistics.median``/``mean``, ``json.dumps``, ``hmac.new``, ``cutile_perf.bench``
   and ``judge.stats``, ``runreport``'s writer and signer, this plugin's own writers, pytest's
   ``TestReport`` and the ``_pytest.reports``/``_pytest.runner`` functions that build the reports,
-  ``torch.cuda.Event``/``elapsed_time``/``record``/``synchronize``, ``triton.testing.do_bench``, and
-  the module objects themselves, so a fake ``sys.modules["time"]`` counts too). torch and triton
+  ``torch.cuda.Event``/``elapsed_time``/``record``/``synchronize``, the ``torch.profiler`` path that
+  CUPTI timings go through (TileGym's default timer and ``bench``'s device-time witness),
+  ``triton.testing.do_bench``, and the module objects themselves, so a fake ``sys.modules["time"]``
+  counts too). The target's own test tree is watched the same way: every function and class (and
+  class function) that a module of it defines (``tests.common`` holds TileGym's timer), captured the
+  moment that module's code has run, so before the candidate can reach it; a test module imported
+  behind the hook's back is a finding. For Python functions the code object is captured as well:
+  assigning ``f.__code__`` keeps ``f`` the same object and changes what it does. torch and triton
   are not imported for this (1 s and more per child, most of which never time anything): an
   import hook at the head of ``sys.meta_path`` takes their identities the moment their own import
   finishes, before the importer's next statement runs; a torch found in ``sys.modules`` that did not
@@ -54,10 +60,10 @@ controller's reports are used (workers write nothing, or every record would land
   - a kernel that does less work only when timed without touching any timer (it counts its calls,
     or probes the context: ``kernel/probes.py`` refuses the known probes from the source, and
     the interleaved re-measurement and ``verify`` remain the backstop);
-  - rebinding a name inside another module (``test_module.perf_counter = fake`` after the test did
-    ``from time import perf_counter``), patches of instances (one ``Event`` object's method), of
-    functions not in ``WATCHED``, or of a function's ``__code__`` in place (the object stays the
-    same, its behaviour does not);
+  - rebinding a name that a module outside the test tree imported (``helper.perf_counter = fake``
+    after it did ``from time import perf_counter``), patches of instances (one ``Event`` object's
+    method: ``bench``'s device-time witness is the check for that), of functions not in ``WATCHED``,
+    of data (``tests.common.Config.cupti = False``), or of a C function's behaviour;
   - code in the same process that finds this plugin's captured references (``gc.get_referrers``,
     the module's globals) and replaces the originals there as well, or removes the checker: the
     check raises the bar from "assign an attribute" to "rewrite the harness's memory", like the
@@ -148,12 +154,29 @@ WATCHED: dict[str, tuple[str, ...]] = {
     "_pytest.runner": ("TestReport", "CallInfo", "CallInfo.from_call", "call_and_report", "call_runtest_hook",
                        "runtestprotocol", "pytest_runtest_makereport", "check_interactive_exception"),
     # Imported on demand, never for this check (see _ImportWatch).
+    # The CUDA-event path (ours, most targets') and the CUPTI path through torch.profiler (TileGym's
+    # default timer, and bench's device-time witness).
     "torch": ("cuda", "cuda.Event", "cuda.Event.elapsed_time", "cuda.Event.record", "cuda.Event.synchronize",
-              "cuda.synchronize", "cuda.current_stream", "cuda.graphs", "profiler"),
+              "cuda.synchronize", "cuda.current_stream", "cuda.graphs", "profiler", "profiler.profile",
+              "profiler.profile.__enter__", "profiler.profile.__exit__", "profiler.profile.start",
+              "profiler.profile.stop", "profiler.profile.key_averages", "profiler.profile.events",
+              "profiler.profiler._KinetoProfile.key_averages",
+              "profiler.profiler._KinetoProfile.events", "profiler.profiler._KinetoProfile.start_trace",
+              "profiler.profiler._KinetoProfile.stop_trace", "autograd.profiler_util.EventList.key_averages",
+              "autograd.profiler_util.FunctionEvent.self_device_time_total",
+              "autograd.profiler_util.FunctionEvent.device_time_total", "autograd.profiler_util.FunctionEventAvg.add"),
     "triton.testing": ("do_bench", "do_bench_cudagraph"),
 }
 LAZY = ("torch", "triton.testing")  # captured when their own import finishes
 _MISSING = object()
+
+
+def is_target_test_module(name: str) -> bool:
+    """A module of the target's own test tree, by its import name: ``tests.common``, ``conftest``,
+    ``test_rms_norm``. The target's timer lives there (TileGym: ``tests/common.py``), and so does
+    what reads it; the fence forbids editing these files, this check forbids patching them in memory."""
+    top = name.split(".")[0]
+    return top in ("tests", "test", "testing", "conftest") or top.startswith("test_") or top.endswith("_test")
 
 
 def _resolve(module: str, chain: str = "") -> object:
@@ -167,34 +190,73 @@ def _resolve(module: str, chain: str = "") -> object:
     return obj
 
 
+def _code_of(value: object) -> object:
+    """A Python function's code object (replacing ``__code__`` keeps the function's identity), else None."""
+    return value.__code__ if inspect.isfunction(value) else None
+
+
+def _own_callables(module) -> list[str]:
+    """Dotted names of the functions and classes ``module`` defines, and of its classes' functions."""
+    chains = []
+    for name, value in list(vars(module).items()):
+        if not (inspect.isfunction(value) or inspect.isclass(value)) or getattr(value, "__module__", None) != module.__name__:
+            continue
+        chains.append(name)
+        if inspect.isclass(value):
+            chains += [f"{name}.{attr}" for attr, member in vars(value).items() if inspect.isfunction(member)]
+    return chains
+
+
 class TimerIdentity:
     """The captured originals and the check (module docstring, "Timer identity")."""
 
-    def __init__(self):
+    def __init__(self, root: str | None = None):
         self.captured: dict[str, tuple[str, str, object]] = {}  # label -> (module, chain, original)
+        self.codes: dict[str, object] = {}  # label -> the function's original __code__
         self.pending: set[str] = set()  # lazy modules not imported yet
         self.reported: set[str] = set()
         self.watch: _ImportWatch | None = None
+        self.root = root  # the target's checkout: its test modules are captured when they are imported
+        self.target_modules: set[str] = set()
+
+    def _take(self, module: str, chain: str) -> None:
+        label = f"{module}.{chain}" if chain else module
+        value = _resolve(module, chain)
+        if value is not _MISSING and label not in self.captured:
+            self.captured[label] = (module, chain, value)
+            code = _code_of(value)
+            if code is not None:
+                self.codes[label] = code
 
     def capture(self, module: str) -> None:
         if module not in sys.modules:
             return
         self.pending.discard(module)
         for chain in ("", *WATCHED[module]):
-            label = f"{module}.{chain}" if chain else module
-            value = _resolve(module, chain)
-            if value is not _MISSING and label not in self.captured:
-                self.captured[label] = (module, chain, value)
+            self._take(module, chain)
+
+    def capture_target(self, module) -> None:
+        """A module of the target's test tree, right after its own code ran (before its importer's next line)."""
+        self.target_modules.add(module.__name__)
+        for chain in _own_callables(module):
+            self._take(module.__name__, chain)
+
+    def owns_file(self, path: str | None) -> bool:
+        if not self.root or not path:
+            return False
+        with contextlib.suppress(ValueError, OSError):
+            return os.path.commonpath([os.path.realpath(path), self.root]) == self.root
+        return False
 
     @classmethod
-    def at_load(cls, *, watch_imports: bool) -> TimerIdentity:
-        identity = cls()
+    def at_load(cls, *, watch_imports: bool, root: str | None = None) -> TimerIdentity:
+        identity = cls(root)
         for module in WATCHED:
             if module in sys.modules:
                 identity.capture(module)
             elif module in LAZY and importlib.util.find_spec(module.split(".")[0]) is not None:
                 identity.pending.add(module)
-        if identity.pending and watch_imports:
+        if watch_imports:
             identity.watch = _ImportWatch(identity)
             sys.meta_path.insert(0, identity.watch)
         return identity
@@ -206,11 +268,20 @@ class TimerIdentity:
             if _resolve(module, chain) is not original:
                 found.append((label, f"{label} was replaced ({when})"))
                 _restore(module, chain, original)
+            elif label in self.codes and _code_of(original) is not self.codes[label]:
+                found.append((label, f"{label} had its code replaced ({when})"))
+                with contextlib.suppress(Exception):
+                    original.__code__ = self.codes[label]
         for module in sorted(self.pending):
             if module in sys.modules:
                 found.append((f"import:{module}", f"{module} was imported past the plugin's import hook, its timers "
                                                   f"could not be captured ({when})"))
-        if self.watch is not None and self.pending and self.watch not in sys.meta_path:
+        for name, module in list(sys.modules.items()):
+            if (self.watch is not None and is_target_test_module(name) and name not in self.target_modules
+                    and self.owns_file(getattr(module, "__file__", None))):
+                found.append((f"import:{name}", f"the target's test module {name} was imported past the plugin's "
+                                                f"import hook, its functions could not be captured ({when})"))
+        if self.watch is not None and self.watch not in sys.meta_path:
             found.append(("meta_path", f"the plugin's import hook was removed from sys.meta_path ({when})"))
         out = [text for key, text in found if key not in self.reported]
         self.reported.update(key for key, _text in found)
@@ -229,14 +300,15 @@ def _restore(module: str, chain: str, original: object) -> None:
 
 
 class _ImportWatch:
-    """Meta-path finder: lets the other finders find a LAZY module, and captures its identities
-    right after the module's own code has run."""
+    """Meta-path finder: lets the other finders find a LAZY module or a module of the target's test
+    tree, and captures its identities right after the module's own code has run."""
 
     def __init__(self, identity: TimerIdentity):
         self.identity = identity
 
     def find_spec(self, name, path=None, target=None):
-        if name not in self.identity.pending:
+        lazy = name in self.identity.pending
+        if not lazy and not (self.identity.root and is_target_test_module(name)):
             return None
         for finder in list(sys.meta_path):
             find = getattr(finder, "find_spec", None)
@@ -247,14 +319,16 @@ class _ImportWatch:
                 break
         else:
             return None
+        if not lazy and not self.identity.owns_file(spec.origin):
+            return spec  # a package of the same name elsewhere (site-packages): not the target's tests
         if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _CapturingLoader(spec.loader, name, self.identity)
+            spec.loader = _CapturingLoader(spec.loader, name, self.identity, lazy)
         return spec
 
 
 class _CapturingLoader:
-    def __init__(self, inner, name: str, identity: TimerIdentity):
-        self.inner, self.name, self.identity = inner, name, identity
+    def __init__(self, inner, name: str, identity: TimerIdentity, lazy: bool):
+        self.inner, self.name, self.identity, self.lazy = inner, name, identity, lazy
 
     def create_module(self, spec):
         return self.inner.create_module(spec)
@@ -265,7 +339,10 @@ class _CapturingLoader:
         if getattr(module, "__spec__", None) is not None:
             module.__spec__.loader = self.inner
         self.inner.exec_module(module)
-        self.identity.capture(self.name)
+        if self.lazy:
+            self.identity.capture(self.name)
+        else:
+            self.identity.capture_target(module)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -450,4 +527,6 @@ def _jsonable(value: Any) -> Any:
 
 
 # Last, so that this module's own functions exist; still at load, before any conftest or test module.
-_IDENTITY = TimerIdentity.at_load(watch_imports=knobs.report_path() is not None)
+# The child runs in the target's checkout: its working directory is the root of the test tree.
+_IDENTITY = TimerIdentity.at_load(watch_imports=knobs.report_path() is not None,
+                                  root=os.path.realpath(os.getcwd()))
