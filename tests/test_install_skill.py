@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -329,3 +331,15 @@ def test_loop_runs_in_a_repo_with_the_skill_installed(tilegym_like_repo, capsys)
     assert git(repo, "status", "--porcelain").strip() == ""
     for sub in skill_dirs():
         assert (repo / sub / "SKILL.md").is_file()
+
+
+def test_installed_files_are_readable_by_all_0644(fake_bundle, target):
+    # Issue 21: the atomic writer's temp files made every installed file 0600.
+    old = os.umask(0o022)
+    try:
+        install_skill(target=target, agent="claude", force=False, source=fake_bundle)
+    finally:
+        os.umask(old)
+    dest = target / ".claude/skills/cutile-perf"
+    modes = {str(p.relative_to(dest)): stat.S_IMODE(p.stat().st_mode) for p in dest.rglob("*") if p.is_file()}
+    assert modes and set(modes.values()) == {0o644}, modes
