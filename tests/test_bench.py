@@ -80,9 +80,130 @@ def test_bench_record_has_tilegym_fields():
 
     x = torch.randn(4096, 4096, device="cuda")
     record = bench.bench_record(lambda: x * 2.0, max_reps=50)
-    assert set(record) == {"mean", "std", "rel_std", "median", "min", "max", "nrep", "peak_mem_mb"}
+    assert set(record) == {"mean", "std", "rel_std", "median", "min", "max", "nrep", "peak_mem_mb", "device_ms"}
     assert record["min"] <= record["median"] <= record["max"]
     assert record["peak_mem_mb"] >= x.numel() * 4 / 2**20
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", bench.MODES)
+def test_the_device_time_witness_agrees_with_honest_events(mode):
+    """An honest record passes its own cross-check: the events' median is not below the profiled span."""
+    import torch
+
+    from cutile_perf.judge import rules
+
+    src = torch.empty(64 * 2**20, dtype=torch.float16, device="cuda")
+    dst = torch.empty_like(src)
+    record = bench.bench_record(lambda: dst.copy_(src), mode=mode, max_reps=100)
+    assert record["device_ms"] > 0
+    assert rules.witness_shortfall(record["median"], record["device_ms"]) is None, record
+    assert record["device_ms"] <= 1.2 * record["median"], record
+
+
+@pytest.mark.gpu
+def test_a_patched_event_instance_is_contradicted_by_the_witness():
+    """The attack the identity check cannot see (one Event object's method replaced while the samples
+    run): the record claims half, the witness does not."""
+    import gc
+
+    import torch
+
+    from cutile_perf.judge import rules
+
+    src = torch.empty(64 * 2**20, dtype=torch.float16, device="cuda")
+    dst = torch.empty_like(src)
+
+    def hostile():
+        dst.copy_(src)
+        for obj in gc.get_objects():
+            if isinstance(obj, torch.cuda.Event) and "elapsed_time" not in vars(obj):
+                real = obj.elapsed_time
+                obj.elapsed_time = lambda other, real=real: real(other) / 2
+
+    record = bench.bench_record(hostile, mode="cold", max_reps=50, check_escape=False)
+    assert rules.witness_shortfall(record["median"], record["device_ms"]) is not None, record
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", bench.MODES)
+def test_checked_calls_pass_an_honest_kernel_and_fail_one_that_shrinks_when_timed(mode):
+    import torch
+
+    x = torch.randn(4096, 1024, device="cuda")
+    out = torch.empty_like(x)
+    calls = {"n": 0}
+
+    def honest():
+        return torch.mul(x, 2.0, out=out)
+
+    def shrinking():  # full work for the first 20 calls (the tests), 60 % of the rows after that
+        calls["n"] += 1
+        rows = x.shape[0] if calls["n"] <= 20 else int(0.6 * x.shape[0])
+        torch.mul(x[:rows], 2.0, out=out[:rows])
+        return out
+
+    check = bench.OutputCheck((x,), lambda: x * 2.0, lambda a, e: torch.testing.assert_close(a, e))
+    record = bench.bench_record(honest, mode=mode, max_reps=50, check=check)
+    assert record["checked_calls"] == 2
+    with pytest.raises(bench.WrongWhenTimed, match="fresh inputs"):
+        bench.bench_record(shrinking, mode=mode if mode != "graph" else "cold", max_reps=50, check=check)
+
+
+# --- checked calls on CPU: the same logic with a stand-in for torch.cuda's events ------------------
+
+
+class _FakeEvent:
+    def __init__(self, enable_timing=False):
+        pass
+
+    def record(self):
+        pass
+
+    def elapsed_time(self, other):
+        return 1.0
+
+
+def _cpu_torch():
+    import types
+
+    torch = pytest.importorskip("torch")
+    fake = types.SimpleNamespace(Tensor=torch.Tensor, randperm=torch.randperm,
+                                 cuda=types.SimpleNamespace(Event=_FakeEvent, synchronize=lambda: None))
+    return torch, fake
+
+
+def test_timed_checks_the_first_and_last_call_on_fresh_inputs():
+    torch, fake = _cpu_torch()
+    x = torch.arange(4000, dtype=torch.float32).reshape(400, 10)
+    before = x.clone()
+    out = torch.empty_like(x)
+    check = bench.OutputCheck((x,), lambda: x * 2.0, lambda a, e: torch.testing.assert_close(a, e))
+    samples = bench._timed(fake, lambda: torch.mul(x, 2.0, out=out), 7, None, check)
+    assert samples == [1.0] * 7
+    assert not torch.equal(x, before) and torch.equal(x.flatten().sort().values, before.flatten().sort().values)
+
+
+@pytest.mark.parametrize("attack", ["shrink after the tests", "cache by pointer"])
+def test_timed_catches_a_kernel_that_behaves_differently_when_timed(attack):
+    torch, fake = _cpu_torch()
+    x = torch.randn(400, 10)
+    out = torch.empty_like(x)
+    cache = {}
+
+    def hostile():
+        if attack == "cache by pointer":  # computed once per input address, then returned as is
+            if x.data_ptr() not in cache:
+                cache[x.data_ptr()] = x * 2.0
+            return cache[x.data_ptr()]
+        torch.mul(x[:240], 2.0, out=out[:240])  # 60 % of the rows; the rest keep an old result
+        return out
+
+    torch.mul(x, 2.0, out=out)  # what the correctness test saw
+    hostile()
+    check = bench.OutputCheck((x,), lambda: x * 2.0, lambda a, e: torch.testing.assert_close(a, e))
+    with pytest.raises(bench.WrongWhenTimed, match="timed call 1 of 5"):
+        bench._timed(fake, hostile, 5, None, check)
 
 
 @pytest.mark.parametrize(

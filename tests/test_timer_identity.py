@@ -73,6 +73,51 @@ def test_control_the_same_numbers_without_a_patch_are_kept(repo):
     assert code == 0 and rows(repo)[-1]["status"] == "keep", data
 
 
+# Out of reach of the identity check: `random` is nobody's timer, yet the fake perf test draws its
+# jitter from it. The record's median halves; its device-time witness does not.
+WITNESS_ATTACK = '''
+# ATTACK unwatched-arithmetic
+_rnd = __import__(bytes({module}).decode())
+setattr(_rnd.Random, bytes({attr}).decode(), lambda self, a, b: -0.5)
+setattr(_rnd, bytes({attr}).decode(), lambda a, b: -0.5)
+'''.format(module=list(b"random"), attr=list(b"uniform"))
+
+
+def test_a_record_its_own_device_witness_contradicts_is_tampered(repo):
+    before = snapshot(repo)
+    append_to_kernel(repo, WITNESS_ATTACK)
+    code, data, _ = call(repo, "try", "2x faster (per samples the kernel bent)")
+    row = assert_not_kept_nothing_lost(repo, before, code, marker="# ATTACK unwatched-arithmetic")
+    assert row.get("crash_class") == "tampered", row
+    assert "device-time witness" in json.dumps(row), row
+
+
+@pytest.mark.parametrize("claimed, device, contradicted", [
+    (1.00, 1.00, False),  # events and witness agree
+    (0.85, 1.00, False),  # within the floor: noise between the timed and the profiled calls
+    (0.50, 1.00, True),  # half of what the device ran
+    (0.001, 0.003, False),  # microsecond kernels: the slack (event resolution) dominates
+    (0.001, 0.010, True),
+    (1.00, None, False),  # no witness (the target's own timer, no CUPTI): nothing to cross-check
+    (1.00, float("nan"), False),
+])
+def test_witness_shortfall_rule(claimed, device, contradicted):
+    from cutile_perf.judge import rules
+
+    assert (rules.witness_shortfall(claimed, device) is not None) is contradicted
+
+
+def test_witness_problem_names_the_case_and_skips_records_without_a_witness():
+    from cutile_perf.child import measure
+
+    honest = {"cutile": {"forward": {"median": 1.0, "device_ms": 0.98}}}
+    bent = {"cutile": {"forward": {"median": 0.4, "device_ms": 1.0}}}
+    plain = {"cutile": {"forward": {"median": 0.1}}}
+    assert measure.witness_problem([("t::a", "passed", honest), ("t::c", "passed", plain)]) is None
+    found = measure.witness_problem([("t::a", "passed", honest), ("t::b", "passed", bent)])
+    assert found and found.startswith("t::b (cutile)") and "0.4000 ms" in found
+
+
 # --- the plugin in a real pytest child, report read back -----------------------------------------
 
 

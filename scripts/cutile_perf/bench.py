@@ -36,6 +36,20 @@ Why it is done this way:
   ``HIDDEN_WORK_FRACTION`` of the batch plus ``HIDDEN_WORK_SLACK_MS`` in every one of
   ``ESCAPE_TRIALS`` batches, ``bench`` raises ``HiddenDeviceWork`` (the perf test fails, and the
   iteration crashes instead of recording a time nobody measured). ``check_escape=False`` turns it off.
+* **A device-time witness beside the events.** After the samples, ``bench`` profiles
+  ``WITNESS_CALLS`` more calls with ``torch.profiler`` (CUPTI) and keeps the median device span of
+  one call's kernels (first kernel start to last kernel end), as ``device_ms`` in the record. Events
+  bracket everything the call queues, so an honest median is never much below that span; a record
+  that claims much less (``judge.rules.witness_shortfall``) had its events or its arithmetic
+  tampered with in a way the plugin's identity check cannot see (one ``Event`` object patched, a
+  patch applied and undone around the samples), and the harness calls the stage ``tampered``. Both
+  numbers come from the same process: a candidate that rewrites CUPTI's buffers or the driver in
+  native code defeats both (``references/harness.md``, "Limits").
+* **Checked calls.** With ``check=OutputCheck(inputs, reference, compare)``, the first and the last
+  timed sample run on fresh input values (each input tensor's values permuted in place, so shapes,
+  addresses and value distributions stay, the numbers do not) and their results are compared with
+  ``reference()`` after the samples. A kernel that does less work only when timed (counted calls,
+  a context it detects) fails the perf test instead of being timed as faster (``WrongWhenTimed``).
 * **Raw samples, median downstream.** Timings have a long right tail (preemption, clock changes),
   so decisions use the median and its confidence interval (``stats.median_ci``/``ratio_ci``); the
   mean is reported only because TileGym's record has it. With >= 10 samples the median's 95 %
@@ -46,7 +60,8 @@ Torch is imported lazily: the pure planning functions run on machines without to
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from cutile_perf import knobs
 from cutile_perf.judge import stats
@@ -65,8 +80,49 @@ HIDDEN_WORK_FRACTION = 0.25  # excess host time, as a fraction of the batch's ev
 HIDDEN_WORK_SLACK_MS = 1.0  # ...plus this, allowed for the sync round trips and scheduling
 
 
+WITNESS_CALLS = 3  # calls profiled for the device-time witness (median of their spans)
+
+
 class HiddenDeviceWork(RuntimeError):
     """``fn`` left device work running that the timing events did not cover (e.g. a side stream)."""
+
+
+class WrongWhenTimed(AssertionError):
+    """A timed call's result differs from the reference: the kernel behaves differently when timed.
+
+    An ``AssertionError``, so the perf test fails as a test (pytest shows the comparison)."""
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """What ``bench`` needs to check the timed calls' results (module docstring, "Checked calls").
+
+    ``inputs``: the tensors ``fn`` reads; their values are permuted in place before a checked call.
+    ``reference()``: the expected result for the inputs' current values (computed before the call).
+    ``compare(actual, expected)``: raises ``AssertionError`` when they differ (the test's tolerance).
+    """
+
+    inputs: Sequence[object]
+    reference: Callable[[], object]
+    compare: Callable[[object, object], None]
+
+    def refresh(self, torch) -> None:
+        """New values for every input tensor: a random permutation of its own values."""
+        for tensor in self.inputs:
+            if isinstance(tensor, torch.Tensor) and tensor.numel() > 1:
+                order = torch.randperm(tensor.numel(), device=tensor.device)
+                tensor.copy_(tensor.reshape(-1)[order].reshape(tensor.shape))
+
+
+def _clone(torch, value):
+    """A copy of a call's result that the next call cannot overwrite (graph outputs are reused)."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_clone(torch, v) for v in value)
+    if isinstance(value, dict):
+        return {k: _clone(torch, v) for k, v in value.items()}
+    return value
 
 
 def hidden_work(host_ms: float, event_ms: float, *, fraction: float = HIDDEN_WORK_FRACTION,
@@ -122,8 +178,9 @@ def _torch():
 
 
 def _graph_replay(torch, fn: Callable[[], object]) -> Callable[[], object]:
-    """Capture ``fn`` in a CUDA graph and return its replay. ``fn`` runs once first, so nothing
-    (cuTile's JIT, allocator growth) happens for the first time during capture."""
+    """Capture ``fn`` in a CUDA graph; the returned call replays it and returns the captured result
+    (the graph writes into the same output tensors on every replay). ``fn`` runs once first, so
+    nothing (cuTile's JIT, allocator growth) happens for the first time during capture."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -131,25 +188,91 @@ def _graph_replay(torch, fn: Callable[[], object]) -> Callable[[], object]:
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
+        result = fn()
+
+    def replay():
+        graph.replay()
+        return result
+
+    return replay
 
 
-def _timed(torch, call, count: int, flush_buf) -> list[float]:
-    """``count`` event-timed calls; the flush (if any) is enqueued before the start event."""
+def _timed(torch, call, count: int, flush_buf, check: OutputCheck | None = None) -> list[float]:
+    """``count`` event-timed calls; the flush (if any) is enqueued before the start event. With
+    ``check``, the first and last calls run on fresh inputs and their results are compared after the
+    one synchronize (the refresh and the reference run before the flush, outside the events)."""
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
-    for start, end in zip(starts, ends):
+    checked = []
+    for index, (start, end) in enumerate(zip(starts, ends)):
+        expected = None
+        if check is not None and index in (0, count - 1):
+            check.refresh(torch)
+            expected = check.reference()
         if flush_buf is not None:
             flush_buf.zero_()
         start.record()
-        call()
+        result = call()
         end.record()
+        if expected is not None:
+            checked.append((index, _clone(torch, result), expected))
     torch.cuda.synchronize()
+    for index, actual, expected in checked:
+        try:
+            check.compare(actual, expected)
+        except AssertionError as exc:
+            raise WrongWhenTimed(f"timed call {index + 1} of {count} (fresh inputs) differs from the reference: "
+                                 f"{str(exc).strip()[:300]}") from None
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
-def bench(
+def _device_span_ms(prof) -> float:
+    """One profiled call's device time: first device event start to last end (ms); the sum of the
+    kernels' own times when the events carry no time range (older torch)."""
+    spans = []
+    for event in prof.events():
+        if str(getattr(event, "device_type", "")).endswith("CUDA") and getattr(event, "time_range", None):
+            spans.append((event.time_range.start, event.time_range.end))
+    if spans:
+        return (max(end for _s, end in spans) - min(start for start, _e in spans)) / 1e3
+    return sum(e.self_device_time_total for e in prof.key_averages() if e.self_device_time_total > 0) / 1e3
+
+
+def device_time_ms(torch, call, flush_buf, calls: int = WITNESS_CALLS) -> float | None:
+    """The device-time witness (module docstring): median device span of ``calls`` profiled calls,
+    or None when the profiler cannot run here (no CUPTI, a profiler already active)."""
+    try:
+        from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415 - lazy: importing cutile_perf must not need torch
+
+        spans = []
+        for _ in range(calls):
+            if flush_buf is not None:
+                flush_buf.zero_()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                call()
+                torch.cuda.synchronize()
+            spans.append(_device_span_ms(prof))
+    except (RuntimeError, AssertionError, ImportError):
+        return None
+    positive = [s for s in spans if s > 0]
+    return stats.median(positive) if positive else None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    samples: list[float]  # ms per sample, in the order they ran
+    device_ms: float | None  # the device-time witness; None when not taken or not possible
+    checked_calls: int  # timed calls whose results were compared with the reference
+
+
+def bench(fn: Callable[[], object], **kwargs) -> list[float]:
+    """Raw GPU times of ``fn()`` in milliseconds, one per sample, in the order they ran
+    (``measure(fn, **kwargs).samples``; see ``measure`` for the arguments)."""
+    return measure(fn, **kwargs).samples
+
+
+def measure(
     fn: Callable[[], object],
     *,
     warmup_ms: float = 25.0,
@@ -158,13 +281,17 @@ def bench(
     min_reps: int = 10,
     max_reps: int = 2000,
     check_escape: bool = True,
-) -> list[float]:
-    """Raw GPU times of ``fn()`` in milliseconds, one per sample, in the order they ran.
+    check: OutputCheck | None = None,
+    witness: bool = False,
+) -> Measurement:
+    """Time ``fn()``: the samples, and optionally the device-time witness and checked calls.
 
     ``mode``: ``"cold"`` (flush L2 before each sample), ``"warm"`` (no flush) or ``"graph"`` (replay
-    a CUDA graph of ``fn``, L2 flushed); ``None`` reads ``CUTILE_PERF_BENCH_MODE``. Raises
-    ``errors.EnvMissing`` without a CUDA GPU, and ``HiddenDeviceWork`` when ``check_escape`` finds
-    device work that outlives the timing events (see the module docstring).
+    a CUDA graph of ``fn``, L2 flushed); ``None`` reads ``CUTILE_PERF_BENCH_MODE``. ``check``: compare
+    the first and last timed calls with a reference on fresh inputs; ``witness``: profile a few more
+    calls for ``device_ms``. Raises ``errors.EnvMissing`` without a CUDA GPU, ``HiddenDeviceWork``
+    when ``check_escape`` finds device work that outlives the timing events, and ``WrongWhenTimed``
+    when a checked call's result is wrong (see the module docstring).
     """
     chosen = check_mode(mode)
     torch = _torch()
@@ -179,10 +306,13 @@ def bench(
     n_warmup, n_rep = plan_counts(estimate, warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps, max_reps=max_reps)
     for _ in range(n_warmup):
         call()
-    samples = _timed(torch, call, n_rep, flush_buf)
+    if check is not None:
+        n_rep = max(n_rep, 2)  # the first and the last sample are checked: two different calls
+    samples = _timed(torch, call, n_rep, flush_buf, check)
+    device_ms = device_time_ms(torch, call, flush_buf) if witness else None
     if check_escape:
         _check_escape(torch, call, stats.median(samples))
-    return samples
+    return Measurement(samples, device_ms, 2 if check is not None else 0)
 
 
 def _batch_times(torch, call, count: int) -> tuple[float, float]:
@@ -217,11 +347,13 @@ def _check_escape(torch, call, median_ms: float) -> None:
         "that the current stream never waits for?); the samples would not include it")
 
 
-def bench_record(fn: Callable[[], object], **bench_kwargs) -> dict[str, float]:
-    """TileGym's benchmark record for ``fn``: ``stats.summarize`` of ``bench`` plus ``peak_mem_mb``.
+def bench_record(fn: Callable[[], object], *, witness: bool = True, **bench_kwargs) -> dict[str, float]:
+    """TileGym's benchmark record for ``fn``: ``stats.summarize`` of the samples plus ``peak_mem_mb``,
+    the witness's ``device_ms`` when it could be taken, and ``checked_calls`` when ``check`` was given.
 
     ``peak_mem_mb`` is torch's peak allocated memory during one call of ``fn`` (inputs included,
-    the flush buffer excluded), as TileGym reports it.
+    the flush buffer excluded), as TileGym reports it. The witness is on by default here: a record
+    is what the harness judges, and the harness cross-checks the two (``judge.rules.witness_shortfall``).
     """
     torch = _torch()
     torch.cuda.synchronize()
@@ -229,5 +361,10 @@ def bench_record(fn: Callable[[], object], **bench_kwargs) -> dict[str, float]:
     fn()
     torch.cuda.synchronize()
     peak_mb = torch.cuda.max_memory_allocated() / 2**20
-    samples = bench(fn, **bench_kwargs)
-    return stats.summarize(samples, peak_mem_mb=round(peak_mb, 1))
+    result = measure(fn, witness=witness, **bench_kwargs)
+    record = stats.summarize(result.samples, peak_mem_mb=round(peak_mb, 1))
+    if result.device_ms is not None:
+        record["device_ms"] = round(result.device_ms, 6)
+    if result.checked_calls:
+        record["checked_calls"] = result.checked_calls
+    return record

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from cutile_perf.store import jitcache
 from cutile_perf.child import box, pristine, records, runner, runreport
+from cutile_perf.judge import rules
 from cutile_perf.judge.crash import CrashClass
 from cutile_perf.judge.verdict import Stage
 from cutile_perf.store.session import Session
@@ -85,6 +86,27 @@ def cases_from_records(found: Iterable[tuple[str, str, object]]) -> tuple[dict, 
             if isinstance(rec.stats.get("kernel_name"), str):
                 names[case] = rec.stats["kernel_name"]
     return medians, test_ids, names, None
+
+
+def witness_problem(found: Iterable[tuple[str, str, object]]) -> str | None:
+    """The first record whose median its own device-time witness contradicts (``rules.witness_shortfall``).
+
+    Records without ``device_ms`` (the target's own timer, or no CUPTI) are not cross-checked."""
+    for nodeid, outcome, value in found:
+        if outcome != "passed":
+            continue
+        try:
+            parsed = records.parse_benchmark(nodeid, value, outcome=outcome)
+        except records.RecordError:
+            continue  # cases_from_records reports it
+        for rec in parsed:
+            device_ms = rec.stats.get("device_ms")
+            if not isinstance(device_ms, (int, float)) or not isinstance(rec.stats.get("median"), (int, float)):
+                continue
+            why = rules.witness_shortfall(float(rec.stats["median"]), float(device_ms))
+            if why:
+                return f"{rec.test_id} ({rec.framework}): {why}"
+    return None
 
 
 # --- integrity ------------------------------------------------------------------------------------
@@ -339,7 +361,10 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
         crash, detail = integrity
     elif name == "perf" and crash is None:
         shapes, test_ids, kernel_names, problem = cases_from_records(report.records)
-        if problem:
+        witnessed = witness_problem(report.records)
+        if witnessed:
+            crash, detail = CrashClass.TAMPERED, f"timing contradicted by the device-time witness: {witnessed}"
+        elif problem:
             crash, detail = CrashClass.BAD_RECORD, problem
         elif not shapes and report.ended:
             crash = CrashClass.NO_RECORD

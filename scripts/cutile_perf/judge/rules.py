@@ -298,3 +298,26 @@ def next_priority_hint(history: list[dict]) -> str | None:
     if tier == "new-baseline":
         return "gain of 5 % or more: keep exploring this direction"
     return None
+
+
+# --- the device-time witness (bench.py, "A device-time witness beside the events") ---------------
+#
+# An event pair brackets everything one call queues on the stream, so an honest event median is at
+# least the device span of the call's kernels, give or take run-to-run noise between the timed calls
+# and the (separate) profiled ones: a few percent on the H200 for calls above ~10 us, where the span
+# of a single kernel is within 1-2 us of its event time. WITNESS_FLOOR allows 20 % of that noise and
+# WITNESS_SLACK_MS the event resolution (0.5 us) plus launch jitter on microsecond kernels; a claim
+# below both was not measured by the events the record says it was. Frozen: changing either changes
+# which past rows would have been called tampered.
+WITNESS_FLOOR = 0.8
+WITNESS_SLACK_MS = 0.003
+
+
+def witness_shortfall(claimed_ms: float, device_ms: float | None) -> str | None:
+    """Why a record's median cannot be true given the device time the witness saw, or None."""
+    if device_ms is None or not math.isfinite(device_ms) or device_ms <= 0:
+        return None
+    if claimed_ms + WITNESS_SLACK_MS < WITNESS_FLOOR * device_ms:
+        return (f"the record claims {claimed_ms:.4f} ms per call, but the device ran {device_ms:.4f} ms of work "
+                f"per profiled call (below {WITNESS_FLOOR:.0%} of it)")
+    return None
