@@ -6,6 +6,7 @@ cuda-tile and tileiras (no GPU), through ``aot_signatures()`` and through a hand
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -404,3 +405,106 @@ def test_record_on_the_gpu_gives_the_bundled_rms_norm_its_real_signatures(tmp_pa
     assert data["kernels"].get("rms_norm_kernel", 0) >= 1, data
     code, data = cli(capsys, "--repo", str(repo))
     assert code == 0 and all(r["ok"] for r in data["results"]), data
+
+
+# --- a candidate kept outside the package, checked as the file it would replace ---------------------
+
+# Imports as TileGym's kernel files have them: one absolute (`from tilegym...`: "No module named"
+# when loaded by file location), one relative (`from .utils ...`: "attempted relative import").
+CANDIDATE_IMPORTS = "from . import __name__ as PACKAGE\nfrom fakegym.ops import __name__ as OPS\n"
+
+
+def test_a_candidate_outside_the_package_imports_as_the_file_it_replaces(tilegym_like_repo):
+    from fixtures_repo import KERNEL_REL
+
+    repo = tilegym_like_repo
+    fenced = repo / KERNEL_REL
+    before = fenced.read_bytes()
+    cand = repo / "sandbox/cand/rms_norm_v2.py"
+    cand.parent.mkdir(parents=True)
+    cand.write_text(CANDIDATE_IMPORTS + fenced.read_text().replace("LATENCY_MS =", "CANDIDATE = True\nLATENCY_MS ="))
+    path_before = list(sys.path)
+    with pytest.raises(UsageError) as refused:  # by file location, as before: its imports cannot resolve
+        compilecheck.import_kernel_module(repo, cand)
+    assert "relative import" in refused.value.message and "--as" in refused.value.hint
+    module = compilecheck.import_kernel_module(repo, cand, as_path=fenced)
+    assert module.__name__ == "fakegym.ops.cutile.rms_norm" and module.PACKAGE == "fakegym.ops.cutile"
+    assert Path(module.__file__) == cand.resolve() and module.CANDIDATE  # the candidate, not the fenced file
+    assert fenced.read_bytes() == before and sys.path == path_before
+
+
+def test_the_session_s_one_fenced_file_is_what_a_candidate_replaces(tilegym_like_repo, capsys):
+    from cutile_perf.commands.compile_check import _replaced_file
+    from cutile_perf.store import session as session_mod
+    from fixtures_repo import KERNEL_REL
+
+    repo = tilegym_like_repo
+    assert main(["init", "--repo", str(repo), "--kernel", "rms_norm"]) == 0
+    capsys.readouterr()
+    session = session_mod.load(repo)
+    cand = repo / "sandbox/cand/x.py"
+    assert _replaced_file(repo, session, cand, None) == (repo / KERNEL_REL).resolve()
+    assert _replaced_file(repo, session, repo / KERNEL_REL, None) is None  # the fenced file itself: in place
+    assert _replaced_file(repo, None, cand, None) is None  # no session, no --as: by file location
+    assert _replaced_file(repo, None, cand, Path(KERNEL_REL)) == (repo / KERNEL_REL).resolve()
+    with pytest.raises(UsageError, match="--as"):
+        _replaced_file(repo, None, cand, Path("no/such/folder/x.py"))
+
+
+def test_per_signature_hints_merge_over_the_kernel_s(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("k:\n  hints: {occupancy: 2}\n  signatures:\n"
+                    "    - x: float16[2]\n      TILE: 64\n"
+                    "    - x: float16[2]\n      TILE: 128\n      hints: {occupancy: 4, num_ctas: 2}\n"
+                    "    - x: float16[2]\n      hints: float32\n")  # a parameter named hints stays a parameter
+    entry = compilecheck.load_spec(spec)["k"]
+    assert [compilecheck.describe(s) for s in entry.signatures] == [
+        "x=float16[2], TILE=64", "x=float16[2], TILE=128", "x=float16[2], hints=float32"]
+    assert [entry.hints_for(i) for i in range(3)] == [{"occupancy": 2}, {"occupancy": 4, "num_ctas": 2},
+                                                      {"occupancy": 2}]
+
+
+def test_the_threads_cell_marks_tma_kernels_and_the_legend_says_why():
+    from cutile_perf.commands import compile_check as cc
+
+    assert cc._threads_cell({"threads": 256, "sass": {"UTMALDG": 6}}) == "256*"
+    assert cc._threads_cell({"threads": 128, "sass": {"LDG": {"16": 20}}}) == "128"
+    assert "4 producer warps" in cc.THREADS_LEGEND and "(threads - 128) / 32" in cc.THREADS_LEGEND
+
+
+CANDIDATE_KERNEL = '''\
+import cuda.tile as ct
+
+from . import __name__ as PACKAGE  # relative, as TileGym's `from .utils import ...`
+from simk.ops import __name__ as OPS  # absolute, as TileGym's `from tilegym.backend import ...`
+
+
+@ct.kernel
+def add_two_kernel(x, out, TILE: ct.Constant[int]):
+    t = ct.load(x, index=(ct.bid(0), 0), shape=(1, TILE))
+    ct.store(out, index=(ct.bid(0), 0), tile=t + 2)
+'''
+
+
+@pytest.mark.toolchain
+def test_a_candidate_in_sandbox_compiles_as_the_fenced_file_with_hints_per_signature(launching_repo, capsys):
+    repo = launching_repo
+    fenced = repo / "src/simk/ops/cutile/add_one.py"
+    before = fenced.read_bytes()
+    (repo / "sandbox/cand").mkdir()
+    (repo / "sandbox/cand/add_one_v2.py").write_text(CANDIDATE_KERNEL)
+    (repo / "sandbox/cand/spec.yaml").write_text(
+        "add_two_kernel:\n  signatures:\n    - x: float16[2]\n      out: float16[2]\n      TILE: 64\n"
+        "    - x: float16[2]\n      out: float16[2]\n      TILE: 128\n      hints: {occupancy: 2}\n")
+    capsys.readouterr()
+    code, data = cli(capsys, "--repo", str(repo), "--kernel", "sandbox/cand/add_one_v2.py",
+                     "--spec", "sandbox/cand/spec.yaml")
+    assert code == 0, data
+    assert data["checked_as"] == str(fenced.resolve())
+    assert [(r["kernel"], r["hints"], r["ok"]) for r in data["results"]] == [
+        ("add_two_kernel", {}, True), ("add_two_kernel", {"occupancy": 2}, True)]
+    assert fenced.read_bytes() == before
+    assert main(["compile-check", "--repo", str(repo), "--kernel", "sandbox/cand/add_one_v2.py",
+                 "--spec", "sandbox/cand/spec.yaml"]) == 0
+    text = capsys.readouterr().out
+    assert "add_one_v2.py checked as src/simk/ops/cutile/add_one.py" in text and "occupancy=2" in text

@@ -130,14 +130,19 @@ def _add_compile_check(subparsers) -> None:
              "threads, TMA or plain loads, SASS widths",
              "Examples:\n  cutile-perf compile-check --write-spec        # sandbox/compile-check.yaml to fill in\n"
              "  cutile-perf compile-check                     # the session's fenced kernels\n"
-             "  cutile-perf compile-check --kernel src/pkg/ops/cutile/softmax.py --arch sm_100 --spec sig.yaml\n\n"
+             "  cutile-perf compile-check --kernel src/pkg/ops/cutile/softmax.py --arch sm_100 --spec sig.yaml\n"
+             "  cutile-perf compile-check --kernel sandbox/cand/softmax_v2.py --as src/pkg/ops/cutile/softmax.py\n\n"
              "  cutile-perf compile-check --record            # on the GPU machine, once: the tests' launches -> the spec\n\n"
              "Signatures come from the spec file (recorded from the tests' launches with --record on a GPU,\n"
              "or written by hand from --write-spec) or the module's aot_signatures(). Exit 1 when a kernel\n"
              "did not compile.")
     p.add_argument("--kernel", help="kernel file or name (default: the session's fenced kernel files)")
+    p.add_argument("--as", dest="as_", type=Path, metavar="FILE",
+                   help="check the --kernel file as this file it would replace (its module name and imports); "
+                        "default: the session's fenced kernel file when the candidate lies outside the package")
     p.add_argument("--arch", help="target, e.g. sm_90 or sm_100 (default: the session's GPU, else sm_90)")
-    p.add_argument("--spec", type=Path, help="signature spec YAML (default: sandbox/compile-check.yaml)")
+    p.add_argument("--spec", type=Path, help="signature spec YAML (default: sandbox/compile-check.yaml); "
+                   "a signature may carry its own hints: {...}")
     p.add_argument("--write-spec", action="store_true", help="write a spec skeleton from the kernels' parameters")
     p.add_argument("--record", action="store_true",
                    help="on a GPU machine: run the correctness tests once and write the spec from their ct.launch calls")
@@ -146,7 +151,7 @@ def _add_compile_check(subparsers) -> None:
         from cutile_perf.commands.compile_check import compile_check  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return compile_check(repo=a.repo, kernel=a.kernel, arch=a.arch, spec=a.spec, write_spec=a.write_spec,
-                             record_launches=a.record)
+                             record_launches=a.record, as_=a.as_)
 
     p.set_defaults(handler=run)
 

@@ -59,11 +59,35 @@ def record(session: session_mod.Session, spec_path: Path, timeout_s: float | Non
                     "tests_exit": result.returncode})
 
 
+def _replaced_file(root: Path, session: session_mod.Session | None, candidate: Path, as_: Path | None) -> Path | None:
+    """The fenced file ``candidate`` is checked as: ``--as``, else the session's one fenced kernel file
+    (or the one of the same name) when ``candidate`` is not itself a module of the package; None to
+    check ``candidate`` where it is."""
+    if as_ is not None:
+        target = (as_ if as_.is_absolute() else root / as_).resolve()
+        if target.suffix != ".py" or not target.parent.is_dir():
+            raise UsageError(f"--as {as_}: not a .py file in an existing folder",
+                             "name the file the candidate would replace, e.g. src/<pkg>/ops/cutile/<op>.py")
+        return None if target == candidate.resolve() else target
+    if session is None or compilecheck.package_parts(root, candidate):
+        return None
+    fenced = [root / f for f in session.kernel_files if f.endswith(".py")]
+    if candidate.resolve() in {f.resolve() for f in fenced}:
+        return None
+    same_name = [f for f in fenced if f.stem == candidate.stem]
+    if len(fenced) == 1 or len(same_name) == 1:
+        return (same_name or fenced)[0].resolve()
+    return None
+
+
 def compile_check(*, repo: Path, kernel: str | None, arch: str | None, spec: Path | None, write_spec: bool,
-                  record_launches: bool = False) -> Outcome:
+                  record_launches: bool = False, as_: Path | None = None) -> Outcome:
     root = Path(repo).resolve()
     session = None
+    replaced: Path | None = None
     if kernel is None:
+        if as_ is not None:
+            raise UsageError("--as needs --kernel <candidate file>", "e.g. --kernel sandbox/cand/x.py --as src/<pkg>/ops/cutile/<op>.py")
         try:
             session = session_mod.load(root)
         except NoSession:
@@ -72,6 +96,20 @@ def compile_check(*, repo: Path, kernel: str | None, arch: str | None, spec: Pat
         files = [root / f for f in session.kernel_files if f.endswith(".py")]
     else:
         files = kernel_scan.find_kernel_files(root, kernel)
+        try:  # for its fenced file (a candidate is checked as it) and its GPU's arch
+            session = session_mod.load(root)
+            root = session.repo
+        except (NoSession, UsageError, Refused):  # none, or one init has to repair: --kernel needs none
+            session = None
+        if len(files) == 1:
+            replaced = _replaced_file(root, session, files[0], as_)
+        elif as_ is not None:
+            raise UsageError("--as needs --kernel to name one file")
+    as_note = ""
+    if replaced is not None:
+        shown = replaced.relative_to(root).as_posix() if replaced.is_relative_to(root) else str(replaced)
+        as_note = f"; {files[0].name} checked as {shown}" + ("" if as_ is not None else
+                                                             " (the session's fenced kernel file; --as to choose)")
     arch_source = "--arch"
     if arch is None:
         cc = _session_arch(session) if session else None
@@ -83,6 +121,8 @@ def compile_check(*, repo: Path, kernel: str | None, arch: str | None, spec: Pat
     if record_launches:
         if session is None:
             raise UsageError("--record needs a session (it runs the session's correctness tests)", "run init first")
+        if kernel is not None:
+            raise UsageError("--record records the session's own tests; it takes no --kernel")
         return record(session, spec_path, None)
     if write_spec:
         if spec_path.exists():
@@ -100,7 +140,7 @@ def compile_check(*, repo: Path, kernel: str | None, arch: str | None, spec: Pat
     cuobjdump = compile_report.find_cuobjdump()
     results: list[compilecheck.Result] = []
     for path in files:
-        module = compilecheck.import_kernel_module(root, path)
+        module = compilecheck.import_kernel_module(root, path, replaced)
         kernels = compilecheck.kernels_in(module)
         hook = getattr(module, "aot_signatures", None)
         from_hook = {}
@@ -114,12 +154,13 @@ def compile_check(*, repo: Path, kernel: str | None, arch: str | None, spec: Pat
             if name in specs:
                 entry = specs[name]
                 try:
-                    sigs = [(compilecheck.describe(p), compilecheck.build_signature(obj, name, p)) for p in entry.signatures]
+                    sigs = [(compilecheck.describe(p), compilecheck.build_signature(obj, name, p), entry.hints_for(i))
+                            for i, p in enumerate(entry.signatures)]
                 except UsageError as exc:
                     results.append(compilecheck.Result(name, "-", str(spec_path), error=f"spec: {exc}"))
                     continue
                 results += compilecheck.check_kernel(obj, name, sigs, source=spec_path.name, arch=arch,
-                                                     hints=entry.hints, cuobjdump=cuobjdump)
+                                                     hints={}, cuobjdump=cuobjdump)
             elif name in from_hook:
                 sigs = [(f"aot_signatures()[{i}]", s) for i, s in enumerate(from_hook[name])]
                 results += compilecheck.check_kernel(obj, name, sigs, source="aot_signatures()", arch=arch, hints={},
@@ -132,9 +173,12 @@ def compile_check(*, repo: Path, kernel: str | None, arch: str | None, spec: Pat
     failed = [r for r in results if r.checked and not r.ok]
     compiled = sum(1 for r in results if r.ok)
     unchecked = sum(1 for r in results if not r.checked)
-    text = "\n".join([f"compile-check for {arch} ({arch_source}); cuobjdump: {cuobjdump or 'not found'}", table, "",
+    legend = THREADS_LEGEND if any((r.cubin or {}).get("threads") for r in results) else ""
+    text = "\n".join([f"compile-check for {arch} ({arch_source}); cuobjdump: {cuobjdump or 'not found'}{as_note}",
+                      table, *([legend] if legend else []), "",
                       f"{compiled} compiled, {len(failed)} failed, {unchecked} without a signature"])
     data = {"arch": arch, "arch_source": arch_source, "cuobjdump": str(cuobjdump) if cuobjdump else None,
+            "checked_as": str(replaced) if replaced is not None else None,
             "results": [r.to_dict() for r in results]}
     # Exit 1 on a compile error, or when nothing at all was compiled (a check that checked nothing).
     return Outcome(text, data, EXIT_REJECTED if failed or not compiled else EXIT_OK)
@@ -150,14 +194,33 @@ def _sass_cell(cubin: dict) -> str:
     return "; ".join(parts) or "no global loads/stores"
 
 
+# Seen compiling for sm_90 with tileiras 13.4 (CPU machine, bundled RMSNorm): 128 threads with plain
+# loads, 256 for the same kernel with TMA loads, 384 with TMA and num_worker_warps=8. The 4 extra
+# warps issue the TMA copies; without this line a reader takes them for the kernel's own workers.
+THREADS_LEGEND = ("threads: per block, as launched; a kernel with TMA loads (UTMALDG, marked *) also counts "
+                  "4 producer warps (128 threads) that issue the copies: its worker warps are (threads - 128) / 32")
+
+
+def _threads_cell(cubin: dict) -> str:
+    threads = cubin.get("threads")
+    if not threads:
+        return "-"
+    return f"{threads}*" if (cubin.get("sass") or {}).get("UTMALDG") else str(threads)
+
+
+def _hints_cell(hints: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in hints.items()) or "-"
+
+
 def render(results: list[compilecheck.Result]) -> str:
-    head = ["kernel", "signature", "source", "result", "regs", "stack", "threads", "loads (remarks)", "SASS", "s"]
+    head = ["kernel", "signature", "hints", "source", "result", "regs", "stack", "threads", "loads (remarks)", "SASS",
+            "s"]
     rows = []
     for r in results:
         cub = r.cubin or {}
         status = "compiled" if r.ok else f"ERROR {r.error}" if r.checked else f"not checked: {r.error}"
-        rows.append([r.kernel, r.signature[:60], r.source, status[:120],
-                     str(cub.get("registers", "-")), str(cub.get("stack", "-")), str(cub.get("threads") or "-"),
+        rows.append([r.kernel, r.signature[:60], _hints_cell(r.hints), r.source, status[:120],
+                     str(cub.get("registers", "-")), str(cub.get("stack", "-")), _threads_cell(cub),
                      compile_report.loads_kind(r.remarks) if r.ok else "-", _sass_cell(cub) if r.ok else "-",
                      f"{r.seconds:.1f}"])
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]

@@ -19,6 +19,14 @@ from one of two sources, and every result names its source:
   and a number or bool the value of a ``ct.Constant`` parameter. ``skeleton`` writes a starting
   spec from the kernel's parameters (ndim guessed from its ``ct.load``/``ct.gather`` indices).
 
+  A signature may carry its own ``hints: {...}`` (merged over the kernel's), so every tuned config
+  of a kernel (tile constants plus occupancy/num_ctas/...) fits in one spec. A parameter's value is
+  never a mapping, so a ``hints`` key holding one cannot be mistaken for a parameter of that name.
+
+A candidate file kept outside the package (``sandbox/cand/x.py``) is imported *as* the file it
+would replace (``import_kernel_module(..., as_path=...)``): under that module's dotted name, with
+``<repo>/src`` on ``sys.path``, so its absolute and relative imports resolve as they would in place.
+
 Compilation exports TileIR bytecode with the public ``export_kernel``, then runs tileiras through
 cuTile's own ``compile_cubin`` (private, cuda-tile 1.7) to also get the optimization remarks (TMA
 chosen or not, tensor cores). ``cuobjdump`` (on PATH, from the ``nvidia-cuda-cuobjdump`` package,
@@ -80,8 +88,13 @@ def parse_param(name: str, raw: Any) -> Param:
 
 @dataclass(frozen=True)
 class KernelSpec:
-    hints: dict
+    hints: dict  # the kernel's, for every signature
     signatures: list[dict[str, Param]]
+    signature_hints: list[dict] = field(default_factory=list)  # per signature, merged over ``hints``
+
+    def hints_for(self, index: int) -> dict:
+        own = self.signature_hints[index] if index < len(self.signature_hints) else {}
+        return {**self.hints, **own}
 
 
 def load_spec(path: Path) -> dict[str, KernelSpec]:
@@ -104,12 +117,15 @@ def load_spec(path: Path) -> dict[str, KernelSpec]:
         hints = entry.get("hints") or {}
         if not isinstance(hints, dict):
             raise UsageError(f"{path}: {kernel}: hints must be a mapping, e.g. {{occupancy: 2}}")
-        sigs = []
+        sigs, own_hints = [], []
         for i, sig in enumerate(entry["signatures"]):
             if not isinstance(sig, dict):
                 raise UsageError(f"{path}: {kernel}: signature {i} must map parameter names to types")
-            sigs.append({name: parse_param(f"{kernel}.{name}", raw) for name, raw in sig.items()})
-        specs[str(kernel)] = KernelSpec(hints, sigs)
+            own = sig.get("hints") if isinstance(sig.get("hints"), dict) else {}
+            sigs.append({name: parse_param(f"{kernel}.{name}", raw) for name, raw in sig.items()
+                         if not (name == "hints" and isinstance(raw, dict))})
+            own_hints.append(dict(own))
+        specs[str(kernel)] = KernelSpec(hints, sigs, own_hints)
     return specs
 
 
@@ -253,38 +269,73 @@ def describe(params: dict[str, Param]) -> str:
 # --- importing the kernel file ---------------------------------------------------------------------
 
 
-def import_kernel_module(repo: Path, path: Path):
+def package_parts(repo: Path, path: Path) -> list[str]:
+    """The package names of a file under ``<repo>/src/`` inside packages (``["pkg", "ops", "cutile"]``
+    for ``src/pkg/ops/cutile/x.py``); [] for a file outside ``src/`` or outside a package chain."""
+    path = Path(path).resolve()
+    src = (Path(repo) / "src").resolve()
+    if not path.is_relative_to(src):
+        return []
+    parts: list[str] = []
+    folder = path.parent
+    while folder != src and (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return parts if folder == src else []
+
+
+def _forget(top: str) -> None:
+    """Drop a package and its modules from ``sys.modules``: a copy imported earlier (installed, or
+    from another checkout) would shadow the files being checked."""
+    for name in list(sys.modules):
+        if name == top or name.startswith(top + "."):
+            del sys.modules[name]
+
+
+def import_kernel_module(repo: Path, path: Path, as_path: Path | None = None):
     """The kernel file as a module, imported from ``path`` itself (never from another installed copy).
 
     A file under ``<repo>/src/`` inside packages is imported by its dotted name with ``<repo>/src``
     first on ``sys.path``, so its relative imports work; anything else by file location.
+
+    ``as_path``: the file ``path`` would replace (a candidate kept in ``sandbox/``). ``path`` is then
+    loaded under ``as_path``'s dotted name, with ``<repo>/src`` (or, outside ``src/``, ``as_path``'s
+    folder) first on ``sys.path``: its imports resolve as they would in place, and neither file is
+    written. ``sys.path`` is restored afterwards; the modules stay loaded for the compile.
     """
     path = path.resolve()
+    target = (as_path or path).resolve()
     src = (repo / "src").resolve()
-    parts: list[str] = []
-    if path.is_relative_to(src):
-        folder = path.parent
-        while folder != src and (folder / "__init__.py").is_file():
-            parts.insert(0, folder.name)
-            folder = folder.parent
-        if folder != src:
-            parts = []
+    parts = package_parts(repo, target)
+    saved_path = list(sys.path)
     try:
         if parts:
             sys.path.insert(0, str(src))
-            for name in list(sys.modules):  # a previously imported copy would shadow the file
-                if name == parts[0] or name.startswith(parts[0] + "."):
-                    del sys.modules[name]
+            _forget(parts[0])
+        if parts and target == path:
             module = importlib.import_module(".".join([*parts, path.stem]))
         else:
-            name = "_cutile_perf_compile_check_" + re.sub(r"\W", "_", path.stem)
+            if parts:
+                name = ".".join([*parts, target.stem])
+                importlib.import_module(".".join(parts))  # the parent package first, as an import in place would
+            elif as_path is not None:
+                name = target.stem
+                sys.path.insert(0, str(target.parent))  # its sibling modules, as in place
+            else:
+                name = "_cutile_perf_compile_check_" + re.sub(r"\W", "_", path.stem)
             spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
             spec.loader.exec_module(module)
     except Exception as exc:  # the user's module: any import error is a result to report, not our bug
-        raise UsageError(f"cannot import {path}: {type(exc).__name__}: {str(exc)[:300]}",
-                         "compile-check imports the kernel module (it needs cuda-tile, and torch if the module uses it)")
+        hint = "compile-check imports the kernel module (it needs cuda-tile, and torch if the module uses it)"
+        if as_path is None and not parts and isinstance(exc, ImportError):
+            hint = ("a candidate kept outside the package imports like the file it replaces: "
+                    "pass --as <that file>, e.g. --as src/<pkg>/ops/cutile/<op>.py")
+        shown = f"{path} as {target}" if as_path is not None else str(path)
+        raise UsageError(f"cannot import {shown}: {type(exc).__name__}: {str(exc)[:300]}", hint)
+    finally:
+        sys.path[:] = saved_path
     if Path(module.__file__).resolve() != path:
         raise UsageError(f"importing {path} loaded {module.__file__} instead",
                          "another copy of the package is first on the path; compile-check refuses to check the wrong file")
@@ -310,6 +361,7 @@ class Result:
     kernel: str
     signature: str  # the parameters, as written
     source: str  # "aot_signatures()" or the spec file
+    hints: dict = field(default_factory=dict)  # replace_hints(...) applied for this signature
     ok: bool = False
     error: str = ""
     checked: bool = True  # False: no signature to compile with (not a compile failure)
@@ -380,21 +432,33 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:400]
 
 
-def check_kernel(kernel, name: str, signatures: list[tuple[str, Any]], *, source: str, arch: str, hints: dict,
+def check_kernel(kernel, name: str, signatures: list[tuple], *, source: str, arch: str, hints: dict,
                  cuobjdump: Path | None) -> list[Result]:
-    """Compile every signature of one kernel; each gives a Result (a failure is a result, not an exception)."""
+    """Compile every signature of one kernel; each gives a Result (a failure is a result, not an exception).
+
+    ``signatures``: ``(label, signature)`` pairs compiled with ``hints``, or ``(label, signature,
+    hints)`` triples that carry their own (a spec's per-signature hints, already merged).
+    """
     results = []
-    if hints:
-        try:
-            kernel = kernel.replace_hints(**hints)
-        except Exception as exc:
-            return [Result(name, "-", source, error=f"hints {hints}: {_one_line(exc)}")]
-    for label, signature in signatures:
-        result = Result(name, label, source)
+    hinted: dict[str, Any] = {}  # one replace_hints per distinct set of hints
+    for item in signatures:
+        label, signature = item[0], item[1]
+        own = item[2] if len(item) > 2 else hints
+        result = Result(name, label, source, hints=dict(own))
+        key = repr(sorted(own.items()))
+        if key not in hinted:
+            try:
+                hinted[key] = kernel.replace_hints(**own) if own else kernel
+            except Exception as exc:
+                hinted[key] = exc
+        if isinstance(hinted[key], Exception):
+            result.error = f"hints {own}: {_one_line(hinted[key])}"
+            results.append(result)
+            continue
         start = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="cutile-perf-cc-") as tmp:
             try:
-                cubin, remarks = compile_signature(kernel, signature, arch, Path(tmp))
+                cubin, remarks = compile_signature(hinted[key], signature, arch, Path(tmp))
             except Exception as exc:
                 result.error = _one_line(exc)
                 if _SILENT_FAILURE in result.error and (traps := _kernel_traps(kernel)):
