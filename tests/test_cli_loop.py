@@ -104,7 +104,7 @@ def test_keep_then_revert_then_stop(session_repo, capsys):
     edit_kernel(repo, latency=SLOW)
     code, data = cli(capsys, repo, "try", "latency hints 10")
     assert (code, data["decision"]) == (1, "revert"), data
-    assert data["patch"] == "sandbox/patches/2-latency-hints-10.patch"
+    assert data["patch"] == "sandbox/patches/002-latency-hints-10.patch"
     assert "3.0" in (repo / data["patch"]).read_text()
     assert head(repo) == kept and git(repo, "status", "--porcelain").strip() == ""
     assert "0.5" in (repo / KERNEL_REL).read_text()  # the kept version is back

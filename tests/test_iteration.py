@@ -339,3 +339,43 @@ def test_status_shows_a_description_as_written_in_the_terminal(repo, capsys):
     out = capsys.readouterr().out
     assert "occupancy 2 -> 4" in out and "&gt;" not in out
     assert "occupancy 2 -&gt; 4" in (repo / "sandbox/perf_results.md").read_text()  # the markdown file stays escaped
+
+
+# --- saved patches (issue 21 item 7) -----------------------------------------------------------------
+
+
+def test_saved_patches_are_zero_padded_and_readable_by_all(repo):
+    import os
+    import stat
+
+    edit(repo, "slower, padded")
+    old = os.umask(0o022)
+    try:
+        result = try_change(repo, "Occupancy 2 -> 4", stages=scripted(repo, {"a": 1.5, "b": 3.0}))
+    finally:
+        os.umask(old)
+    assert result.row["patch"] == "sandbox/patches/001-occupancy-2-4.patch"
+    assert stat.S_IMODE((repo / result.row["patch"]).stat().st_mode) == 0o644  # not mkstemp's 0600
+
+
+def _killed_after_commit(repo, name: str) -> str:
+    """The state a kill after the candidate commit leaves, as an older cutile-perf wrote it (``name``)."""
+    session = session_mod.load(repo)
+    g = git_ops.open_repo(repo)
+    base = git_ops.head(g)
+    git(repo, "commit", "-qam", "cutile-perf 1: killed")
+    state = State(file=State.path(session), key=state_key(g), iteration=1, optimization="killed", name=name,
+                  base=base, reference=session.base_commit, paths=[KERNEL_REL], step="committed",
+                  candidate=git_ops.head(g))
+    state.save()
+    return base
+
+
+def test_resume_of_an_iteration_named_before_padding_keeps_its_name(repo):
+    # The name is in the signed state, the path in the row: nothing looks a patch up by number.
+    edit(repo, "killed mid-run")
+    base = _killed_after_commit(repo, "1-killed")
+    resume_interrupted(repo)
+    assert (repo / "sandbox/patches/1-killed.patch").read_text().count("# killed mid-run") == 1
+    assert not (repo / "sandbox/patches/001-killed.patch").exists()
+    assert git_ops.head(git_ops.open_repo(repo)) == base

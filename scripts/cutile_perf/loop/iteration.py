@@ -69,6 +69,14 @@ def slug(text: str, limit: int = 40) -> str:
     return (value[:limit].rstrip("-")) or "change"
 
 
+def patch_name(number: int, optimization: str) -> str:
+    """``"007-occupancy-2-4"``: the iteration zero-padded, so ``ls sandbox/patches`` lists them in order.
+
+    The name is stored in ``iteration.json`` and the saved path in the row, so a state or a row written
+    before padding (``7-occupancy-2-4``) keeps its own name: nothing looks a patch up by number."""
+    return f"{number:03d}-{slug(optimization)}"
+
+
 @dataclass
 class Clock:
     """Wall time of the command and time spent inside pytest children, for the overhead figure."""
@@ -367,7 +375,7 @@ class State:
     key: bytes
     iteration: int
     optimization: str
-    name: str  # "<iteration>-<slug>": patch and run-file names
+    name: str  # patch_name(): "<iteration, 3 digits>-<slug>", the saved patch's name
     base: str  # the kept commit the branch returns to on anything but a keep
     reference: str  # the baseline commit the candidate is judged against
     paths: list[str]  # the fenced paths this iteration changes
@@ -450,7 +458,7 @@ class Iteration:
         refuse_probes(g, base, paths)
         reference = history.reference()
         number = history.next_iteration()
-        name = f"{number}-{slug(optimization)}"
+        name = patch_name(number, optimization)
         state = State(file=State.path(session), key=state_key(g), iteration=number, optimization=optimization,
                       name=name, base=base, reference=reference.commit, paths=paths)
         state.patch = save_patch(session, g, base, paths, name)
