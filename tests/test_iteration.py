@@ -18,7 +18,7 @@ from cutile_perf.judge.crash import CrashClass
 from cutile_perf.judge.verdict import Stage
 from cutile_perf.loop.baseline import baseline
 from cutile_perf.loop.history import History, anchor_path
-from cutile_perf.loop.iteration import State, resume_interrupted, state_key, try_change
+from cutile_perf.loop.iteration import State, patch_name, resume_interrupted, state_key, try_change
 from cutile_perf.loop.stages import ScriptedStages
 from cutile_perf.store import git_ops, log
 from cutile_perf.store import session as session_mod
@@ -379,3 +379,29 @@ def test_resume_of_an_iteration_named_before_padding_keeps_its_name(repo):
     assert (repo / "sandbox/patches/1-killed.patch").read_text().count("# killed mid-run") == 1
     assert not (repo / "sandbox/patches/001-killed.patch").exists()
     assert git_ops.head(git_ops.open_repo(repo)) == base
+
+
+def test_an_iteration_killed_before_its_verdict_shows_correctness_not_run_with_why(repo):
+    # Issue 21: the row of an interrupted iteration said FAIL, as if its tests had found it wrong.
+    edit(repo, "killed before the verdict")
+    _killed_after_commit(repo, patch_name(1, "killed"))
+    resume_interrupted(repo)
+    row = log.read_entries(repo / "sandbox/experiments.jsonl")[-1]
+    assert (row["status"], row["crash_class"], row["correctness"]) == ("crash", "interrupted", "not run"), row
+    assert "stopped after step 'committed'" in row["reason"]
+    table = (repo / "sandbox/perf_results.md").read_text()
+    assert "| 1 | killed | - | not run (interrupted) | crash |" in table, table
+
+
+def test_ctrl_c_during_the_perf_run_logs_correctness_not_run(repo):
+    edit(repo, "interrupted by Ctrl-C")
+
+    def ctrl_c(name, tag, commit):
+        if name == "perf":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        try_change(repo, "ctrl-c", stages=scripted(repo, {"a": 0.5, "b": 1.0}, on_stage=ctrl_c))
+    row = log.read_entries(repo / "sandbox/experiments.jsonl")[-1]
+    assert (row["crash_class"], row["correctness"]) == ("interrupted", "not run"), row
+    assert "not run (interrupted)" in (repo / "sandbox/perf_results.md").read_text()

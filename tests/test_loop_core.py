@@ -167,6 +167,14 @@ def test_harness_doc_carries_the_generated_crash_class_table():
     assert inside == crash.markdown_table(), "regenerate with cutile_perf.judge.crash.markdown_table()"
 
 
+
+def test_correctness_of_a_stopped_iteration_is_not_run_and_of_a_failed_one_fail():
+    from cutile_perf.judge.verdict import NOT_RUN, correctness_status, stopped
+
+    assert correctness_status(stopped(KeyboardInterrupt()), perf_ran=False) == NOT_RUN == "not run"
+    assert correctness_status(stopped(None, "killed"), perf_ran=True) == NOT_RUN
+    assert correctness_status(stopped(RuntimeError("child failed")), perf_ran=False) == "FAIL"
+
 def test_only_a_wrong_result_is_a_revert_row():
     assert [c.value for c in crash.CrashClass if c.row_status == "revert"] == ["wrong-result"]
     assert crash.parse("tampered") is crash.CrashClass.TAMPERED and str(crash.CrashClass.FAULT) == "fault"

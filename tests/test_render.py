@@ -67,6 +67,19 @@ def test_latency_is_the_geomean_of_shape_medians_when_not_stored():
     assert render_perf_results([row]).splitlines()[2] == "| 0 | baseline with newline | 1.000000 | FAIL | keep |"
 
 
+
+def test_an_interrupted_row_shows_correctness_not_run_never_fail():
+    # Issue 21: the row of an interrupted iteration said FAIL. Rows logged before "not run" existed
+    # carry FAIL with crash class interrupted: shown as not run too. Any other crash stays FAIL.
+    from cutile_perf.store.log import validate_entry
+
+    new = entry(5, "cut by the budget", "crash", None, crash_class="interrupted", correctness="not run")
+    old = entry(6, "killed", "crash", None, crash_class="interrupted")
+    other = entry(7, "segfault", "crash", None, crash_class="fault")
+    validate_entry(new)
+    assert [line.split(" | ")[3] for line in render_perf_results([new, old, other]).splitlines()[2:]] == [
+        "not run (interrupted)", "not run (interrupted)", "FAIL"]
+
 def test_summary_numbers():
     s = summarize_session(ENTRIES)
     assert s["best"]["iteration"] == 1  # the no-change keep does not become the reference

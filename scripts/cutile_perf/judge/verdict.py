@@ -114,13 +114,21 @@ def stopped(exc: BaseException | None, reason: str | None = None) -> Verdict:
     return Verdict("crash", reason, crash_class=crash)
 
 
+# The row's ``correctness`` when no verdict on the tests was reached: a kill or Ctrl-C stopped the
+# iteration first. FAIL would accuse a change nothing found wrong; the row's crash
+# class and reason say what stopped it.
+NOT_RUN = "not run"
+
+
 def correctness_status(verdict: Verdict, perf_ran: bool) -> str:
-    """The row's ``correctness`` field: FAIL when the correctness stage is what failed."""
+    """The row's ``correctness`` field: FAIL when the correctness stage is what failed, ``NOT_RUN``
+    when the iteration was interrupted before a verdict."""
+    if verdict.crash_class is CrashClass.INTERRUPTED:
+        return NOT_RUN
     if verdict.crash_class is CrashClass.WRONG_RESULT:
         return "FAIL"
     failed_before_perf = verdict.crash_class in (CrashClass.COMPILE, CrashClass.FAULT, CrashClass.TIMEOUT,
-                                                 CrashClass.NO_TESTS, CrashClass.INCOMPLETE_TESTS, CrashClass.ERROR,
-                                                 CrashClass.INTERRUPTED)
+                                                 CrashClass.NO_TESTS, CrashClass.INCOMPLETE_TESTS, CrashClass.ERROR)
     return "FAIL" if verdict.action == "crash" and failed_before_perf and not perf_ran else "PASS"
 
 

@@ -580,7 +580,8 @@ class Iteration:
         if STEPS.index(state.step) < STEPS.index("decided"):
             verdict = unfinished or stopped(None, "stopped before a verdict")
             row = base_entry(self.session, iteration=state.iteration, optimization=state.optimization,
-                             status="crash", correctness="FAIL", commit=state.candidate, base_commit=state.base,
+                             status="crash", correctness=correctness_status(verdict, perf_ran=False),
+                             commit=state.candidate, base_commit=state.base,
                              clock=self.clock, probe=self.probe, crash_class=verdict.crash_class.value,
                              patch=state.patch, reason=verdict.reason[:300])
             state.advance("decided", row=row)

@@ -14,7 +14,9 @@ from cutile_perf.store import atomic
 from cutile_perf.store.log import shape_medians
 from cutile_perf.templating import format_ms6, format_pct, format_speedup, load_template, markdown_cell
 from cutile_perf.judge import stats
+from cutile_perf.judge.crash import CrashClass
 from cutile_perf.judge.rules import current_baseline, combine_latency
+from cutile_perf.judge.verdict import NOT_RUN
 from cutile_perf.templating import format_change
 
 # --- perf_results.md ------------------------------------------------------------------------------
@@ -28,14 +30,26 @@ def entry_latency(entry: dict) -> float | None:
     return combine_latency(medians) if medians else None
 
 
+def correctness_cell(entry: dict) -> str:
+    """PASS, FAIL, or "not run (<why>)" for an iteration stopped before a verdict on its tests.
+
+    Correctness not shown to pass is a fail (a crash before the tests ran proves nothing), except when
+    the iteration was interrupted: then nothing was found wrong either. Rows logged before ``not run``
+    existed said FAIL for an interrupted iteration; their crash class still tells."""
+    if entry.get("correctness") == "PASS":
+        return "PASS"
+    if entry.get("correctness") == NOT_RUN or entry.get("crash_class") == CrashClass.INTERRUPTED.value:
+        return f"{NOT_RUN} ({CrashClass.INTERRUPTED.value})"  # the only class without a verdict on the tests
+    return "FAIL"
+
+
 def render_perf_results(entries: list[dict]) -> str:
     rows = [
         {
             "iteration": e.get("iteration"),
             "optimization": e.get("optimization", ""),
             "latency_ms": entry_latency(e) if e.get("status") != "crash" else None,
-            # Correctness not shown to pass is a fail: a crash before the tests ran proves nothing.
-            "correctness": "PASS" if e.get("correctness") == "PASS" else "FAIL",
+            "correctness": correctness_cell(e),
             # A claim beyond the plausibility factor was re-measured and is flagged for a human.
             "status": e.get("status", "crash") + (" (review)" if e.get("review") else ""),
         }

@@ -6,7 +6,7 @@ One JSON object per line, one line per iteration (0 is the baseline). ``perf_res
     iteration      int, 0 = baseline
     optimization   str, one phrase ("baseline", "TMA replace gather")
     status         "keep" | "revert" | "crash"
-    correctness    "PASS" | "FAIL"
+    correctness    "PASS" | "FAIL" | "not run" (interrupted before a verdict: judge.verdict.NOT_RUN)
     latency_ms     float | None: geometric mean of the per-shape medians (rules.combine_latency)
     shapes         {shape_id: {"median": ms, "test_id": ..., "runs": [per-run medians], "record": {...}}}
     decision       rules.Decision.to_dict() | None (None for the baseline and crashes)
@@ -35,7 +35,7 @@ from cutile_perf.store import atomic
 GENESIS = "genesis"
 
 STATUSES = ("keep", "revert", "crash")
-CORRECTNESS = ("PASS", "FAIL")
+CORRECTNESS = ("PASS", "FAIL", "not run")
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def validate_entry(entry: dict) -> None:
     if entry.get("status") not in STATUSES:
         problems.append(f"status={entry.get('status')!r} (one of {', '.join(STATUSES)})")
     if entry.get("correctness") not in CORRECTNESS:
-        problems.append(f"correctness={entry.get('correctness')!r} (PASS or FAIL)")
+        problems.append(f"correctness={entry.get('correctness')!r} (one of {', '.join(CORRECTNESS)})")
     latency = entry.get("latency_ms")
     if latency is not None and not (isinstance(latency, (int, float)) and math.isfinite(latency) and latency > 0):
         problems.append(f"latency_ms={latency!r} (a positive number or None)")
