@@ -63,7 +63,10 @@ def test_plan_keeps_shapes_pins_modes_and_copies_only_the_inputs():
     assert [(p.argnames, p.pinned) for p in plan.parametrize] == [("m,n,dtype", False), ("use_tma,use_chunked", True)]
     assert plan.params == ["m", "n", "dtype", "use_tma", "use_chunked", "backend", "record_property"]
     # `dout`, `rtol`, `atol` feed only the comparison: they are not copied; `device` and `x` are.
-    assert plan.setup == ["device = torch.device('cpu')", "x = torch.rand(m, n, device=device, dtype=dtype)"]
+    # The tolerance's own statement comes along (a checked test compares at it); dout does not.
+    assert plan.setup == ["device = torch.device('cpu')", "x = torch.rand(m, n, device=device, dtype=dtype)",
+                          "rtol, atol = (1e-05, 1e-07)"]
+    assert plan.reference == "_source.Test_Softmax().reference" and plan.tolerance == "rtol=rtol, atol=atol"
     assert plan.backend_setup[-1] == "fakegym.set_backend(backend)"
     text = scaffold.render(plan, command="cutile-perf scaffold-perf --kernel softmax")
     tree = ast.parse(text)
@@ -146,4 +149,120 @@ def test_inputs_built_from_the_test_class_are_a_usage_error(softmax_repo, capsys
                                              "x = self.make_input(m, n)"))
     code, data = cli(capsys, repo, "--kernel", "softmax")
     assert code == 2 and "self" in data["error"] and "by hand" in data["error"] + (data["hint"] or "")
+    assert not (repo / PERF_REL).exists()
+
+
+# --- --checked (issue 19 item 5b): the timed calls are compared with the reference -----------------
+
+# The real bench needs a GPU; this stand-in runs bench's own checking loop (bench._timed) with a
+# CPU stand-in for torch.cuda's events, so the OutputCheck the generated test builds is exercised.
+FAKE_CHECKED_BENCH = '''\
+import types
+
+import torch
+
+import cutile_perf.bench
+from cutile_perf.judge import stats
+
+
+class _Event:
+    def __init__(self, enable_timing=False):
+        pass
+
+    def record(self):
+        pass
+
+    def elapsed_time(self, other):
+        return 0.5
+
+
+_FAKE = types.SimpleNamespace(Tensor=torch.Tensor, randperm=torch.randperm,
+                              cuda=types.SimpleNamespace(Event=_Event, synchronize=lambda: None))
+
+
+def fake_bench_record(fn, check=None, **kwargs):
+    samples = cutile_perf.bench._timed(_FAKE, fn, 4, None, check)
+    return {**stats.summarize(samples), "checked_calls": 2 if check is not None else 0}
+
+
+cutile_perf.bench.bench_record = fake_bench_record
+'''
+
+# Full work for the calls a correctness test makes, 60 % of the rows once the op is called more
+# often than that: what a perf-only shortcut looks like when it probes nothing.
+SHRINK_WHEN_CALLED_OFTEN = '''
+# ATTACK shrink-when-called-often
+_calls = {}
+_honest_softmax = softmax
+
+
+def softmax(x, use_tma=False, use_chunked=False):
+    import torch
+
+    _calls[x.shape] = _calls.get(x.shape, 0) + 1
+    if _calls[x.shape] <= 2:
+        return _honest_softmax(x, use_tma, use_chunked)
+    out = _honest_softmax(x, use_tma, use_chunked)
+    keep = max(1, int(0.6 * x.shape[0]))
+    out[keep:] = _stale.get(x.shape, torch.zeros_like(out))[keep:]
+    _stale[x.shape] = out.clone()
+    return out
+
+
+_stale = {}
+'''
+
+
+def _run_checked(repo: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, list]:
+    (tmp_path / "fake_checked_bench.py").write_text(FAKE_CHECKED_BENCH)
+    records_file = tmp_path / "records.jsonl"
+    ran = pytest_in(repo, PERF_REL, "-q", "-p", "fake_checked_bench", *records.PYTEST_PLUGIN_ARGS,
+                    env={"CUTILE_PERF_RECORDS": str(records_file), "PYTHONPATH": f"{tmp_path}"})
+    got = records.read_records_file(records_file) if records_file.exists() else []
+    return ran, got
+
+
+def test_checked_perf_test_calls_the_reference_and_passes_an_honest_op(softmax_repo, capsys, tmp_path):
+    repo = softmax_repo
+    code, data = cli(capsys, repo, "--kernel", "softmax", "--checked")
+    assert code == 0, data
+    text = (repo / PERF_REL).read_text()
+    assert "_source.Test_Softmax().reference" in text
+    assert "rtol, atol = (1e-05, 1e-07)" in text  # the tolerance's names are built as in the source test
+    assert "check=check" in text and "--checked" in text.splitlines()[0]
+    ran, got = _run_checked(repo, tmp_path)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert len(got) == SOFTMAX_SHAPES and all(r.stats["checked_calls"] == 2 for r in got)
+
+
+def test_checked_perf_test_fails_an_op_that_does_less_work_when_called_often(softmax_repo, capsys, tmp_path):
+    repo = softmax_repo
+    assert cli(capsys, repo, "--kernel", "softmax", "--checked")[0] == 0
+    with (repo / SOFTMAX_KERNEL_REL).open("a") as fh:
+        fh.write(SHRINK_WHEN_CALLED_OFTEN)
+    ran, got = _run_checked(repo, tmp_path)
+    assert ran.returncode == 1 and "fresh inputs" in ran.stdout, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert got == []  # no record: nothing for the harness to keep
+
+    # The unchecked perf test times the same op and records it: the shortcut would look faster.
+    (repo / PERF_REL).unlink()
+    assert cli(capsys, repo, "--kernel", "softmax")[0] == 0
+    ran, got = _run_checked(repo, tmp_path)
+    assert ran.returncode == 0 and len(got) == SOFTMAX_SHAPES, ran.stdout[-2000:]
+
+
+def test_checked_is_allowed_beside_an_existing_perf_test(tilegym_like_repo, capsys):
+    code, data = cli(capsys, tilegym_like_repo, "--kernel", "rms_norm", "--checked", "--stdout")
+    # The simulated rms_norm test has no assertCorrectness call: refused with the reason, not because a
+    # test_perf exists.
+    assert "already has a test_perf" not in json.dumps(data), data
+
+
+def test_checked_with_a_reference_that_cannot_be_reached_is_a_usage_error(softmax_repo, capsys):
+    repo = softmax_repo
+    path = repo / SOFTMAX_TEST_REL
+    path.write_text(path.read_text().replace("            self.reference,\n",
+                                             "            lambda x: torch.softmax(x, -1),\n"))
+    code, data = cli(capsys, repo, "--kernel", "softmax", "--checked")
+    assert code == 2 and "reference" in data["error"], data
     assert not (repo / PERF_REL).exists()

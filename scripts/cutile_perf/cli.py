@@ -24,6 +24,9 @@ EXIT_CODES_HELP = exit_codes_text()  # the one table (errors.EXIT_CODES), at the
 
 Handler = Callable[[argparse.Namespace], Outcome]
 
+JOB_SECONDS_HELP = ("the GPU job's whole length in seconds: the budget is that less a reserve (5 %%, at least "
+                    "15 s), and every test child's timeout ends with it; a try cut short is settled as interrupted")
+
 
 def _sub(subparsers, name: str, help_text: str, epilog: str = "") -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
@@ -80,18 +83,24 @@ def _add_scaffold_perf(subparsers) -> None:
     p = _sub(subparsers, "scaffold-perf",
              "write a TileGym-style perf test for an op whose test file has none (review and commit it before init)",
              "Examples:\n  cutile-perf scaffold-perf --kernel softmax\n"
-             "  cutile-perf scaffold-perf --kernel src/pkg/ops/cutile/softmax.py --stdout\n\n"
+             "  cutile-perf scaffold-perf --kernel src/pkg/ops/cutile/softmax.py --stdout\n"
+             "  cutile-perf scaffold-perf --kernel rms_norm --checked\n\n"
              "Shapes, inputs and the op call come from the correctness test (read, never run); the new file\n"
              "is written next to it as test_<op>_perf.py. An existing file is never overwritten.")
     p.add_argument("--kernel", required=True, help="kernel name (e.g. softmax) or path to the kernel file")
     p.add_argument("--test", type=Path, help="correctness test file (default: tests/**/test_<kernel>.py)")
     p.add_argument("--output", type=Path, help="file to write (default: test_<op>_perf.py next to the test file)")
     p.add_argument("--stdout", action="store_true", help="print the perf test instead of writing it")
+    p.add_argument("--checked", action="store_true",
+                   help="compare the first and last timed calls of each case with the correctness test's reference "
+                        "on fresh inputs (a kernel that does less work only when timed fails); allowed beside an "
+                        "existing test_perf")
 
     def run(a: argparse.Namespace) -> Outcome:
         from cutile_perf.commands.scaffold_perf import scaffold_perf  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
-        return scaffold_perf(repo=a.repo, kernel=a.kernel, test=a.test, output=a.output, stdout=a.stdout)
+        return scaffold_perf(repo=a.repo, kernel=a.kernel, test=a.test, output=a.output, stdout=a.stdout,
+                             checked=a.checked)
 
     p.set_defaults(handler=run)
 
@@ -171,28 +180,34 @@ def _add_baseline(subparsers) -> None:
 
 def _add_try(subparsers) -> None:
     p = _sub(subparsers, "try", "test, measure and keep or revert the uncommitted change to the fenced files",
-             'Example:\n  cutile-perf try "occupancy 2 -> 4"')
+             'Example:\n  cutile-perf try "occupancy 2 -> 4"\n'
+             '  cutile-perf try "occupancy 2 -> 4" --job-seconds 600   # inside a 10-minute GPU job')
     p.add_argument("optimization", help="one short phrase naming the single optimization applied")
+    p.add_argument("--job-seconds", type=float, metavar="N", help=JOB_SECONDS_HELP)
 
     def run(a: argparse.Namespace) -> Outcome:
         from cutile_perf.commands.try_ import try_  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
-        return try_(repo=a.repo, optimization=a.optimization)
+        return try_(repo=a.repo, optimization=a.optimization, job_s=a.job_seconds)
 
     p.set_defaults(handler=run)
 
 
 def _add_batch(subparsers) -> None:
     p = _sub(subparsers, "batch", "one try per prepared candidate of a plan file, in one GPU job, within a time budget",
-             "Example:\n  cutile-perf batch sandbox/plan.yaml --budget 170\n"
-             "  cutile-perf batch sandbox/plan.yaml --budget 170 --check   # here, before the GPU job\n\n"
+             "Example:\n  cutile-perf batch sandbox/plan.yaml --job-seconds 600 --baseline 3\n"
+             "  cutile-perf batch sandbox/plan.yaml --job-seconds 600 --baseline 3 --check   # here, before the GPU job\n\n"
              "The plan (YAML) lists tries, each one change with its candidate files kept in sandbox/:\n"
              "  tries:\n"
              "    - optimization: \"occupancy 4\"\n"
              "      files: {src/pkg/ops/cutile/rms_norm.py: sandbox/cand/occ4.py}\n"
-             "An entry starts only if the longest try the log allows for still fits the budget.")
+             "An entry starts when a typical try of this session (its measured stage times) still fits the\n"
+             "budget; one that the budget's end cuts short is settled as interrupted. Entries already decided\n"
+             "in the log are skipped, so the same command in the next job continues the plan.")
     p.add_argument("plan", type=Path, help="the plan file (YAML)")
-    p.add_argument("--budget", type=float, help="seconds for the whole batch; entries that would not finish are not started")
+    p.add_argument("--job-seconds", type=float, metavar="N", help=JOB_SECONDS_HELP)
+    p.add_argument("--budget", type=float, help="seconds for the whole batch (default: from --job-seconds); an entry "
+                   "starts only when a typical try still fits")
     p.add_argument("--baseline", type=int, metavar="REPEATS",
                    help="when no baseline is recorded yet, record it first with this many perf runs (same job)")
     p.add_argument("--check", action="store_true",
@@ -202,8 +217,8 @@ def _add_batch(subparsers) -> None:
     def run(a: argparse.Namespace) -> Outcome:
         from cutile_perf.commands.batch import batch  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
-        return batch(repo=a.repo, plan_path=a.plan, budget_s=a.budget, baseline_repeats=a.baseline,
-                     check_only=a.check)
+        return batch(repo=a.repo, plan_path=a.plan, budget_s=a.budget, job_s=a.job_seconds,
+                     baseline_repeats=a.baseline, check_only=a.check)
 
     p.set_defaults(handler=run)
 

@@ -52,17 +52,27 @@ def randn(shape, dtype, *, seed: int = 0, scale: float = 1.0, shift: float = 0.0
     return (torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32) * scale + shift).to(dtype)
 
 
-def record_benchmark(record_property, framework: str, fn, **bench_kwargs) -> dict:
+def record_benchmark(record_property, framework: str, fn, *, inputs=None, reference=None, dtype=None,
+                     **bench_kwargs) -> dict:
     """Time ``fn`` with cutile-perf's one timing method and record TileGym's benchmark dict.
 
     The record ``{framework: {"forward": {mean, std, rel_std, median, min, max, nrep, peak_mem_mb}}}``
     is stored with ``record_property("benchmark", ...)``, exactly where TileGym puts it, so the
-    harness reads these tests like TileGym's. Times are milliseconds; rel_std is in percent.
+    harness reads these tests like TileGym's. Times are milliseconds; rel_std is in percent. The
+    record also carries ``device_ms`` (bench's device-time witness, which the harness cross-checks).
+
+    With ``inputs`` (the tensors ``fn`` reads) and ``reference`` (computes the expected result from
+    their current values), the first and last timed calls run on fresh input values and are compared
+    with ``assert_close`` at ``dtype``'s tolerance: a kernel that does less work only when it is
+    timed fails here instead of looking faster (``checked_calls`` in the record).
     """
     try:
-        from cutile_perf.bench import bench_record
+        from cutile_perf.bench import OutputCheck, bench_record
     except ImportError as exc:  # the perf tests are meaningless without the shared timing method
         raise ImportError("perf tests need cutile_perf importable (pip install -e <cutile-perf checkout>)") from exc
+    if reference is not None:
+        bench_kwargs["check"] = OutputCheck(tuple(inputs), reference, lambda actual, expected: assert_close(
+            actual, expected, dtype))
     record = {framework: {"forward": bench_record(fn, **bench_kwargs)}}
     record_property("benchmark", record)
     return record

@@ -16,7 +16,8 @@ def _has_perf_test(source: str) -> bool:
     return any(isinstance(n, ast.FunctionDef) and n.name.startswith("test_perf") for n in ast.walk(tree))
 
 
-def scaffold_perf(*, repo: Path, kernel: str, test: Path | None, output: Path | None, stdout: bool) -> Outcome:
+def scaffold_perf(*, repo: Path, kernel: str, test: Path | None, output: Path | None, stdout: bool,
+                  checked: bool = False) -> Outcome:
     root = Path(repo).resolve()
     kernel_file = kernel_scan.find_kernel_files(root, kernel)[0]
     if test is None:
@@ -27,13 +28,15 @@ def scaffold_perf(*, repo: Path, kernel: str, test: Path | None, output: Path | 
             raise UsageError(f"test file {test} does not exist")
     test_rel = test_file.relative_to(root).as_posix() if test_file.is_relative_to(root) else str(test_file)
     source = test_file.read_text(encoding="utf-8")
-    if _has_perf_test(source):
-        raise Refused(f"{test_rel} already has a test_perf", f"cutile-perf init --kernel {kernel} can use it as it is")
+    if _has_perf_test(source) and not checked:
+        raise Refused(f"{test_rel} already has a test_perf", f"cutile-perf init --kernel {kernel} can use it as it is, "
+                      f"or `cutile-perf scaffold-perf --kernel {kernel} --checked` writes a checked one beside it")
     plan = scaffold.plan_perf_test(source, test_rel)
 
     command = "cutile-perf scaffold-perf " + " ".join(
-        shlex.quote(a) for a in ["--kernel", kernel, *(["--test", test_rel] if test is not None else [])])
-    text = scaffold.render(plan, command=command)
+        shlex.quote(a) for a in ["--kernel", kernel, *(["--test", test_rel] if test is not None else []),
+                                 *(["--checked"] if checked else [])])
+    text = scaffold.render(plan, command=command, checked=checked)
     data = {"kernel_file": kernel_file.relative_to(root).as_posix(), "test": test_rel, "plan": plan.to_dict()}
     if stdout:
         return Outcome(text.rstrip("\n"), {**data, "source": text})
@@ -50,5 +53,5 @@ def scaffold_perf(*, repo: Path, kernel: str, test: Path | None, output: Path | 
     lines = [f"wrote {shown} from {plan.source_test}",
              *(f"note: {n}" for n in plan.notes),
              f"next: review it, run `python -m pytest {shown} -k \"test_perf and cutile\" --collect-only -q`, commit "
-             f"it, then `cutile-perf init --kernel {kernel}` (init uses {shown} for the perf command)"]
+             f"it, then `cutile-perf init --kernel {kernel} --perf-test {shown}`"]
     return Outcome("\n".join(lines), {**data, "output": shown})

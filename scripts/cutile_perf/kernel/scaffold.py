@@ -16,6 +16,12 @@ test needs the same shapes, the same inputs and the same op call, timed instead 
 What cannot be resolved this way (a name defined in the test class, a call that is not
 ``assertCorrectness``) is a ``UsageError`` naming it: the user then writes the perf test by hand.
 ``render`` fills ``templates/scaffold/perf_test.py.j2``.
+
+A checked perf test (``--checked``, issue 19 item 5b) also needs the reference and the tolerance:
+``ref_fn`` is called as the source test module's own object (``_source.Test_X().reference`` for a
+method of the test class, ``_source.name`` for a module-level function), so nothing of it is copied;
+``rtol``/``atol`` come from the ``assertCorrectness`` call, else the generated test uses the dtype
+defaults of ``torch.testing.assert_close``.
 """
 from __future__ import annotations
 
@@ -55,6 +61,12 @@ class PerfPlan:
     extra_kwargs: str
     no_grad: bool  # torch is imported: time the forward pass without autograd
     notes: list[str] = field(default_factory=list)
+    # For a checked perf test: the reference as the generated file calls it (None when it cannot be
+    # reached from there), its extra kwargs, the tolerance keywords, and the source module's name.
+    reference: str | None = None
+    extra_ref_kwargs: str = "{}"
+    tolerance: str = ""
+    source_module: str = ""
 
     def to_dict(self) -> dict:
         return {"source_test": self.source_test, "op": self.op, "params": self.params,
@@ -196,6 +208,24 @@ def _module_bindings(tree: ast.Module) -> tuple[list[str], dict[str, ast.stmt], 
     return imports, assigns, names
 
 
+def _reference_call(ref_node: ast.AST | None, qual: list[str], module_names: set[str],
+                    defined: set[str]) -> str | None:
+    """How the generated test reaches ``ref_fn``: through ``_source`` (the correctness test's module)
+    for what that module defines, as written for a library attribute; None when it cannot."""
+    if ref_node is None:
+        return None
+    if isinstance(ref_node, ast.Attribute) and isinstance(ref_node.value, ast.Name) and ref_node.value.id == "self":
+        return f"_source.{qual[0]}().{ref_node.attr}" if len(qual) == 2 else None
+    if isinstance(ref_node, ast.Name):
+        return f"_source.{ref_node.id}" if ref_node.id in defined else None
+    if isinstance(ref_node, ast.Attribute) and not (_names_used(ref_node) - module_names):
+        root = ref_node
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        return ast.unparse(ref_node) if isinstance(root, ast.Name) and root.id not in defined else f"_source.{ast.unparse(ref_node)}"
+    return None  # a lambda or a call: its free names live in the test's own scope
+
+
 def plan_perf_test(source: str, test_rel: str) -> PerfPlan:
     """The pieces of a perf test for the correctness test in ``source`` (the text of ``test_rel``)."""
     try:
@@ -204,14 +234,18 @@ def plan_perf_test(source: str, test_rel: str) -> PerfPlan:
         raise UsageError(f"{test_rel}:{exc.lineno}: cannot parse the test file ({exc.msg})") from None
     qual, func, call = _find_test(tree)
     imports, module_assigns, module_names = _module_bindings(tree)
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     func_params = [a.arg for a in func.args.args if a.arg != "self"]
     notes: list[str] = []
 
     # The op call: assertCorrectness(test_fn, ref_fn, kwargs, extra_test_kwargs=..., ...).
     keywords = {kw.arg: kw.value for kw in call.keywords if kw.arg}
     op_node = call.args[0] if call.args else keywords.get("test_fn")
+    ref_node = call.args[1] if len(call.args) > 1 else keywords.get("ref_fn")
     kwargs_node = call.args[2] if len(call.args) > 2 else keywords.get("kwargs")
     extra_node = call.args[3] if len(call.args) > 3 else keywords.get("extra_test_kwargs")
+    extra_ref_node = call.args[4] if len(call.args) > 4 else keywords.get("extra_ref_kwargs")
+    tolerance = ", ".join(f"{k}={ast.unparse(keywords[k])}" for k in ("rtol", "atol") if k in keywords)
     if op_node is None or kwargs_node is None:
         raise UsageError(f"{test_rel}:{call.lineno}: {CHECK_CALL} is not called with (test_fn, ref_fn, kwargs)")
     pieces = [op_node, kwargs_node] + ([extra_node] if extra_node is not None else [])
@@ -250,6 +284,14 @@ def plan_perf_test(source: str, test_rel: str) -> PerfPlan:
     # Statements before the call: keep those the op call needs (closure over assigned names).
     before = _statements_before(func.body, call)
     needed = set().union(*(_names_used(p) for p in pieces))
+    # A checked test also evaluates the tolerance and the reference's extra kwargs: what they name is
+    # built the same way (``rtol, atol = 1e-5, 1e-7`` before the call).
+    checked_pieces = [keywords[k] for k in ("rtol", "atol") if k in keywords] + (
+        [extra_ref_node] if extra_ref_node is not None else [])
+    if any(isinstance(n, ast.Name) and n.id == "self" for p in checked_pieces for n in ast.walk(p)):
+        tolerance, extra_ref_node = "", None  # a checked test then uses torch's tolerances (render says so)
+    else:
+        needed |= set().union(set(), *(_names_used(p) for p in checked_pieces))
     setup: list[ast.stmt] = []
     for stmt in reversed(before):
         if _assigned(stmt) & needed and not isinstance(stmt, (ast.If, ast.For, ast.While, ast.With, ast.Try)):
@@ -304,6 +346,9 @@ def plan_perf_test(source: str, test_rel: str) -> PerfPlan:
         params=params, backend_setup=backend_setup, setup=[ast.unparse(s) for s in setup],
         kwargs=ast.unparse(kwargs_node), extra_kwargs=ast.unparse(extra_node) if extra_node is not None else "{}",
         no_grad="torch" in module_names, notes=notes,
+        reference=_reference_call(ref_node, qual, module_names, defined),
+        extra_ref_kwargs=ast.unparse(extra_ref_node) if extra_ref_node is not None else "{}",
+        tolerance=tolerance, source_module=Path(test_rel).stem,
     )
 
 
@@ -312,9 +357,12 @@ def default_output(test_file: Path) -> Path:
     return test_file.with_name(f"{test_file.stem}_perf.py")
 
 
-def render(plan: PerfPlan, *, command: str) -> str:
-    """The perf test's source; ``command`` is the line that generated it, written into its header."""
-
-    text = load_template(TEMPLATE).render(plan=plan, command=command)
+def render(plan: PerfPlan, *, command: str, checked: bool = False) -> str:
+    """The perf test's source; ``command`` is the line that generated it, written into its header.
+    ``checked``: the timed calls are compared with the reference (refused when it is unreachable)."""
+    if checked and plan.reference is None:
+        raise UsageError(f"{plan.source_test}: the reference passed to {CHECK_CALL} cannot be called from another "
+                         "file (a lambda or a local name)", "drop --checked, or write the checked perf test by hand")
+    text = load_template(TEMPLATE).render(plan=plan, command=command, checked=checked)
     ast.parse(text)  # a template bug must fail here, not as a collection error in the user's repo
     return text

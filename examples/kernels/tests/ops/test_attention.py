@@ -121,7 +121,11 @@ class Test_FMHA:
             out = impl(q, k, v, causal=causal)
             common.assert_close(out, reference(q, k, v, causal, 1.0 / math.sqrt(shape[-1])), dtype)
             fn = lambda: impl(q, k, v, causal=causal)  # noqa: E731
+            # Timed calls are checked too: first and last, on fresh inputs (bench.OutputCheck).
+            checked = dict(inputs=(q, k, v), dtype=dtype,
+                           reference=lambda: reference(q, k, v, causal, 1.0 / math.sqrt(shape[-1])))
         else:
+            checked = {}
             fn = lambda: sdpa_flash(q, k, v, causal)  # noqa: E731
-        record = common.record_benchmark(record_property, framework, fn)
+        record = common.record_benchmark(record_property, framework, fn, **checked)
         record_property("tflops", round(tflops(shape, causal, record[framework]["forward"]["median"]), 1))

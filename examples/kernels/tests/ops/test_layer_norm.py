@@ -54,9 +54,12 @@ class Test_LayerNorm:
             impl = cutile_impl()
             common.assert_close(impl(x, weight, bias, 1e-5), reference(x, weight, bias, 1e-5), dtype)
             fn = lambda: impl(x, weight, bias, 1e-5)  # noqa: E731
+            # Timed calls are checked too: first and last, on fresh inputs (bench.OutputCheck).
+            checked = dict(inputs=(x, weight, bias), reference=lambda: reference(x, weight, bias, 1e-5), dtype=dtype)
         else:
+            checked = {}
             fn = lambda: torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, 1e-5)  # noqa: E731
-        common.record_benchmark(record_property, framework, fn)
+        common.record_benchmark(record_property, framework, fn, **checked)
 
     # A few correctness shapes plus every perf shape: a kernel that special-cases the benchmark is caught there.
     @pytest.mark.defence

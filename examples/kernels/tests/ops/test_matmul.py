@@ -98,7 +98,10 @@ class Test_Matmul:
             impl = cutile_impl()
             common.assert_close(impl(a, b), reference(a, b), dtype)
             fn = lambda: impl(a, b)  # noqa: E731
+            # Timed calls are checked too: first and last, on fresh inputs (bench.OutputCheck).
+            checked = dict(inputs=(a, b), reference=lambda: reference(a, b), dtype=dtype)
         else:
+            checked = {}
             fn = lambda: torch.matmul(a, b)  # noqa: E731  cuBLAS: the bar to reach
-        record = common.record_benchmark(record_property, framework, fn)
+        record = common.record_benchmark(record_property, framework, fn, **checked)
         record_property("tflops", round(tflops(m, n, k, record[framework]["forward"]["median"]), 1))

@@ -54,9 +54,12 @@ class Test_RMSNorm:
             impl = cutile_impl()
             common.assert_close(impl(x, weight, 1e-6), reference(x, weight, 1e-6), dtype)
             fn = lambda: impl(x, weight, 1e-6)  # noqa: E731
+            # Timed calls are checked too: first and last, on fresh inputs (bench.OutputCheck).
+            checked = dict(inputs=(x, weight), reference=lambda: reference(x, weight, 1e-6), dtype=dtype)
         else:
+            checked = {}
             fn = lambda: reference(x, weight, 1e-6)  # noqa: E731
-        common.record_benchmark(record_property, framework, fn)
+        common.record_benchmark(record_property, framework, fn, **checked)
 
     # A few correctness shapes plus every perf shape: a kernel that special-cases the benchmark is caught there.
     @pytest.mark.defence

@@ -50,9 +50,12 @@ class Test_Softmax:
             impl = cutile_impl()
             common.assert_close(impl(x), reference(x), dtype)
             fn = lambda: impl(x)  # noqa: E731
+            # Timed calls are checked too: first and last, on fresh inputs (bench.OutputCheck).
+            checked = dict(inputs=(x,), reference=lambda: reference(x), dtype=dtype)
         else:
+            checked = {}
             fn = lambda: torch.softmax(x, dim=-1)  # noqa: E731
-        common.record_benchmark(record_property, framework, fn)
+        common.record_benchmark(record_property, framework, fn, **checked)
 
     # A few correctness shapes plus every perf shape: a kernel that special-cases the benchmark is caught there.
     @pytest.mark.defence

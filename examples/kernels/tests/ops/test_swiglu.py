@@ -52,9 +52,12 @@ class Test_SwiGLU:
             impl = cutile_impl()
             common.assert_close(impl(a, b), reference(a, b), dtype)
             fn = lambda: impl(a, b)  # noqa: E731
+            # Timed calls are checked too: first and last, on fresh inputs (bench.OutputCheck).
+            checked = dict(inputs=(a, b), reference=lambda: reference(a, b), dtype=dtype)
         else:
+            checked = {}
             fn = lambda: torch.nn.functional.silu(a) * b  # noqa: E731
-        common.record_benchmark(record_property, framework, fn)
+        common.record_benchmark(record_property, framework, fn, **checked)
 
     # A few correctness shapes plus every perf shape: a kernel that special-cases the benchmark is caught there.
     @pytest.mark.defence
