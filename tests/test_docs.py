@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -219,6 +220,30 @@ def test_a_wrong_result_is_exit_1_in_the_exit_code_table():
     assert "wrong result" in meanings[errors.EXIT_REJECTED]
     assert "wrong result" not in meanings[errors.EXIT_CRASH]
     assert len(meanings) == len(errors.EXIT_CODES)  # one meaning per code
+
+
+_PIN = re.compile(r"cuda-(?:tile|toolkit)(?:\[[^\]]*\])?[<>=!~][^\s\"'`]*|cuda-(?:tile|toolkit)(?:\[[^\]]*\])?")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=_doc_ids())
+def test_pip_lines_that_install_cuda_tile_carry_the_toolkit_pin(doc):
+    # cuda-tile's own tileiras extra allows tileiras 13.2, which cannot target Hopper: a doc's install
+    # line must carry the cuda-toolkit pin of the gpu extra (child/envcheck.py, checked against
+    # pyproject.toml by tests/test_envcheck.py).
+    from packaging.requirements import Requirement
+
+    from cutile_perf.child import envcheck
+
+    toolkit = next(Requirement(r) for r in envcheck.TOOLCHAIN_REQUIREMENTS if r.startswith("cuda-toolkit"))
+    bad = []
+    for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+        if "pip install" not in line or "cuda-tile" not in line:
+            continue
+        reqs = [Requirement(m) for m in _PIN.findall(line)]
+        if not any(r.name == toolkit.name and r.extras >= toolkit.extras and r.specifier == toolkit.specifier
+                   for r in reqs):
+            bad.append(f"line {number}: {line.strip()}")
+    assert not bad, f"{_rel(doc)}: add '{toolkit}' (the gpu extra's pin):\n" + "\n".join(bad)
 
 # --- the extraction helpers themselves ------------------------------------------------------------
 

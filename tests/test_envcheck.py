@@ -1,7 +1,14 @@
 """envcheck must report, never crash, whatever is missing."""
 from __future__ import annotations
 
+import re
 import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from cutile_perf.child import envcheck
 
@@ -81,3 +88,52 @@ def test_gpu_problems_are_the_missing_or_too_old_gpu_only():
     env = envcheck.Environment(problems=(envcheck.Problem("gpu", "none"), envcheck.Problem("tileiras", "missing"),
                                          envcheck.Problem("compute capability", "7.0")))
     assert [p.what for p in env.gpu_problems] == ["gpu", "compute capability"]
+
+
+# --- install hints match the pins (issue 21) ------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _gpu_extra() -> list[Requirement]:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    with open(ROOT / "pyproject.toml", "rb") as fh:
+        return [Requirement(r) for r in tomllib.load(fh)["project"]["optional-dependencies"]["gpu"]]
+
+
+def _same(a: Requirement, b: Requirement) -> bool:
+    return (canonicalize_name(a.name), a.extras, a.specifier) == (canonicalize_name(b.name), b.extras, b.specifier)
+
+
+def test_the_install_hint_carries_the_gpu_extras_toolchain_pins():
+    # `pip install 'cuda-tile[tileiras]'` alone can give tileiras 13.2, which cannot target Hopper.
+    extra = _gpu_extra()
+    for req in map(Requirement, envcheck.TOOLCHAIN_REQUIREMENTS):
+        assert any(_same(req, pin) for pin in extra), f"{req} is not a pin of pyproject.toml's gpu extra"
+    names = {canonicalize_name(Requirement(r).name) for r in envcheck.TOOLCHAIN_REQUIREMENTS}
+    assert names == {"cuda-tile", "cuda-toolkit"}
+    assert all(f"'{r}'" in envcheck.INSTALL_HINT for r in envcheck.TOOLCHAIN_REQUIREMENTS)
+
+
+def test_env_and_compile_check_give_the_pinned_hint(monkeypatch):
+    monkeypatch.setattr(envcheck, "_nvidia_smi", lambda: ("NVIDIA H200", "9.0", "580"))
+    monkeypatch.setattr(envcheck, "_package_version", lambda *names: None)
+    monkeypatch.setattr(envcheck, "_tileiras_version", lambda: None)
+    problems = {p.what: p.message for p in envcheck.check(with_torch=False).problems}
+    assert envcheck.INSTALL_HINT in problems["cuda-tile"] and envcheck.INSTALL_HINT in problems["tileiras"]
+
+    from cutile_perf.errors import EnvMissing
+    from cutile_perf.kernel import compilecheck
+
+    monkeypatch.setitem(sys.modules, "cuda.tile", None)  # import cuda.tile raises ImportError
+    with pytest.raises(EnvMissing) as raised:
+        compilecheck.require_toolchain()
+    assert envcheck.INSTALL_HINT in raised.value.hint
+
+
+def test_no_other_module_spells_a_toolchain_pin():
+    # One place: a hint written out elsewhere drifts from the pins.
+    package = ROOT / "scripts" / "cutile_perf"
+    spelled = [str(p.relative_to(package)) for p in package.rglob("*.py")
+               if p.name != "envcheck.py" and re.search(r"cuda-(tile|toolkit)\[", p.read_text(encoding="utf-8"))]
+    assert not spelled, f"install hints outside child/envcheck.py: {spelled}"

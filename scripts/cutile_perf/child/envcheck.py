@@ -22,6 +22,12 @@ MIN_COMPUTE_CAPABILITY = (8, 0)
 _SMI_TIMEOUT_S = 10.0
 GPU_PROBLEMS = ("gpu", "compute capability")
 
+# The toolchain pins of pyproject.toml's `gpu` extra, the one source of every install hint
+# (tests/test_envcheck.py checks them against pyproject.toml). cuda-tile's own `tileiras` extra
+# alone allows tileiras 13.2, which cannot target Hopper: the cuda-toolkit pin is what prevents it.
+TOOLCHAIN_REQUIREMENTS = ("cuda-tile[tileiras]>=1.7", "cuda-toolkit[nvcc,nvvm,tileiras]>=13.4,<13.5")
+INSTALL_HINT = "pip install " + " ".join(f"'{req}'" for req in TOOLCHAIN_REQUIREMENTS)
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -165,11 +171,11 @@ def check(*, with_torch: bool = True) -> Environment:
         problems.append(Problem("compute capability", f"compute capability {cc} is below 8.0; cuTile needs Ampere or newer"))
     cuda_tile = _package_version("cuda-tile", "cuda_tile")
     if cuda_tile is None:
-        problems.append(Problem("cuda-tile", "cuda-tile is not installed: pip install 'cuda-tile[tileiras]>=1.7'"))
+        problems.append(Problem("cuda-tile", f"cuda-tile is not installed: {INSTALL_HINT}"))
     tileiras = _tileiras_version()
     if tileiras is None:
         problems.append(Problem("tileiras", "tileiras not found (no nvidia-cuda-tileiras package, none on PATH): "
-                                            "pip install 'cuda-tile[tileiras]'"))
+                                            + INSTALL_HINT))
     conflicts = knobs.cuda_env_conflicts()
     if conflicts and _package_version("nvidia-cuda-tileiras"):
         names = ", ".join(f"{k}={v}" for k, v in sorted(conflicts.items()))

@@ -52,6 +52,7 @@ import yaml
 
 from cutile_perf.kernel.compile_report import inspect_cubin, summarize_remarks
 from cutile_perf.errors import EnvMissing, UsageError
+from cutile_perf.child import envcheck
 
 DEFAULT_ARCH = "sm_90"
 _ARRAY = re.compile(r"^(?P<dtype>[a-z]+[0-9]*)\[(?P<ndim>[0-9])\]$")
@@ -497,4 +498,4 @@ def require_toolchain() -> None:
         from cuda.tile.compilation import export_kernel  # noqa: F401
     except Exception as exc:
         raise EnvMissing(f"cuda-tile is not importable ({type(exc).__name__})",
-                         "pip install 'cuda-tile[tileiras]>=1.7' (the gpu extra); no GPU is needed") from None
+                         f"{envcheck.INSTALL_HINT} (the gpu extra's pins); no GPU is needed") from None
