@@ -149,3 +149,28 @@ def add_simulated_softmax(repo: Path, *, commit: bool = True) -> Path:
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "-m", "simulated softmax op without a perf test")
     return repo
+
+
+# SIMULATED: TileGym's tests/conftest.py asks torch for the GPU's compute capability in
+# pytest_addoption, so on a machine without CUDA every collection fails before any test module is
+# read. This stand-in raises what torch raises there (with a CUDA build and no driver), on every
+# machine, so the tests below see the same failure with or without a GPU.
+NEEDS_CUDA_CONFTEST = '''\
+
+
+def _device_capability():
+    raise RuntimeError("Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU "
+                       "and installed a driver from http://www.nvidia.com/Download/index.aspx")
+
+
+def pytest_configure(config):
+    _device_capability()  # SIMULATED: TileGym's --arch default calls torch.cuda.get_device_capability
+'''
+
+
+def require_cuda_to_collect(repo: Path) -> Path:
+    """Make the simulated repo's conftest fail collection for want of CUDA, committed; returns ``repo``."""
+    path = repo / "tests" / "conftest.py"
+    path.write_text(path.read_text(encoding="utf-8") + NEEDS_CUDA_CONFTEST, encoding="utf-8")
+    git(repo, "commit", "-qam", "SIMULATED conftest that needs CUDA to collect")
+    return repo

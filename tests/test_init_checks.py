@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fixtures_ops import SOFTMAX_KERNEL_REL, add_simulated_softmax
+from fixtures_ops import SOFTMAX_KERNEL_REL, add_simulated_softmax, require_cuda_to_collect
 from fixtures_repo import TEST_REL, git, tilegym_like_repo  # noqa: F401
 
 from cutile_perf.child import selection
@@ -106,6 +106,38 @@ def test_collection_error_is_reported_not_refused(tilegym_like_repo, capsys):
     code, data = cli(capsys, repo, "--kernel", "rms_norm")
     assert code == 0, data
     assert "needs a GPU at import" in data["selections"]["perf"]["error"]
+
+
+def test_a_conftest_that_needs_cuda_is_one_line_and_one_collection(tilegym_like_repo, capsys):
+    repo = require_cuda_to_collect(tilegym_like_repo)
+    code, data = cli(capsys, repo, "--kernel", "rms_norm")
+    assert code == 0, data
+    correctness, perf = data["selections"]["correctness"], data["selections"]["perf"]
+    assert correctness["needs_cuda"].startswith("tests/conftest.py:") and perf["needs_cuda"] == correctness["needs_cuda"]
+    git(repo, "checkout", "-q", "main")
+    import shutil
+    shutil.rmtree(repo / "sandbox")
+    git(repo, "branch", "-D", data["branch"])
+    assert main(["init", "--repo", str(repo), "--kernel", "rms_norm"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (line,) = [ln for ln in lines if "need CUDA" in ln]
+    assert "Found no NVIDIA driver" in line and "baseline checks the selections on the GPU machine" in line
+    assert not any(ln.startswith(("correctness tests:", "perf tests:")) for ln in lines)
+
+
+def test_needs_cuda_names_where_and_what_and_not_a_missing_package(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/conftest.py").write_text("")
+    traceback = (f'  File "{tmp_path}/tests/conftest.py", line 66, in pytest_addoption\n'
+                 '  File "/site-packages/torch/cuda/__init__.py", line 522, in _lazy_init\n'
+                 'AssertionError: Torch not compiled with CUDA enabled\n')
+    assert selection.needs_cuda(traceback, tmp_path) == (
+        "tests/conftest.py:66 in pytest_addoption: AssertionError: Torch not compiled with CUDA enabled")
+    pytest_style = "tests/conftest.py:3: in <module>\n    x()\nE   RuntimeError: CUDA unavailable on this host\n"
+    assert selection.needs_cuda(pytest_style, tmp_path) == (
+        "tests/conftest.py:3 in <module>: RuntimeError: CUDA unavailable on this host")
+    assert selection.needs_cuda("E   ModuleNotFoundError: No module named 'cuda'\n", tmp_path) == ""
+    assert selection.needs_cuda("E   AssertionError: Tensor-likes are not close!\n", tmp_path) == ""
 
 
 # --- the pure parts of selection ----------------------------------------------------------------

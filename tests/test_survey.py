@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
-from fixtures_ops import SOFTMAX_KERNEL_REL, add_simulated_softmax
+from fixtures_ops import SOFTMAX_KERNEL_REL, add_simulated_softmax, require_cuda_to_collect
 from fixtures_repo import KERNEL_REL, edit_kernel, git, tilegym_like_repo  # noqa: F401
 
 from cutile_perf.kernel import survey
@@ -197,3 +197,23 @@ def test_a_timeout_in_a_self_tuning_kernel_says_why_it_may_be_slow(tilegym_like_
     run = by_op(data)["rms_norm"]["runs"]["correctness"]
     assert run["crash"] == "timeout" and not run["cut"], run
     assert "killed after 3 s; the kernel file tunes itself" in run["detail"]
+
+
+def test_a_conftest_that_needs_cuda_stops_the_survey_at_the_first_op_with_one_line(two_op_repo, capsys):
+    """TileGym's conftest needs CUDA to collect: on a CPU machine the survey used to collect (and
+    run) every op, each failing alike, and mark them all "error". Now the first failure stops it."""
+    repo = require_cuda_to_collect(two_op_repo)
+    code, data = cli(capsys, repo, "--run", "--jobs", "1")
+    assert code == 0, data
+    assert data["no_cuda"].startswith("tests/conftest.py:")
+    assert "in _device_capability: RuntimeError: Found no NVIDIA driver" in data["no_cuda"]
+    first, second = data["ops"]
+    assert list(first["selections"]) == ["correctness"] and first["runs"] == {}  # one collection, nothing run
+    assert second["selections"] == {} and second["not_done"] == survey.NOT_COLLECTED
+    assert second["test"] == "tests/ops/test_softmax.py"  # the pairing is static: still there
+    assert data["summary"] == {"ops": 2, "paired": 2, "with_perf_test": None, "drivable": None}
+    main(["survey", "--repo", str(repo)])
+    text = capsys.readouterr().out
+    assert sum("need CUDA" in line for line in text.splitlines()) == 1
+    assert "still works without a GPU" in text and "0 with a perf test" not in text
+    assert "unknown: no CUDA here to collect" in text

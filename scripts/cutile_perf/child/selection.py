@@ -42,6 +42,9 @@ class Selection:
     node_ids: tuple[str, ...]
     returncode: int | None
     error: str = ""
+    # Set when the collection failed because this machine has no usable CUDA (``needs_cuda``):
+    # where and what, in one line. Every other collection in the repository fails the same way.
+    needs_cuda: str = ""
 
     @property
     def count(self) -> int:
@@ -53,7 +56,55 @@ class Selection:
         return not self.error and not self.node_ids
 
     def to_dict(self) -> dict:
-        return {"which": self.which, "count": self.count, "error": self.error, "first": list(self.node_ids[:3])}
+        return {"which": self.which, "count": self.count, "error": self.error, "needs_cuda": self.needs_cuda,
+                "first": list(self.node_ids[:3])}
+
+    def not_collected(self, which: str) -> Selection:
+        """The same failure for another command that was not collected (it would fail alike)."""
+        return Selection(which, (), (), None, self.error, self.needs_cuda)
+
+
+# What torch, the driver and CUDA say when there is no usable GPU. Matched case-sensitively, so
+# "No module named 'cuda'" (a missing cuda-tile install, not a missing GPU) is not one of them.
+_NO_CUDA = re.compile(
+    r"Torch not compiled with CUDA enabled|Found no NVIDIA driver|No CUDA GPUs are available"
+    r"|CUDA driver initialization failed|no CUDA-capable device|CUDA driver version is insufficient"
+    r"|libcuda\.so[.\d]*: cannot open|cudaErrorNoDevice|cudaErrorInsufficientDriver")
+# An exception line naming CUDA ("RuntimeError: CUDA unavailable", pytest's "E   ...CUDA...").
+_CUDA_EXCEPTION = re.compile(r"^(?:E\s+)?[\w.]*(?:Error|Exception)\b.*\bCUDA\b")
+# A frame of a Python traceback, or of pytest's own report of a collection error ("path:12: in <module>").
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)'
+                    r'|^(?P<pfile>[^\s:]+\.py):(?P<pline>\d+): in (?P<pfunc>\S+)')
+
+
+def needs_cuda(text: str, root: Path | None = None) -> str:
+    """'' or one line saying that a failed collection failed for want of CUDA, and where (pure).
+
+    ``text``: pytest's output. The place is the innermost traceback frame inside ``root`` (the
+    repository: its conftest or test module), e.g. "tests/conftest.py:66 in pytest_addoption:
+    AssertionError: Torch not compiled with CUDA enabled".
+    """
+    # pytest prefixes a failure in its own hooks (a conftest's pytest_configure) with "INTERNALERROR> ".
+    lines = [re.sub(r"^INTERNALERROR>\s?", "", ln.rstrip()) for ln in text.splitlines()]
+    cause = next((ln.strip() for ln in reversed(lines) if _NO_CUDA.search(ln) and not ln.lstrip().startswith("File ")),
+                 "")
+    if not cause:
+        cause = next((ln.strip() for ln in reversed(lines) if _CUDA_EXCEPTION.match(ln.strip())), "")
+    if not cause:
+        return ""
+    cause = re.sub(r"^E\s+", "", cause)
+    where = ""
+    resolved_root = Path(root).resolve() if root is not None else None
+    for line in lines:
+        frame = _FRAME.match(line)
+        if not frame or resolved_root is None:
+            continue
+        path = Path(frame["file"] or frame["pfile"])
+        path = (path if path.is_absolute() else resolved_root / path).resolve()
+        if path.is_relative_to(resolved_root) and path.is_file():
+            where = (f"{path.relative_to(resolved_root).as_posix()}:{frame['line'] or frame['pline']} "
+                     f"in {frame['func'] or frame['pfunc']}")
+    return f"{where}: {cause}"[:300] if where else cause[:300]
 
 
 def collect_argv(argv: Sequence[str]) -> list[str]:
@@ -98,9 +149,10 @@ def collect(which: str, argv: Sequence[str], *, cwd: Path, timeout_s: float = CO
                             env_overrides={**(env or {}), "PYTHONDONTWRITEBYTECODE": "1"})
         text = result.tail(1_000_000)
     ids = parse_collect_output(text)
-    error = ""
+    error = cuda = ""
     if result.timed_out:
         error = f"collection did not finish within {timeout_s:g} s"
     elif result.returncode not in (runner.PYTEST_OK, runner.PYTEST_NO_TESTS):
         error = f"pytest exit {result.returncode}: {error_summary(text)}"
-    return Selection(which, tuple(full), tuple(ids), result.returncode, error)
+        cuda = needs_cuda(text, cwd)
+    return Selection(which, tuple(full), tuple(ids), result.returncode, error, cuda)

@@ -28,10 +28,14 @@ def survey(*, repo: Path, run: bool, timeout_s: float, sample: int, jobs: int, u
                              log_dir=logs, budget_s=budget_s, progress=progress, ops=ops)
     counts = survey_mod.summary(rows)
     table = survey_mod.render_table(rows, with_runs=run, markdown=markdown)
-    text = "\n".join([table, "",
-                      f"{counts['ops']} ops, {counts['paired']} with a test file, {counts['with_perf_test']} with a "
-                      f"perf test, {counts['drivable']} drivable" + (" (both runs passed)" if run else
-                                                                     " (selections non-empty; --run to run them)")])
+    no_cuda = survey_mod.no_cuda_reason(rows)
+    if no_cuda:  # one line for what failed and what still works, not an error in every row
+        tail = f"{counts['ops']} ops, {counts['paired']} with a test file; " + survey_mod.no_cuda_line(no_cuda)
+    else:
+        tail = (f"{counts['ops']} ops, {counts['paired']} with a test file, {counts['with_perf_test']} with a "
+                f"perf test, {counts['drivable']} drivable" + (" (both runs passed)" if run else
+                                                               " (selections non-empty; --run to run them)"))
+    text = "\n".join([table, "", tail])
     return Outcome(text, {"repo": str(root), "run": run, "sample": sample, "timeout_s": timeout_s,
-                          "summary": counts, "ops": [r.to_dict() for r in rows],
+                          "summary": counts, "no_cuda": no_cuda, "ops": [r.to_dict() for r in rows],
                           "markdown": survey_mod.render_table(rows, with_runs=run, markdown=True)})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -79,7 +80,12 @@ class OpRow:
         sel = self.selections.get(which)
         if sel is None:
             return "-"
-        return "error" if sel.error else str(sel.count)
+        return "no CUDA" if sel.needs_cuda else "error" if sel.error else str(sel.count)
+
+    @property
+    def needs_cuda(self) -> str:
+        """Why this op's tests could not be collected here for want of CUDA; '' otherwise."""
+        return next((sel.needs_cuda for sel in self.selections.values() if sel.needs_cuda), "")
 
     @property
     def drivable(self) -> bool:
@@ -92,6 +98,7 @@ class OpRow:
     def to_dict(self) -> dict:
         return {"op": self.op, "kernel": self.kernel, "test": self.test, "perf_test": self.perf_test,
                 "problem": self.problem, "not_done": self.not_done, "drivable": self.drivable,
+                "needs_cuda": self.needs_cuda,
                 "selections": {w: s.to_dict() for w, s in self.selections.items()},
                 "runs": {w: vars(r) for w, r in self.runs.items()}}
 
@@ -189,6 +196,25 @@ def _run_one(session: session_mod.Session, which: str, sel: selection.Selection,
                       cut=capped and result.timed_out)
 
 
+class NoCuda:
+    """Shared by the ops of one survey: set by the first collection that failed for want of CUDA.
+
+    A conftest that needs CUDA to collect (TileGym's asks torch for the GPU's compute capability in
+    ``pytest_addoption``) fails every collection the same way, each after a full pytest start-up:
+    the ops after the first are not collected at all."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.reason = ""
+
+    def set(self, reason: str) -> None:
+        with self._lock:
+            self.reason = self.reason or reason
+
+
+NOT_COLLECTED = "not collected: the tests need CUDA to collect"
+
+
 class Budget:
     """The survey's total wall-clock budget, shared by every op (None: unlimited)."""
 
@@ -201,8 +227,9 @@ class Budget:
 
 
 def survey_op(root: Path, kernel: Path, *, run: bool, timeout_s: float, sample: int, log_dir: Path,
-              budget: Budget | None = None) -> OpRow:
+              budget: Budget | None = None, no_cuda: NoCuda | None = None) -> OpRow:
     budget = budget or Budget(None)
+    no_cuda = no_cuda or NoCuda()
     row = OpRow(kernel=kernel.relative_to(root).as_posix())
     try:
         test_file, _ = kernel_scan.choose_test_file(root, kernel)
@@ -214,13 +241,20 @@ def survey_op(root: Path, kernel: Path, *, run: bool, timeout_s: float, sample: 
     row.perf_test = perf_file.relative_to(root).as_posix() if perf_file else None
     session = _session_for(root, row.kernel, row.test, row.perf_test)
     for which in WHICH:
+        if no_cuda.reason:
+            if not row.selections:
+                row.not_done = NOT_COLLECTED
+            return row
         if not budget.cap(timeout_s):
             row.not_done = "budget spent before collection"
             return row
         cap = budget.cap(timeout_s)
-        row.selections[which] = selection.collect(which, session.argv(which), cwd=root, timeout_s=cap,
-                                                  env=selection.import_env(session))
-        if cap < timeout_s and row.selections[which].error.startswith("collection did not finish"):
+        row.selections[which] = found = selection.collect(which, session.argv(which), cwd=root, timeout_s=cap,
+                                                          env=selection.import_env(session))
+        if found.needs_cuda:
+            no_cuda.set(found.needs_cuda)
+            return row
+        if cap < timeout_s and found.error.startswith("collection did not finish"):
             row.not_done = "budget spent during collection"
             return row
     if run:
@@ -264,6 +298,7 @@ def survey(root: Path, *, run: bool = False, timeout_s: float = 300.0, sample: i
     reached after it is spent are listed with ``not_done`` instead of being dropped from the table.
     """
     budget = Budget(budget_s)
+    no_cuda = NoCuda()
     kernels = kernel_scan.op_files(root)
     if under:
         prefix = under.strip("/") + "/"
@@ -279,7 +314,8 @@ def survey(root: Path, *, run: bool = False, timeout_s: float = 300.0, sample: i
                          + (f" below {under}" if under else ""), "is this a TileGym-shaped repository?")
 
     def one(kernel: Path, logs: Path) -> OpRow:
-        row = survey_op(root, kernel, run=run, timeout_s=timeout_s, sample=sample, log_dir=logs, budget=budget)
+        row = survey_op(root, kernel, run=run, timeout_s=timeout_s, sample=sample, log_dir=logs, budget=budget,
+                        no_cuda=no_cuda)
         if progress:
             progress(row)
         return row
@@ -306,6 +342,9 @@ def row_cells(row: OpRow, with_runs: bool) -> list[str]:
     cells = [row.op, row.kernel, test, row.selected("correctness"), row.selected("perf")]
     if with_runs:
         cells += [row.runs[w].cell() if w in row.runs else "-" for w in WHICH]
+    if row.needs_cuda or row.not_done == NOT_COLLECTED:
+        cells.append("unknown: no CUDA here to collect")
+        return cells
     reason = row.problem or row.not_done or next((f"{w}: {row.selections[w].error[:60]}" for w in WHICH
                                   if w in row.selections and row.selections[w].error), "")
     if not reason and "perf" in row.selections and row.selections["perf"].empty:
@@ -326,7 +365,26 @@ def render_table(rows: list[OpRow], *, with_runs: bool, markdown: bool) -> str:
     return "\n".join([fmt.format(*cols), *(fmt.format(*cells) for cells in body)]).rstrip()
 
 
-def summary(rows: list[OpRow]) -> dict[str, int]:
+def no_cuda_reason(rows: list[OpRow]) -> str:
+    """'' or where and why the survey's collections need CUDA that this machine lacks."""
+    return next((r.needs_cuda for r in rows if r.needs_cuda), "")
+
+
+def summary(rows: list[OpRow]) -> dict[str, int | None]:
+    """Counts of the table; the ones only a collection can give are None when none could run here."""
+    collected = not no_cuda_reason(rows)
     return {"ops": len(rows), "paired": sum(1 for r in rows if r.test),
-            "with_perf_test": sum(1 for r in rows if "perf" in r.selections and r.selections["perf"].count),
-            "drivable": sum(1 for r in rows if r.drivable)}
+            "with_perf_test": sum(1 for r in rows if "perf" in r.selections and r.selections["perf"].count)
+            if collected else None,
+            "drivable": sum(1 for r in rows if r.drivable) if collected else None}
+
+
+def no_cuda_line(reason: str, *, after_init: bool = False) -> str:
+    """The one line ``survey`` (or, ``after_init``, ``init``) prints when the target's tests need CUDA
+    to collect: what failed, and what still works without a GPU."""
+    head = f"the tests cannot be collected on this machine, they need CUDA ({reason}); "
+    if after_init:
+        return head + ("the session is set up and baseline checks the selections on the GPU machine; still works "
+                       "here: compile-check, scaffold-perf, status, batch --check")
+    return head + ("still works without a GPU: the kernel/test pairing above, init (baseline checks the selections "
+                   "on the GPU), compile-check, scaffold-perf; run survey on a GPU machine for selections and runs")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cutile_perf.store import atomic, git_ops
 from cutile_perf.child import box, envcheck, selection
-from cutile_perf.kernel import kernel_scan
+from cutile_perf.kernel import kernel_scan, survey
 from cutile_perf.skill import playbook
 from cutile_perf.store import session as session_mod
 from cutile_perf.output import Outcome, say
@@ -144,7 +144,7 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
             f"{', '.join(p.relative_to(root).as_posix() for p in other_tests)}; --test picks another)"
             if other_tests else ""),
         f"fence (files you may change): {', '.join(fence)}",
-        *(_selection_line(sel) for sel in selections),
+        *_selection_lines(selections),
         f"playbook priority ({scan.bound}): {playbook.render_priority(scan.bound)}",
         ("test children: each in a sandbox (unshare)" if unboxed is None else
          f"warning: test children will run WITHOUT a sandbox ({unboxed}); a hostile kernel could reach the "
@@ -183,6 +183,13 @@ def _perf_file(root: Path, raw: Path) -> Path:
     return path
 
 
+def _selection_lines(selections: list[selection.Selection]) -> list[str]:
+    """One line per selection, or one line in all when the tests need CUDA to collect here."""
+    if no_cuda := next((sel.needs_cuda for sel in selections if sel.needs_cuda), ""):
+        return [survey.no_cuda_line(no_cuda, after_init=True)]
+    return [_selection_line(sel) for sel in selections]
+
+
 def _selection_line(sel: selection.Selection) -> str:
     if sel.error:
         return (f"{sel.which} tests: not checked, collection failed here ({sel.error}); "
@@ -198,8 +205,11 @@ def check_selections(session: session_mod.Session, *, timeout_s: float) -> list[
     and the line printed says the selection was not checked.
     """
     env = selection.import_env(session)
-    found = [selection.collect(which, session.argv(which), cwd=session.repo, timeout_s=timeout_s, env=env)
-             for which in ("correctness", "perf")]
+    found = [selection.collect("correctness", session.argv("correctness"), cwd=session.repo, timeout_s=timeout_s,
+                               env=env)]
+    # A conftest that needs CUDA fails the perf collection alike: not run again for the same answer.
+    found.append(found[0].not_collected("perf") if found[0].needs_cuda else
+                 selection.collect("perf", session.argv("perf"), cwd=session.repo, timeout_s=timeout_s, env=env))
     by_name = {sel.which: sel for sel in found}
     if by_name["perf"].empty:
         raise Refused(f"the perf command selects no test in {session.test} ({session.perf_cmd})",
