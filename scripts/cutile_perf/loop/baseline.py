@@ -62,6 +62,8 @@ def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outco
         if changed:
             raise DirtyTree(f"the baseline is the committed kernel; uncommitted change to {', '.join(changed[:5])}",
                             "commit or stash it first (the baseline never measures the work tree)")
+        if stages is not None:
+            stages.clock = clock  # scripted stages time themselves into this row, as StageRunner does
         runner = stages if stages is not None else StageRunner(session, g, measure.Deadline(session.timeout_s * repeats),
                                                                clock)
         with runner:

@@ -18,6 +18,7 @@ a log with exactly that row beyond its anchor is recognised as our own unanchore
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,11 +27,14 @@ from cutile_perf.errors import Refused
 from cutile_perf.judge.rules import current_baseline, moved_performance, stop_condition
 from cutile_perf.judge.stats import geomean
 from cutile_perf.judge.verdict import Reference
-from cutile_perf.loop import render
+from cutile_perf.loop import budget, render
 from cutile_perf.output import say
 from cutile_perf.store import atomic, git_ops, log
 from cutile_perf.store.log import shape_medians
 from cutile_perf.store.session import Session
+
+
+_CONFIRM_TAG = re.compile(r"-confirm(\d+)-")  # the interleaved re-check's stage tags: <n>-confirm<k>-base|cand
 
 
 def anchor_path(g, session: Session) -> Path:
@@ -269,24 +273,49 @@ class History:
                 return entry.data
         return None
 
-    def stage_seconds(self) -> dict[str, float]:
-        """The longest correctness and perf child seen in the log: ``{"correctness": s, "perf": s}``.
+    def timed(self) -> budget.Timed:
+        """The stage times the log holds, from the rows' ``timings.stages`` (``[f"{tag}-{stage}", seconds]``).
 
-        Read from the rows' ``timings.stages`` (``[f"{tag}-{stage}", seconds]``); a kind never seen is absent.
+        An interrupted row's last stage was cut short (a kill, the job's budget): not a duration.
+        A try counts as judged when its perf stage ran to the end, and as re-checked by the
+        interleaved pairs its stage tags name (``<n>-confirm<k>-base``).
         """
-        longest: dict[str, float] = {}
+        correctness: list[float] = []
+        perf: list[float] = []
+        harness: list[float] = []
+        judged, rechecks = 0, []
         for entry in self.entries:
-            for name, seconds in (entry.data.get("timings") or {}).get("stages") or ():
-                kind = "correctness" if str(name).endswith("-correctness") else "perf" if str(name).endswith("-perf") else None
-                if kind and isinstance(seconds, (int, float)):
-                    longest[kind] = max(longest.get(kind, 0.0), float(seconds))
-        return longest
+            timings = entry.data.get("timings") or {}
+            stages = [(str(n), float(s)) for n, s in timings.get("stages") or ()
+                      if isinstance(s, (int, float)) and not isinstance(s, bool)]
+            interrupted = entry.data.get("crash_class") == "interrupted"
+            if interrupted:
+                stages = stages[:-1]
+            if not stages:
+                continue
+            correctness += [s for n, s in stages if n.endswith("-correctness")]
+            perf += [s for n, s in stages if n.endswith("-perf")]
+            if isinstance(timings.get("harness_s"), (int, float)):
+                harness.append(float(timings["harness_s"]))
+            if entry.iteration > 0 and not interrupted and any(n.endswith("-perf") for n, _ in stages):
+                judged += 1
+                pairs = {m.group(1) for n, _ in stages if (m := _CONFIRM_TAG.search(n))}
+                if pairs:
+                    rechecks.append(len(pairs))
+        return budget.Timed(tuple(correctness), tuple(perf), tuple(harness), judged, tuple(rechecks))
 
-    def try_seconds_bound(self, max_confirm_pairs: int) -> float | None:
-        """How long one ``try`` can take, from the log: correctness, perf and a full interleaved
-        re-check (``max_confirm_pairs`` pairs of perf runs), each at the longest child seen.
-        None until the log has timed both a correctness and a perf child (the baseline does)."""
-        longest = self.stage_seconds()
-        if "correctness" not in longest or "perf" not in longest:
-            return None
-        return longest["correctness"] + longest["perf"] * (1 + 2 * max_confirm_pairs)
+    def try_estimate(self) -> budget.Estimate | None:
+        """How long a ``try`` takes in this session (``budget.estimate`` over ``timed``); None until
+        the log has timed a correctness and a perf child (the baseline does)."""
+        t = self.session.thresholds
+        return budget.estimate(self.timed(), t.min_confirm_pairs, t.max_confirm_pairs)
+
+    def decided_plan_entries(self) -> dict[str, dict]:
+        """Batch plan entries (``plan_entry`` digests) this log holds a decision for -> the row. An
+        ``interrupted`` row decided nothing: its entry is tried again."""
+        decided = {}
+        for entry in self.entries:
+            digest = entry.data.get("plan_entry")
+            if digest and entry.data.get("crash_class") != "interrupted":
+                decided[digest] = entry.data
+        return decided

@@ -47,6 +47,7 @@ from cutile_perf.errors import EXIT_CRASH, EXIT_OK, EXIT_REJECTED, EnvMissing, F
 from cutile_perf.judge import rules
 from cutile_perf.kernel import probes
 from cutile_perf.judge.verdict import Evidence, Reference, Stage, Verdict, correctness_status, judge, stopped
+from cutile_perf.loop.budget import Budget, BudgetSpent, DoesNotFit
 from cutile_perf.loop.history import History
 from cutile_perf.loop.stages import Stages, StageRunner
 from cutile_perf.output import Outcome, say
@@ -385,6 +386,7 @@ class State:
     row: dict | None = None
     row_hash: str | None = None
     children: list = field(default_factory=list)  # [pgid, start time] of each pytest child's group
+    plan_entry: str | None = None  # the batch plan entry this change is (``plan.digest``), carried into its row
 
     @staticmethod
     def path(session: Session) -> Path:
@@ -444,14 +446,17 @@ class Iteration:
     """One change tried as one transaction; every step goes through ``state``."""
 
     def __init__(self, session: Session, g, history: History, state: State, clock: Clock,
-                 probe: envcheck.Probe | None = None, reference: Reference | None = None):
+                 probe: envcheck.Probe | None = None, reference: Reference | None = None,
+                 budget: Budget | None = None):
         self.session, self.g, self.history, self.state = session, g, history, state
         self.clock, self.probe = clock, probe
         self.ref = reference
+        self.budget = budget  # the job's time: no stage starts, and no stage's result counts, past its end
 
     @classmethod
     def begin(cls, session: Session, g, history: History, optimization: str, clock: Clock,
-              probe: envcheck.Probe | None = None) -> Iteration:
+              probe: envcheck.Probe | None = None, budget: Budget | None = None,
+              plan_entry: str | None = None) -> Iteration:
         """Check, then save the change's patch outside the work tree before anything moves."""
         base = require_settled(session, g, history)
         paths = candidate_paths(session, g)
@@ -460,16 +465,26 @@ class Iteration:
         number = history.next_iteration()
         name = patch_name(number, optimization)
         state = State(file=State.path(session), key=state_key(g), iteration=number, optimization=optimization,
-                      name=name, base=base, reference=reference.commit, paths=paths)
+                      name=name, base=base, reference=reference.commit, paths=paths, plan_entry=plan_entry)
         state.patch = save_patch(session, g, base, paths, name)
         state.advance("started")
-        return cls(session, g, history, state, clock, probe, reference)
+        return cls(session, g, history, state, clock, probe, reference, budget)
 
     # -- measuring --------------------------------------------------------------------------------
 
     def _stage(self, stages: Stages, name: str, tag: str, commit: str) -> Stage:
         say(f"iteration {self.state.iteration}: {name}" + (f" ({tag.split('-', 1)[1]})" if "-" in tag else ""))
-        return stages.stage(name, tag, commit)
+        self._within_budget(f"before the {name} run")
+        stage = stages.stage(name, tag, commit)
+        self._within_budget(f"during the {name} run")
+        return stage
+
+    def _within_budget(self, when: str) -> None:
+        """Raise ``BudgetSpent`` once the job's budget has ended. Every child's timeout is capped at
+        that end, so a stage that ended after it was cut short by the budget, not by the change:
+        it is no evidence (not a ``timeout`` of the candidate), and no further stage starts."""
+        if self.budget is not None and self.budget.spent():
+            raise BudgetSpent(f"the job's time budget ran out {when}")
 
     def measure(self, stages: Stages) -> tuple[Evidence, Verdict]:
         """Run stages until the judge's verdict is final: correctness, perf, interleaved pairs."""
@@ -478,8 +493,10 @@ class Iteration:
         tag = f"{number}"
         if self.session.prestart_perf:
             say(f"iteration {number}: correctness (perf child started, held before its first test)")
+            self._within_budget("before the correctness run")
             corr, perf = stages.correctness_then_perf(
                 tag, cand, proceed=lambda c: not judge(ref, t, Evidence(correctness=c)).final)
+            self._within_budget("during the correctness and perf runs")
         else:
             corr, perf = self._stage(stages, "correctness", tag, cand), None
         evidence = Evidence(correctness=corr)
@@ -536,7 +553,7 @@ class Iteration:
         status, perf = verdict.action, evidence.perf
         fields_ = dict(crash_class=verdict.crash_class.value if verdict.crash_class else None,
                        patch=self.state.patch if status != "keep" else None, reason=verdict.reason,
-                       review=verdict.review, reference_commit=self.ref.commit)
+                       review=verdict.review, reference_commit=self.ref.commit, **self._origin())
         complete = [(b, c) for b, c in evidence.pairs if c is not None]
         if complete:
             fields_["confirm"] = {case: {"base": [b.shapes[case] for b, _ in complete],
@@ -554,6 +571,10 @@ class Iteration:
                           status=status, correctness=correctness_status(verdict, perf_ran=perf is not None),
                           commit=self.state.candidate, base_commit=self.state.base, clock=self.clock, probe=self.probe,
                           **fields_)
+
+    def _origin(self) -> dict:
+        """Row fields naming where the change came from: the batch plan entry, when it is one."""
+        return {"plan_entry": self.state.plan_entry} if self.state.plan_entry else {}
 
     def trailers_message(self, verdict: Verdict) -> str:
         d = verdict.decision
@@ -583,7 +604,7 @@ class Iteration:
                              status="crash", correctness=correctness_status(verdict, perf_ran=False),
                              commit=state.candidate, base_commit=state.base,
                              clock=self.clock, probe=self.probe, crash_class=verdict.crash_class.value,
-                             patch=state.patch, reason=verdict.reason[:300])
+                             patch=state.patch, reason=verdict.reason[:300], **self._origin())
             state.advance("decided", row=row)
         if state.step == "decided":
             state.advance("recorded", row_hash=self.history.record(state.row))
@@ -633,13 +654,18 @@ class TryResult:
     row: dict
     stop: str | None  # the stop rule's advice after this row, or None
     history: History  # the log after this row, in memory (a batch asks it before the next try)
+    cut: str | None = None  # why the job's budget stopped it before a verdict (its row is ``interrupted``)
 
 
-def try_change(repo: Path, optimization: str, *, stages: Stages | None = None) -> TryResult:
+def try_change(repo: Path, optimization: str, *, stages: Stages | None = None, budget: Budget | None = None,
+               plan_entry: str | None = None) -> TryResult:
     """One ``try``: the change in the work tree, committed, measured, judged, recorded, settled.
 
     ``stages``: what runs the tests (default: pytest children in pristine checkouts, ``StageRunner``);
-    tests pass a ``ScriptedStages``.
+    tests pass a ``ScriptedStages``. ``budget``: the job's time (``budget.Budget``): refused
+    (``DoesNotFit``, nothing touched) unless a typical try of this session fits what is left; each
+    child's timeout is capped at its end; a try it cuts short is settled as ``interrupted``
+    (``TryResult.cut``). ``plan_entry``: the batch plan entry's digest, recorded in the row.
     """
     clock = Clock()  # from the first line: the harness time includes loading and checks
     probe = envcheck.Probe()  # nvidia-smi and versions in the background while git and pytest work
@@ -649,11 +675,26 @@ def try_change(repo: Path, optimization: str, *, stages: Stages | None = None) -
         g = git_ops.open_repo(session.repo)
         require_nothing_pending(session, g)
         history = History.open(session, g)
-        it = Iteration.begin(session, g, history, optimization, clock, probe)
-        runner = stages if stages is not None else StageRunner(session, g, measure.Deadline(session.timeout_s),
+        if budget is not None:
+            expected = history.try_estimate()
+            if expected is not None and not budget.fits(expected.typical_s):
+                raise DoesNotFit(f"{budget.left():.0f} s of the job's budget are left; {expected.describe()}",
+                                 "nothing was changed; run it in the next job, or give the job more time")
+        it = Iteration.begin(session, g, history, optimization, clock, probe, budget, plan_entry)
+        timeout_s = budget.cap(session.timeout_s) if budget is not None else session.timeout_s
+        if stages is not None:
+            stages.clock = clock  # scripted stages time themselves into this row, as StageRunner does
+        runner = stages if stages is not None else StageRunner(session, g, measure.Deadline(timeout_s),
                                                                clock, on_start=it.state.add_child)
+        cut = None
         try:
-            row = it.run(runner)
+            try:
+                row = it.run(runner)
+            except BudgetSpent as exc:
+                # The job's time ended the run, not the change: settled as an interruption (row,
+                # revert, the change kept in its patch), so the next job can try it again.
+                cut = str(exc)
+                row = it.finish(stopped(None, f"interrupted: {cut}; not a verdict on the change"))
         except OSError as exc:  # the log or the sandbox cannot be written (read-only, disk full)
             it.abort(exc)
             raise IterationCrashed(f"iteration {it.state.iteration} could not be recorded: {exc}",
@@ -662,7 +703,7 @@ def try_change(repo: Path, optimization: str, *, stages: Stages | None = None) -
         except BaseException as exc:
             it.abort(exc)
             raise
-        return TryResult(row, history.stop(), history)
+        return TryResult(row, history.stop(), history, cut)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 When the GPU is remote, queued or billed by the minute, an agent prepares its candidates where it
 works (and checks them with ``compile-check``), then spends one GPU job on all of them:
-``cutile-perf batch plan.yaml --budget 170``. Each entry is still one change, one ``try``, one
+``cutile-perf batch plan.yaml --job-seconds 600``. Each entry is still one change, one ``try``, one
 decision: the batch only saves the round trips, never the rule. Candidates live in ``sandbox/``,
 which git never sees, so they cannot trip the fence check or end up in a commit. The file:
 
@@ -12,10 +12,11 @@ which git never sees, so they cannot trip the fence check or end up in a commit.
       - optimization: "occupancy 4"
         files: {src/pkg/ops/cutile/rms_norm.py: sandbox/cand/occ4.py}
 
-Parsing and checking are pure functions here; ``commands/batch.py`` runs the plan.
+Parsing, checking and naming entries are done here; ``loop/batch.py`` runs the plan.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -86,6 +87,11 @@ def check(plan: list[PlannedTry], *, root: Path, in_fence) -> None:
                 raise UsageError(f"plan entry {n} ({entry.optimization}): candidate {candidate} is not a file")
 
 
-def fits(elapsed_s: float, bound_s: float | None, budget_s: float | None) -> bool:
-    """Whether one more try can finish inside the budget (no budget, or no bound yet: yes)."""
-    return budget_s is None or bound_s is None or elapsed_s + bound_s <= budget_s
+def digest(entry: PlannedTry, root: Path) -> str:
+    """What identifies an entry across jobs: its description, targets and candidates' bytes. Its
+    row carries it (``plan_entry``), so a later job skips an entry already decided, and tries one
+    again whose candidate was edited since."""
+    h = hashlib.sha256(" ".join(entry.optimization.split()).encode("utf-8"))
+    for target, candidate in entry.files:
+        h.update(b"\0" + target.encode("utf-8") + b"\0" + (root / candidate).read_bytes())
+    return h.hexdigest()[:20]

@@ -27,6 +27,8 @@ from cutile_perf.store.session import Session
 class Stages(Protocol):
     """Runs one iteration's stages; a context manager around all of them."""
 
+    clock: Any  # the command's ``iteration.Clock``: each stage's duration goes into the row's timings
+
     def stage(self, name: str, tag: str, commit: str) -> Stage: ...
 
     def correctness_then_perf(self, tag: str, commit: str, proceed: Callable[[Stage], bool]
@@ -180,6 +182,9 @@ class ScriptedStages:
     defined: set[str] = field(default_factory=set)
     calls: list[tuple[str, str, str]] = field(default_factory=list)
     on_stage: Callable[[str, str, str], None] | None = None  # called before each stage (a test's side effect)
+    # Set by the command that runs it (``try_change``): each scripted ``duration_s`` goes into the
+    # row's timings as a child's would, so budget estimates read scripted sessions like real ones.
+    clock: Any = None
 
     def stage(self, name: str, tag: str, commit: str) -> Stage:
         self.calls.append((name, tag, commit))
@@ -187,7 +192,10 @@ class ScriptedStages:
             self.on_stage(name, tag, commit)
         role = "base" if commit == self.reference_commit else "candidate"
         queue = self.script.get((name, commit)) or self.script[(name, role)]
-        return queue.pop(0) if len(queue) > 1 else queue[0]
+        stage = queue.pop(0) if len(queue) > 1 else queue[0]
+        if self.clock is not None:
+            self.clock.add_child(stage.duration_s, f"{tag}-{name}")
+        return stage
 
     def correctness_then_perf(self, tag: str, commit: str, proceed):
         correctness = self.stage("correctness", tag, commit)

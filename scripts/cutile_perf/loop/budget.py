@@ -1,0 +1,147 @@
+"""How long a ``try`` takes, from what this session measured, and the time one GPU job gives it.
+
+``estimate`` is a pure rule over the stage times the log holds (``History.timed`` reads them out
+of the rows' ``timings``); ``Budget`` is the job's clock. ``batch`` and ``try --job-seconds`` start
+a try only when a typical one fits what is left, cap every child's timeout at the budget's end,
+and settle a try that the end cuts short as ``interrupted`` (``BudgetSpent``): no verdict, the
+change kept in its patch, the next job tries it again.
+
+Why a typical try and not the worst case: the worst case (correctness, perf and every re-check
+pair at the slowest child) is 2-3 times a typical try, so a job sized for it idles most of the
+time and, on a slow op, never starts a try at all (a TileGym op: 603 s budgeted against one perf
+run of 68-85 s). Starting a try that then runs long costs only time the job had left anyway,
+since the cut is clean and the next job continues.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from cutile_perf.errors import Refused, UsageError
+
+# Stage times vary run to run (compilation, a cold file cache): a high quantile, not the mean. The
+# nearest rank of 0.9 is the slowest run seen while there are fewer than ten.
+QUANTILE = 0.9
+# Re-check prior: tries needing the interleaved re-check are the exception, but common on a first
+# fix; one in three (Laplace-like: (re-checked + 1) / (judged + 3)) until the session's tries say more.
+PRIOR_RECHECKED, PRIOR_JUDGED = 1, 3
+# Kept out of --job-seconds for what follows the budget's end: settling a cut try (row, revert,
+# checkouts removed) and the command's own start; seconds on a local disk, more on network storage.
+RESERVE_FRACTION, RESERVE_MIN_S = 0.05, 15.0
+
+
+class BudgetSpent(Exception):
+    """The job's budget ended before the iteration reached a verdict (raised inside the loop and
+    caught by ``try_change``, which settles the iteration as interrupted; never shown to a user)."""
+
+
+class DoesNotFit(Refused):
+    """A typical try does not fit what is left of the job: refused before anything is touched."""
+
+
+@dataclass(frozen=True)
+class Timed:
+    """The stage times of a session's log, in seconds (``History.timed``)."""
+
+    correctness: tuple[float, ...] = ()
+    perf: tuple[float, ...] = ()  # every perf child: the baseline's runs, tries' and re-check runs
+    harness: tuple[float, ...] = ()  # per row: wall time outside the children (lock, git, checkouts)
+    judged: int = 0  # tries whose perf stage ran to the end
+    rechecks: tuple[int, ...] = ()  # interleaved pairs run, per try that needed the re-check
+
+
+@dataclass(frozen=True)
+class Estimate:
+    correctness_s: float
+    perf_s: float
+    harness_s: float
+    recheck_s: float  # what the interleaved re-check adds to a try that needs it
+    recheck_pairs: int
+    recheck_rate: float  # the share of tries expected to need it
+    rechecked: int  # tries of this session that needed it ...
+    judged: int  # ... out of these
+    worst_s: float  # correctness, perf and max_confirm_pairs pairs, each at the slowest child seen
+
+    @property
+    def rechecks_typically(self) -> bool:
+        return self.recheck_rate > 0.5
+
+    @property
+    def typical_s(self) -> float:
+        """A try in the usual case: the median outcome includes the re-check only when most tries need it."""
+        return (self.correctness_s + self.perf_s + self.harness_s
+                + (self.recheck_s if self.rechecks_typically else 0.0))
+
+    def describe(self) -> str:
+        re_check = "included" if self.rechecks_typically else "when needed"
+        return (f"a try typically takes {self.typical_s:.0f} s (correctness {self.correctness_s:.0f} s + perf "
+                f"{self.perf_s:.0f} s + harness {self.harness_s:.0f} s, the slowest runs measured); the re-check "
+                f"adds {self.recheck_s:.0f} s ({self.recheck_pairs} pairs, {re_check}: {self.rechecked} of "
+                f"{self.judged} tries so far); at most {self.worst_s:.0f} s")
+
+
+def high_quantile(values: Sequence[float], q: float = QUANTILE) -> float:
+    """Nearest-rank quantile: an observed value, never an interpolation below the slow runs."""
+    ordered = sorted(values)
+    return ordered[max(math.ceil(q * len(ordered)), 1) - 1]
+
+
+def estimate(timed: Timed, min_pairs: int, max_pairs: int) -> Estimate | None:
+    """How long a try takes here; None until a correctness and a perf child were timed (the baseline does)."""
+    if not timed.correctness or not timed.perf:
+        return None
+    c, p = high_quantile(timed.correctness), high_quantile(timed.perf)
+    h = high_quantile(timed.harness) if timed.harness else 0.0
+    # Pairs: what this session's re-checks ran (the sequential test may stop early), else the minimum.
+    pairs = high_quantile(timed.rechecks) if timed.rechecks else min_pairs
+    rate = (len(timed.rechecks) + PRIOR_RECHECKED) / (timed.judged + PRIOR_JUDGED)
+    return Estimate(correctness_s=c, perf_s=p, harness_s=h, recheck_s=2 * pairs * p, recheck_pairs=pairs,
+                    recheck_rate=rate, rechecked=len(timed.rechecks), judged=timed.judged,
+                    worst_s=c + p * (1 + 2 * max_pairs) + h)
+
+
+def job_reserve(job_s: float) -> float:
+    return max(RESERVE_MIN_S, RESERVE_FRACTION * job_s)
+
+
+class Budget:
+    """The seconds one command may spend from its start (None: unlimited); ``now``: a clock, for tests."""
+
+    def __init__(self, seconds: float | None, now: Callable[[], float] = time.monotonic):
+        self.seconds, self._now = seconds, now
+        self.start = now()
+
+    @classmethod
+    def for_job(cls, budget_s: float | None, job_s: float | None,
+                now: Callable[[], float] = time.monotonic) -> Budget:
+        """From ``--budget`` and ``--job-seconds``: the job's length less ``job_reserve``, or the
+        explicit budget, whichever is smaller."""
+        if budget_s is not None and not (math.isfinite(budget_s) and budget_s > 0):
+            raise UsageError(f"--budget must be a positive number of seconds, not {budget_s!r}")
+        seconds = budget_s
+        if job_s is not None:
+            if not (math.isfinite(job_s) and job_s > job_reserve(job_s)):
+                raise UsageError(f"--job-seconds must be more than {RESERVE_MIN_S:.0f} seconds, not {job_s!r}",
+                                 "the job's whole length in seconds, e.g. --job-seconds 600 for a 10-minute job")
+            from_job = job_s - job_reserve(job_s)
+            seconds = from_job if seconds is None else min(seconds, from_job)
+        return cls(seconds, now)
+
+    def elapsed(self) -> float:
+        return self._now() - self.start
+
+    def left(self) -> float:
+        return math.inf if self.seconds is None else max(self.seconds - self.elapsed(), 0.0)
+
+    def spent(self) -> bool:
+        return self.left() <= 0.0
+
+    def fits(self, seconds: float | None) -> bool:
+        """Whether that much still fits (nothing measured yet, or no budget: yes)."""
+        return seconds is None or seconds <= self.left()
+
+    def cap(self, timeout_s: float) -> float:
+        """A child's timeout: the session's, or the budget's end when that comes first."""
+        return min(timeout_s, self.left())
