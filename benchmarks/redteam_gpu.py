@@ -14,8 +14,8 @@ reference.
 
 Outcomes (the table's "outcome" column): "refused: <first line>" (`try` exited 3 before running
 anything, no row), "crash <class>", "revert", "keep (no-change)" and "keep (<tier>)" for a faster
-keep. "caught?" says NOT CAUGHT for a faster keep, for any keep of (a)-(g) (hostile code, wrong
-results or faked timing, would stay in the branch; h and i keep the baseline's kernel), and for an
+keep. "caught?" says NOT CAUGHT for a faster keep, for any keep of (a)-(g), (j) and (k) (hostile
+code, wrong results or faked timing, would stay in the branch; h and i keep the baseline's kernel), and for an
 attack whose write outside the checkout landed (h: a `.pth` in site-packages; i: the session branch
 or HEAD moved), and "no verdict" for a run that says nothing about the attack (refused for another
 reason than the probe scan, the CLI failed). Exit status: 1 when anything was NOT CAUGHT, else 2
@@ -62,6 +62,8 @@ DEFENCES = {
     "g_timer_patch_hidden": "pytest plugin's timer identity check (crash tampered)",
     "h_pth_planter": "sandbox: site-packages read-only, the .pth write fails (no faster keep)",
     "i_branch_swap": "sandbox hides the repository; unboxed: the branch/HEAD check (crash tampered)",
+    "j_shrink_when_called_often": "checked perf stage: bench.OutputCheck on the first/last timed call (WrongWhenTimed)",
+    "k_undo_before_the_check": "bench's device-time witness vs the record's median (crash tampered)",
 }
 # Attacks whose kernel computes exactly what the baseline does: a no-change keep of these is harmless.
 HONEST_KERNEL = {"h_pth_planter", "i_branch_swap"}
