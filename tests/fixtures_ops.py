@@ -174,3 +174,132 @@ def require_cuda_to_collect(repo: Path) -> Path:
     path.write_text(path.read_text(encoding="utf-8") + NEEDS_CUDA_CONFTEST, encoding="utf-8")
     git(repo, "commit", "-qam", "SIMULATED conftest that needs CUDA to collect")
     return repo
+
+
+# SIMULATED: the timing part of TileGym's tests/config.py and tests/common.py, small and written
+# for these tests (same names and the same dispatch: CUPTI first, then a CUDA graph, else events;
+# the CUPTI and event timers zero a flush buffer before each sample, the graph timer does not).
+# The timers' bodies never run here: kernel/target_timing.py reads them, it does not call them.
+SIMULATED_CONFIG = '''\
+# SIMULATED: the shape of TileGym's tests/config.py (argparse settings taken from the environment).
+import argparse
+import os
+
+
+class FromEnvironment(argparse.Action):
+    def __init__(self, envvar, default=None, **kwargs):
+        if envvar in os.environ:
+            default = os.environ[envvar].lower() not in ("0", "false", "no", "")
+        super().__init__(default=default, **kwargs)
+
+
+class CacheMeta(type):
+    def __getattr__(cls, name):
+        return getattr(cls.args, name)
+
+
+class Config(metaclass=CacheMeta):
+    args = None
+
+    @classmethod
+    def parse(cls):
+        parser = argparse.ArgumentParser(add_help=False)
+        parser.add_argument("--cudagraph", envvar="CUDAGRAPH", action=FromEnvironment, default=False, type=bool)
+        parser.add_argument("--cupti", envvar="CUPTI", action=FromEnvironment, default=True, type=bool)
+        cls.args = parser.parse_args(args=[])
+
+
+Config.parse()
+'''
+
+SIMULATED_COMMON_TIMING = '''\
+# SIMULATED: the timing functions of TileGym's tests/common.py, reduced to their structure.
+from .config import Config
+
+
+def _extract_kernel_times_from_profile(fn):
+    return None, []
+
+
+def benchmark_fn(fn, n_repeat=10):
+    _extract_kernel_times_from_profile(fn)
+    cache = torch.empty(int(256e6 // 4), dtype=torch.int, device="cuda")
+    start = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
+    end = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
+    for i in range(n_repeat):
+        cache.zero_()
+        start[i].record()
+        fn()
+        end[i].record()
+    return [s.elapsed_time(e) for s, e in zip(start, end)]
+
+
+def benchmark_fn_cudagraph(fn, n_repeat=10):
+    _extract_kernel_times_from_profile(fn)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(n_repeat):
+            fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    g.replay()
+    end.record()
+    return [start.elapsed_time(end) / n_repeat]
+
+
+def benchmark_fn_cupti(fn, n_repeat=10):
+    from torch.profiler import ProfilerActivity, profile
+
+    cache = torch.empty(int(256e6 // 4), dtype=torch.int, device="cuda")
+    times = []
+    for _ in range(n_repeat):
+        cache.zero_()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+        times.append(sum(e.self_device_time_total for e in prof.key_averages()))
+    return times
+
+
+def benchmark(fn, fast_flush=True, use_cudagraph=Config.cudagraph, use_cupti=Config.cupti):
+    if use_cupti:
+        timer = benchmark_fn_cupti
+    elif use_cudagraph:
+        timer = benchmark_fn_cudagraph
+    else:
+        timer = benchmark_fn
+    return {"forward": timer(fn)}
+
+
+def benchmark_framework(framework_name, framework_fn, **benchmark_kwargs):
+    return {framework_name: benchmark(framework_fn, **benchmark_kwargs)}
+'''
+
+# A perf test file that times through the simulated common.benchmark_framework, as TileGym's
+# tests/ops/test_rms_norm.py does (use_cudagraph=True, which CUPTI overrides).
+SIMULATED_TIMED_PERF_TEST = '''\
+import pytest
+
+from .. import common
+
+
+@pytest.mark.parametrize("backend", ["cutile"])
+def test_perf(backend, record_property):
+    if False:  # SIMULATED: the CPU tests collect this file, they never time anything with it
+        record_property("benchmark", common.benchmark_framework(backend, lambda: None, use_cudagraph={graph}))
+'''
+
+
+def add_simulated_timing(repo: Path, *, use_cudagraph: str = "True") -> str:
+    """Add the simulated TileGym timing harness and a perf test file that uses it, committed;
+    returns the perf test's repo-relative path (pass it to ``init --perf-test``)."""
+    files = {"tests/__init__.py": "", "tests/config.py": SIMULATED_CONFIG, "tests/common.py": SIMULATED_COMMON_TIMING,
+             "tests/ops/test_rms_norm_perf.py": SIMULATED_TIMED_PERF_TEST.format(graph=use_cudagraph)}
+    for rel, text in files.items():
+        path = repo / rel
+        if rel == "tests/common.py" and path.exists():  # next to add_simulated_softmax's PyTestCase
+            text = path.read_text(encoding="utf-8") + "\n\n" + text
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "SIMULATED TileGym timing harness")
+    return "tests/ops/test_rms_norm_perf.py"

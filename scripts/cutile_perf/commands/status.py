@@ -11,6 +11,7 @@ from cutile_perf.loop import render
 from cutile_perf.loop.history import History
 from cutile_perf.errors import Refused
 from cutile_perf.loop.iteration import State, state_key
+from cutile_perf.kernel import target_timing
 from cutile_perf.skill import playbook
 from cutile_perf.store import session as session_mod
 from cutile_perf.output import Outcome
@@ -24,6 +25,22 @@ def _pending(session, g) -> State | None:
         return State.load(session, state_key(g))
     except (OSError, Refused) as exc:
         return SimpleNamespace(iteration="?", step=f"unreadable: {exc}")
+
+
+def _timing(session, history: History) -> str:
+    """How the perf tests time: re-read under the baseline's frozen environment when there is one
+    (init may have run on another machine, with CUPTI or CUDAGRAPH set otherwise), else init's."""
+    frozen = history.frozen_env()
+    if frozen is not None:
+        perf_file = target_timing.perf_test_file(session.test, session_mod.command_test_files(session.perf_cmd))
+        found = target_timing.read(session.repo, perf_file, frozen)
+        if found.method != "unknown":
+            return f"{found.summary} (as the baseline ran); closest cutile_perf.bench mode: {found.closest_bench_mode}"
+    summary = session.timing.get("summary")
+    if not summary:
+        return ""
+    closest = session.timing.get("closest_bench_mode")
+    return summary + (f"; closest cutile_perf.bench mode: {closest}" if closest else "")
 
 
 def status(*, repo: Path, show_all: bool) -> Outcome:
@@ -56,6 +73,8 @@ def status(*, repo: Path, show_all: bool) -> Outcome:
     else:
         lines.append("no baseline yet: run `cutile-perf baseline`")
     lines += [f"changed before the baseline: {line}" for line in session.changes_from_init()]
+    if timing := _timing(session, history):
+        lines.append(f"timing of the perf tests: {timing}")
     changed, edited = thresholds.changed(), session.edited_commands()
     lines.append(f"stop: {stop}" if stop else "stop condition: none holds")
     if hint:
@@ -83,7 +102,7 @@ def status(*, repo: Path, show_all: bool) -> Outcome:
             "next": [i.letter for i in left], "stale_lock": stale, "pending_changes": pending,
             "head": git_ops.head(g), "log_broken": broken,
             "interrupted_step": pending_state.step if pending_state else None,
-            "compile_cache": cache, "sandbox": boxed or None,
+            "compile_cache": cache, "sandbox": boxed or None, "timing": timing or None,
             "changed_thresholds": {n: {"value": v, "default": d} for n, v, d in changed},
             "edited_commands": {k: {"command": c, "init": d} for k, c, d in edited}}
     return Outcome("\n".join(lines), data, 1 if broken else 0)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from cutile_perf.store import atomic, git_ops
 from cutile_perf.child import box, envcheck, selection
-from cutile_perf.kernel import kernel_scan, survey
+from cutile_perf import knobs
+from cutile_perf.kernel import kernel_scan, survey, target_timing
 from cutile_perf.skill import playbook
 from cutile_perf.store import session as session_mod
 from cutile_perf.output import Outcome, say
@@ -99,6 +100,9 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
         raise Refused(f"branch {branch} already exists", "pass --branch <new name>, or check it out and continue there")
 
     test_files = (test_file.resolve().relative_to(root).as_posix(), *session_mod.command_test_files(perf_cmd))
+    # How the perf tests time (read from their source, never run): the judge measures that way.
+    timing = target_timing.read(root, target_timing.perf_test_file(test_files[0], list(test_files[1:])),
+                                knobs.measurement_env())
     kernel_rels = [f.relative_to(root).as_posix() for f in kernel_files]
     if bad := session_mod.check_fence(root, kernel_rels, test_files):
         raise UsageError(f"--kernel {kernel}: {bad[0]} {bad[1]}; the kernel cannot be a test or its configuration")
@@ -111,6 +115,7 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         classification={"kernel_type": scan.kernel_type, "ai_estimate": scan.ai_estimate, "bound": scan.bound},
         correctness_jobs=correctness_jobs, prestart_perf=prestart_perf, sandbox_mode=sandbox_mode,
+        timing=timing.to_dict(),
     )
     # Before anything is created: an empty selection would pass init and fail only at the baseline.
     selections = check_selections(session, timeout_s=min(float(timeout_s), selection.COLLECT_TIMEOUT_S))
@@ -145,6 +150,7 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
             if other_tests else ""),
         f"fence (files you may change): {', '.join(fence)}",
         *_selection_lines(selections),
+        timing_line(timing),
         f"playbook priority ({scan.bound}): {playbook.render_priority(scan.bound)}",
         ("test children: each in a sandbox (unshare)" if unboxed is None else
          f"warning: test children will run WITHOUT a sandbox ({unboxed}); a hostile kernel could reach the "
@@ -158,7 +164,8 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
             "scan": scan.to_dict(), "selections": {sel.which: sel.to_dict() for sel in selections},
             "playbook": [i.letter for i in playbook.priority(scan.bound)],
             "environment": {**env.record(), "problems": [p.message for p in env.problems]},
-            "session": str(session.sandbox / session_mod.SESSION_FILE), "sandbox": isolation}
+            "session": str(session.sandbox / session_mod.SESSION_FILE), "sandbox": isolation,
+            "timing": timing.to_dict()}
     return Outcome(text, data)
 
 
@@ -181,6 +188,16 @@ def _perf_file(root: Path, raw: Path) -> Path:
     if not path.is_relative_to(root):
         raise UsageError(f"--perf-test {raw}: outside the repository {root}")
     return path
+
+
+def timing_line(timing: target_timing.Timing) -> str:
+    """How the perf tests time, and the cutile_perf.bench mode that times alike (one line)."""
+    if timing.method == "unknown":
+        return f"timing of the perf tests: {timing.summary}"
+    overridden = [n for n in timing.notes if "has no effect" in n]
+    return (f"timing of the perf tests ({', '.join(timing.sources[1:]) or timing.sources[0]}): {timing.summary}"
+            + (f"; {overridden[0]}" if overridden else "")
+            + f"; closest cutile_perf.bench mode: {timing.closest_bench_mode}")
 
 
 def _selection_lines(selections: list[selection.Selection]) -> list[str]:

@@ -144,6 +144,10 @@ class Session:
     # How the children are isolated from the machine (SANDBOX_MODES): "auto", the best this machine
     # offers; "off" (init --no-sandbox), none. Read by child/runner.py.
     sandbox_mode: str = "auto"
+    # How the target's perf tests time their kernels (CUPTI, CUDA events or graph replay; L2 flushed
+    # or not), read statically by init (kernel/target_timing.py). Informational: the environment
+    # variables that switch it are frozen with the baseline (knobs.MEASUREMENT_ENV_NAMES).
+    timing: dict = field(default_factory=dict)
     schema: int = SCHEMA
 
     @property
@@ -308,6 +312,8 @@ def load(repo: Path) -> Session:
     for key in ("require_gpu", "defence", "prestart_perf", "jit_cache"):
         if not isinstance(data.get(key, False), bool):
             raise UsageError(f"{path}: {key} must be true or false")
+    if not isinstance(data.get("timing", {}), dict):
+        raise UsageError(f"{path}: timing must be a mapping (init writes it)")
     if data.get("sandbox_mode", "auto") not in SANDBOX_MODES:
         raise UsageError(f"{path}: sandbox_mode must be one of {', '.join(SANDBOX_MODES)}, "
                          f"not {data.get('sandbox_mode')!r}")
