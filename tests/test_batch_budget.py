@@ -44,6 +44,7 @@ def test_a_typical_try_is_one_correctness_and_one_perf_run_not_the_worst_case():
     assert e.typical_s == pytest.approx(40.0 + 85.0 + 0.3)
     assert e.worst_s == pytest.approx(40.0 + 85.0 * 7 + 0.3)
     assert e.recheck_s == pytest.approx(6 * 85.0) and e.recheck_rate == pytest.approx(1 / 3)
+    assert e.with_recheck_s == pytest.approx(e.typical_s + 6 * 85.0)  # what a try cut before is given
     assert "typically takes 125 s" in e.describe()
     assert estimate(Timed(perf=(1.0,)), 3, 3) is None, "nothing timed yet: no estimate, nothing refused"
 
@@ -206,14 +207,22 @@ def test_a_try_cut_by_the_budgets_end_is_settled_as_interrupted_and_tried_again_
     assert "not a verdict" in row["reason"] and (repo / row["patch"]).exists()
     assert_settled(repo)
 
+    # The next job of the same length: idea 1 would need its re-check again (220 s), more than the
+    # whole budget, so it is passed over with that said, and idea 2 runs.
     clock = FakeClock()
-    # The next job: idea 1 re-measured in full (3 pairs, within noise: kept), then idea 2, slower.
-    job = run_job(repo, clock, simulated_op(clock, [BORDERLINE, BASE, BASE, BASE, SLOWER], reference(repo)),
-                  budget_s=1000)
-    assert [(e["optimization"], e["decision"]) for e in job.data["entries"]] == [(names[0], "keep"),
-                                                                               (names[1], "revert")]
+    job = run_job(repo, clock, simulated_op(clock, [SLOWER], reference(repo)), budget_s=100)
+    assert [(e["optimization"], e["decision"]) for e in job.data["entries"]] == [(names[1], "revert")]
+    assert job.data["not_started"] == names[:1] and "give it a longer job" in job.text
+    assert_settled(repo)
+
+    # A longer job: idea 1 re-measured in full (3 pairs, within noise: kept); idea 2 decided earlier.
+    clock = FakeClock()
+    job = run_job(repo, clock, simulated_op(clock, [BORDERLINE, BASE], reference(repo)), budget_s=1000)
+    assert [(e["optimization"], e["decision"], e.get("earlier", False)) for e in job.data["entries"]] == [
+        (names[0], "keep", False), (names[1], "revert", True)]
     assert [(r["optimization"], r["status"]) for r in rows(repo)[1:]] == [
-        (names[0], "crash"), (names[0], "keep"), (names[1], "revert")]
+        (names[0], "crash"), (names[1], "revert"), (names[0], "keep")]
+    assert job.data["not_started"] == [] and job.data["cut"] is None
     assert_settled(repo)
 
 

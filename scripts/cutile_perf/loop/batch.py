@@ -61,11 +61,13 @@ def batch(*, repo: Path, plan_path: Path, budget_s: float | None, job_s: float |
             return recorded
         history = History.open(session, g)
 
-    decided = history.decided_plan_entries()
+    decided, cut_before = history.decided_plan_entries(), history.cut_plan_entries()
     done: list[dict] = []
+    passed_over: list[tuple[str, str]] = []  # (entry, why): not started, the entries after it were
 
-    def still_open(first: int) -> list[str]:
-        return [e.optimization for e, d in zip(entries[first:], digests[first:]) if d not in decided]
+    def still_open(first: int) -> list[tuple[str, str]]:
+        return passed_over + [(e.optimization, "budget") for e, d in zip(entries[first:], digests[first:])
+                              if d not in decided]
 
     for n, (entry, digest) in enumerate(zip(entries, digests), 1):
         if digest in decided:
@@ -73,6 +75,16 @@ def batch(*, repo: Path, plan_path: Path, budget_s: float | None, job_s: float |
             done.append({"entry": n, "optimization": entry.optimization, "decision": row["status"],
                          "iteration": row["iteration"], "reason": row.get("reason", ""), "commit": row.get("commit"),
                          "earlier": True})
+            continue
+        expected = history.try_estimate()
+        if digest in cut_before and expected is not None and not budget.fits(expected.with_recheck_s):
+            # Cut short before: it most likely needs its re-check again, and starting it only to be
+            # cut again would spend the job on nothing; the entries after it may still fit.
+            why = f"cut short before; with its re-check it needs about {expected.with_recheck_s:.0f} s"
+            if budget.seconds is not None and expected.with_recheck_s > budget.seconds:
+                why += f", more than a whole budget of {budget.seconds:.0f} s: give it a longer job"
+            say(f"batch {n}/{len(entries)}: {entry.optimization}: not started ({why})")
+            passed_over.append((entry.optimization, why))
             continue
         say(f"batch {n}/{len(entries)}: {entry.optimization}")
         for target, candidate in entry.files:
@@ -101,7 +113,7 @@ def batch(*, repo: Path, plan_path: Path, budget_s: float | None, job_s: float |
                      "seconds": round(now() - began, 1)})
         if tried.cut:
             return _outcome(done, still_open(n), actions)
-    return _outcome(done, [], actions)
+    return _outcome(done, passed_over, actions)
 
 
 def _own_copies(session, g, entries: list) -> list[str]:
@@ -196,7 +208,7 @@ def _check(session, entries: list, digests: list[str], budget: Budget, baseline_
     return Outcome("\n".join(lines), data, EXIT_OK if data["ready"] else EXIT_REJECTED)
 
 
-def _outcome(done: list[dict], not_started: list[str], actions: list[str]) -> Outcome:
+def _outcome(done: list[dict], not_started: list[tuple[str, str]], actions: list[str]) -> Outcome:
     def line(d: dict) -> str:
         text = f"{d['entry']}. {d['optimization']}: {d['decision']}"
         if d.get("earlier"):
@@ -208,7 +220,7 @@ def _outcome(done: list[dict], not_started: list[str], actions: list[str]) -> Ou
         return text + (f" - {d['reason']}" if d.get("reason") else "")
 
     lines = [*actions, *(line(d) for d in done)]
-    lines += [f"not started (budget): {name}" for name in not_started]
+    lines += [f"not started ({why}): {name}" for name, why in not_started]
     now = [d for d in done if not d.get("earlier")]
     kept = sum(1 for d in now if d["decision"] == "keep")
     cut = next((d["optimization"] for d in now if d.get("cut")), None)
@@ -218,5 +230,5 @@ def _outcome(done: list[dict], not_started: list[str], actions: list[str]) -> Ou
     if cut or not_started:
         summary += "; run the same command in the next job to continue the plan"
     lines.append(summary)
-    return Outcome("\n".join(lines), {"entries": done, "not_started": not_started, "kept": kept, "cut": cut,
-                                      "actions": actions}, EXIT_OK)
+    return Outcome("\n".join(lines), {"entries": done, "not_started": [name for name, _ in not_started], "kept": kept,
+                                      "cut": cut, "actions": actions}, EXIT_OK)

@@ -74,6 +74,11 @@ class Estimate:
         return (self.correctness_s + self.perf_s + self.harness_s
                 + (self.recheck_s if self.rechecks_typically else 0.0))
 
+    @property
+    def with_recheck_s(self) -> float:
+        """A try that runs the re-check: what an entry the budget's end cut short before is given."""
+        return self.correctness_s + self.perf_s + self.harness_s + self.recheck_s
+
     def describe(self) -> str:
         re_check = "included" if self.rechecks_typically else "when needed"
         return (f"a try typically takes {self.typical_s:.0f} s (correctness {self.correctness_s:.0f} s + perf "

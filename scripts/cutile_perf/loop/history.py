@@ -310,6 +310,12 @@ class History:
         t = self.session.thresholds
         return budget.estimate(self.timed(), t.min_confirm_pairs, t.max_confirm_pairs)
 
+    def cut_plan_entries(self) -> set[str]:
+        """Batch plan entries an ``interrupted`` row names: stopped before a verdict (a kill, the
+        budget's end); ``batch`` gives them the time of a try with its re-check."""
+        return {e.data["plan_entry"] for e in self.entries
+                if e.data.get("plan_entry") and e.data.get("crash_class") == "interrupted"}
+
     def decided_plan_entries(self) -> dict[str, dict]:
         """Batch plan entries (``plan_entry`` digests) this log holds a decision for -> the row. An
         ``interrupted`` row decided nothing: its entry is tried again."""
