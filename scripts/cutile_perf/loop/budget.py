@@ -7,8 +7,8 @@ and settle a try that the end cuts short as ``interrupted`` (``BudgetSpent``): n
 change kept in its patch, the next job tries it again.
 
 Why a typical try and not the worst case: the worst case (correctness, perf and every re-check
-pair at the slowest child) is 2-3 times a typical try, so a job sized for it idles most of the
-time and, on a slow op, never starts a try at all (a TileGym op: 603 s budgeted against one perf
+pair at the slowest child) is several times a typical try, so a job sized for it idles most of
+the time and, on a slow op, never starts a try at all (a TileGym op: 603 s budgeted against one perf
 run of 68-85 s). Starting a try that then runs long costs only time the job had left anyway,
 since the cut is clean and the next job continues.
 """
