@@ -98,31 +98,37 @@ def test_the_device_time_witness_agrees_with_honest_events(mode):
     record = bench.bench_record(lambda: dst.copy_(src), mode=mode, max_reps=100)
     assert record["device_ms"] > 0
     assert rules.witness_shortfall(record["median"], record["device_ms"]) is None, record
-    assert record["device_ms"] <= 1.2 * record["median"], record
+    assert record["device_ms"] <= 1.25 * record["median"], record
 
 
 @pytest.mark.gpu
-def test_a_patched_event_instance_is_contradicted_by_the_witness():
-    """The attack the identity check cannot see (one Event object's method replaced while the samples
-    run): the record claims half, the witness does not."""
-    import gc
-
+def test_halved_event_readings_are_contradicted_by_the_witness(monkeypatch):
+    """Whatever halves the events' readings (here the class method, in the attack one object's method
+    or a patch put back before the plugin looks), the CUPTI witness still sees the device's time."""
     import torch
 
     from cutile_perf.judge import rules
 
     src = torch.empty(64 * 2**20, dtype=torch.float16, device="cuda")
     dst = torch.empty_like(src)
-
-    def hostile():
-        dst.copy_(src)
-        for obj in gc.get_objects():
-            if isinstance(obj, torch.cuda.Event) and "elapsed_time" not in vars(obj):
-                real = obj.elapsed_time
-                obj.elapsed_time = lambda other, real=real: real(other) / 2
-
-    record = bench.bench_record(hostile, mode="cold", max_reps=50, check_escape=False)
+    real = torch.cuda.Event.elapsed_time
+    monkeypatch.setattr(torch.cuda.Event, "elapsed_time", lambda self, other: real(self, other) / 2)
+    record = bench.bench_record(lambda: dst.copy_(src), mode="cold", max_reps=50, check_escape=False)
     assert rules.witness_shortfall(record["median"], record["device_ms"]) is not None, record
+
+
+def test_device_span_skips_the_lead_kernels_and_spans_the_calls_own():
+    import types
+
+    def event(start, end, device="DeviceType.CUDA"):
+        return types.SimpleNamespace(device_type=device, time_range=types.SimpleNamespace(start=start, end=end))
+
+    # flush 0-40 us, a second lead kernel 40-140 us, the call's two kernels 141-200 and 205-260 us; a CPU
+    # event ignored.
+    prof = types.SimpleNamespace(events=lambda: [event(141, 200), event(0, 40), event(205, 260), event(40, 140),
+                                                 event(0, 500, device="DeviceType.CPU")])
+    assert bench._device_span_ms(prof, 2) == pytest.approx(0.119)
+    assert bench._device_span_ms(prof, 4) is None  # nothing of the call left
 
 
 @pytest.mark.gpu
