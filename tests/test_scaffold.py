@@ -266,3 +266,16 @@ def test_checked_with_a_reference_that_cannot_be_reached_is_a_usage_error(softma
     code, data = cli(capsys, repo, "--kernel", "softmax", "--checked")
     assert code == 2 and "reference" in data["error"], data
     assert not (repo / PERF_REL).exists()
+
+
+def test_without_cutile_perf_the_scaffolded_test_says_what_it_needs(softmax_repo, capsys):
+    repo = softmax_repo
+    assert cli(capsys, repo, "--kernel", "softmax")[0] == 0
+    # cutile_perf made unimportable (a target venv without it), its pytest plugin not loaded.
+    code = ("import sys, pytest; sys.modules['cutile_perf'] = None; "
+            f"sys.exit(pytest.main(['{PERF_REL}', '--collect-only', '-q', '-p', 'no:cacheprovider']))")
+    ran = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
+                         env=runner.with_package_on_path({**os.environ, "PYTHONDONTWRITEBYTECODE": "1",
+                                                          "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}))
+    assert ran.returncode != 0
+    assert "install cutile-perf" in ran.stdout + ran.stderr, ran.stdout[-2000:] + ran.stderr[-2000:]
