@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Three candidates for NVIDIA TileGym's rms_norm (10 perf cases), decided inside one 10-minute GPU job
+# with the command the skill teaches (SKILL.md, "Remote GPU"):
+#
+#   bash benchmarks/tilegym_batch.sh <TileGym folder with src/ and tests/> <output folder> [job seconds] [--check]
+#
+# In a fresh git repository made from a copy of the folder: `init`, three candidate files in
+# sandbox/cand/ (a 2x persistent grid, a smaller row tile, a comment-only change) and
+# sandbox/plan.yaml, then `cutile-perf batch sandbox/plan.yaml --baseline 3 --job-seconds N`, where N
+# is what is left of the job (default 600 s) after the set-up. With --check, only
+# `batch --check` runs (no GPU needed). Prints each row with its timings; copies the log and the
+# table to the output folder.
+set -u
+TG=$(cd "$1" && pwd); OUT=$(mkdir -p "$2" && cd "$2" && pwd); JOB=${3:-600}; MODE=${4:-}
+CP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+WORK=$(mktemp -d)/tilegym
+cp -r "$TG" "$WORK" && cd "$WORK" || exit 1
+rm -rf .git && git init -q -b main && git add -A && git -c user.email=loop@example.com -c user.name=loop commit -qm "TileGym copy"
+export PYTHONPATH=$CP/scripts:${PYTHONPATH:-}
+K=src/tilegym/ops/cutile/rms_norm.py
+python -m cutile_perf init --kernel "$K" --test tests/ops/test_rms_norm.py > "$OUT/init.txt" 2>&1
+mkdir -p sandbox/cand
+sed 's/^                NUM_SMS,$/                NUM_SMS * 2,/' "$K" > sandbox/cand/grid2x.py
+sed 's/^                TILE_SIZE_M = 16$/                TILE_SIZE_M = 8/' "$K" > sandbox/cand/tile_m8.py
+{ cat "$K"; echo "# comment-only change: the same kernel"; } > sandbox/cand/comment.py
+for c in grid2x tile_m8 comment; do cmp -s "$K" "sandbox/cand/$c.py" && { echo "candidate $c is unchanged"; exit 1; }; done
+cat > sandbox/plan.yaml <<EOF
+tries:
+  - optimization: "static persistent grid: 2 CTAs per SM"
+    files: {$K: sandbox/cand/grid2x.py}
+  - optimization: "row tile 8 instead of 16 for rows of <= 1024 columns"
+    files: {$K: sandbox/cand/tile_m8.py}
+  - optimization: "comment only (the same kernel)"
+    files: {$K: sandbox/cand/comment.py}
+EOF
+LEFT=$((JOB - SECONDS - 10))
+echo "set-up took ${SECONDS} s; batch gets --job-seconds $LEFT"
+if [ "$MODE" = "--check" ]; then
+  python -m cutile_perf batch sandbox/plan.yaml --baseline 3 --job-seconds "$LEFT" --check; exit $?
+fi
+t0=$SECONDS
+python -m cutile_perf batch sandbox/plan.yaml --baseline 3 --job-seconds "$LEFT"
+echo "[batch: $((SECONDS - t0)) s, exit $?; whole job so far: ${SECONDS} s]"
+cp sandbox/experiments.jsonl sandbox/perf_results.md "$OUT/" 2>/dev/null
+python - "$OUT/experiments.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    t = r.get("timings", {})
+    print(f"row {r['iteration']}: {r['status']} {r.get('crash_class') or ''} total {t.get('total_s')} s, "
+          f"timings {json.dumps({k: v for k, v in t.items() if k != 'total_s'})}; {r.get('reason', '')[:160]}")
+PY
