@@ -30,12 +30,12 @@ def test_tilegym_defaults_time_with_cupti_and_a_flushed_l2_whatever_the_test_ask
     assert found.settings == {"CUPTI": "on (tests/config.py default, CUPTI unset)",
                               "CUDAGRAPH": "off (tests/config.py default, CUDAGRAPH unset)"}
     assert f"{PERF}:9: use_cudagraph=True has no effect while CUPTI is on" in found.notes
-    assert found.closest_bench_mode.startswith("cold")
+    assert found.closest_bench_mode == "cupti"
     assert found.sources == (PERF, "tests/common.py", "tests/config.py")
 
 
 @pytest.mark.parametrize("graph, env, expected, mode", [
-    ("True", {"CUPTI": "0"}, ("cuda-graph", "not flushed"), "warm"),  # TileGym's graph timer: no flush
+    ("True", {"CUPTI": "0"}, ("cuda-graph", "not flushed"), "graph-warm"),  # TileGym's graph timer: no flush
     ("False", {"CUPTI": "false"}, ("events", "flushed"), "cold"),
     # The call's own use_cudagraph=False wins over CUDAGRAPH=1 (only the default reads the variable).
     ("False", {"CUPTI": "0", "CUDAGRAPH": "1"}, ("events", "flushed"), "cold"),
@@ -44,7 +44,7 @@ def test_the_environment_and_the_call_pick_the_timer(tilegym_like_repo, graph, e
     repo = tilegym_like_repo
     add_simulated_timing(repo, use_cudagraph=graph)
     found = target_timing.read(repo, PERF, env)
-    assert (found.method, found.l2) == expected and found.closest_bench_mode.startswith(mode)
+    assert (found.method, found.l2) == expected and found.closest_bench_mode == mode
 
 
 def test_a_switch_set_from_the_test_s_parameters_gives_both_outcomes(tilegym_like_repo):
@@ -65,10 +65,27 @@ def test_cutile_perf_bench_and_unknown(tmp_path):
     assert found.sources == ("tests/test_x.py", "tests/helpers.py")
     warm = target_timing.read(tmp_path, "tests/test_x.py", {"CUTILE_PERF_BENCH_MODE": "warm"})
     assert warm.l2 == "not flushed" and "CUTILE_PERF_BENCH_MODE=warm" in warm.summary
+    cupti = target_timing.read(tmp_path, "tests/test_x.py", {"CUTILE_PERF_BENCH_MODE": "cupti-warm"})
+    assert (cupti.l2, cupti.closest_bench_mode) == ("not flushed", "cupti-warm") and "CUPTI kernel time" in cupti.summary
     (tmp_path / "tests/test_y.py").write_text("import time\n\ndef test_perf():\n    time.sleep(0)\n")
     assert target_timing.read(tmp_path, "tests/test_y.py", {}).method == "unknown"
     (tmp_path / "tests/test_z.py").write_text("def broken(:\n")
     assert target_timing.read(tmp_path, "tests/test_z.py", {}).summary.startswith("not read: cannot parse")
+
+
+def test_every_pair_read_maps_to_a_bench_mode_that_times_the_same_way():
+    """Each (method, L2) pair ``read`` can report has its exact bench mode: same method, same flush."""
+    from cutile_perf import bench
+
+    methods = {"events": "events", "cuda-graph": "graph", "cupti": "cupti"}  # target_timing's -> bench's
+    pairs = {(m, l2) for m in methods for l2 in ("flushed", "not flushed")}
+    assert set(target_timing.CLOSEST_BENCH_MODE) == pairs
+    for (method, l2), mode in target_timing.CLOSEST_BENCH_MODE.items():
+        timer, flushed = bench.MODE_TIMERS[mode]
+        assert (timer, "flushed" if flushed else "not flushed") == (methods[method], l2), mode
+    assert set(target_timing.BENCH_MODE_L2) == set(target_timing.BENCH_MODE_METHOD) == set(bench.MODES)
+    for mode, l2 in target_timing.BENCH_MODE_L2.items():
+        assert l2 == ("flushed" if bench.MODE_TIMERS[mode][1] else "not flushed"), mode
 
 
 def test_a_helper_named_like_the_profiler_does_not_make_a_timer_cupti():

@@ -19,6 +19,16 @@ Why it is done this way:
   them (allocation, ``.contiguous()``), the GPU idles in between and events include those gaps.
   ``mode="graph"`` captures ``fn`` once in a CUDA graph and times ``graph.replay()``, so only device
   work is measured; L2 is still flushed before each sample.
+* **The target's own conditions, exactly.** A change wins only what the judge's timing can see
+  (``kernel.target_timing`` reads how the target's perf tests time), so every (method, L2) pair it
+  can report has a mode here: ``cold``/``warm`` (events around each call, flushed or not),
+  ``graph`` (events around a replay of one call, flushed) and ``graph-warm`` (TileGym's cudagraph
+  path: one graph of many back-to-back calls, events around each replay, no flush; a sample is the
+  replay's time over its calls, so the replay's own launch cost is spread over ``GRAPH_SAMPLE_MS``),
+  ``cupti`` and ``cupti-warm`` (TileGym's default CUPTI path: per sample, flush or not, synchronize,
+  then one ``torch.profiler`` session around one call; the sample is the sum of that call's kernel
+  durations, launch gaps and host work not counted). Each profiled sample costs a profiler session
+  on the host, so those modes take at most ``CUPTI_MAX_SAMPLES`` samples.
 * **Time budgets, converted to counts from an estimate.** A few calls estimate the run time; the
   warm-up and measurement budgets (ms) are turned into counts, clamped to ``[min_reps, max_reps]``.
   A 3 us kernel gets thousands of samples, a 30 ms kernel gets ``min_reps``. Warm-up runs compile
@@ -36,16 +46,25 @@ Why it is done this way:
   ``HIDDEN_WORK_FRACTION`` of the batch plus ``HIDDEN_WORK_SLACK_MS`` in every one of
   ``ESCAPE_TRIALS`` batches, ``bench`` raises ``HiddenDeviceWork`` (the perf test fails, and the
   iteration crashes instead of recording a time nobody measured). ``check_escape=False`` turns it off.
-* **A device-time witness beside the events.** After the samples, ``bench`` profiles
-  ``WITNESS_CALLS`` more calls with ``torch.profiler`` (CUPTI) and keeps the median device span of
-  one call's kernels (first kernel start to last kernel end), as ``device_ms`` in the record. Each
-  call is queued behind the flush, as the timed calls are. Events
-  bracket everything the call queues, so an honest median is never much below that span; a record
-  that claims much less (``judge.rules.witness_shortfall``) had its events or its arithmetic
-  tampered with in a way the plugin's identity check cannot see (one ``Event`` object patched, a
-  patch applied and undone around the samples), and the harness calls the stage ``tampered``. Both
-  numbers come from the same process: a candidate that rewrites CUPTI's buffers or the driver in
-  native code defeats both (``references/harness.md``, "Limits").
+  Per mode: the event and graph modes run it (a graph's batch entry is one replay; capturing
+  already refuses a side stream that never joins back). The CUPTI modes skip it: their samples
+  cannot miss such work, because CUPTI records kernels on every stream and each profiled window
+  ends with a device-wide synchronize. No mode counts host work as device time: a candidate that
+  computes on the CPU and copies the result shows only the copy under CUPTI (as under the target's
+  CUPTI timer), and under events only as long as the GPU waits for it.
+* **A device-time witness beside the samples.** After the samples, ``bench`` profiles
+  ``WITNESS_CALLS`` more calls with ``torch.profiler`` (CUPTI) and keeps the median of one call's
+  device time, as ``device_ms`` in the record. In the event modes that is the span of the call's
+  kernels (first kernel start to last kernel end; ``graph-warm``: of one replay, over its calls),
+  each call queued behind the flush as the timed calls are: events bracket everything the call
+  queues, so an honest median is never much below that span. In the CUPTI modes it is the samples'
+  own quantity (sum of kernel durations, flushed the same way) taken again after them: a span would
+  include the gaps the samples leave out and flag an honest op of several kernels. A record that
+  claims much less (``judge.rules.witness_shortfall``) had its timer or its arithmetic tampered with
+  in a way the plugin's identity check cannot see (one ``Event`` object patched, a patch applied
+  and undone around the samples), and the harness calls the stage ``tampered``. Both numbers come
+  from the same process: a candidate that rewrites CUPTI's buffers or the driver in native code
+  defeats both (``references/harness.md``, "Limits").
 * **Checked calls.** With ``check=OutputCheck(inputs, reference, compare)``, the first and the last
   timed sample run on fresh input values (each input tensor's values permuted in place, so shapes,
   addresses and value distributions stay, the numbers do not) and their results are compared with
@@ -68,7 +87,14 @@ from cutile_perf import knobs
 from cutile_perf.judge import stats
 from cutile_perf.errors import EnvMissing
 
-MODES = ("cold", "warm", "graph")
+MODES = knobs.BENCH_MODES  # cold, warm, graph, graph-warm, cupti, cupti-warm
+# Per mode: what a sample times ("events" around each call, "graph" replays timed by events,
+# "cupti" kernel durations from torch.profiler) and whether L2 is flushed before each sample.
+MODE_TIMERS = {
+    "cold": ("events", True), "warm": ("events", False),
+    "graph": ("graph", True), "graph-warm": ("graph", False),
+    "cupti": ("cupti", True), "cupti-warm": ("cupti", False),
+}
 ESTIMATE_CALLS = 5  # calls timed to estimate the run time before the budgets are turned into counts
 DEFAULT_L2_BYTES = 64 * 2**20  # used only if torch cannot report the L2 size (older torch)
 FLUSH_FACTOR = 2  # flush buffer = FLUSH_FACTOR x L2: one pass of L2 size may leave lines behind
@@ -81,7 +107,16 @@ HIDDEN_WORK_FRACTION = 0.25  # excess host time, as a fraction of the batch's ev
 HIDDEN_WORK_SLACK_MS = 1.0  # ...plus this, allowed for the sync round trips and scheduling
 
 
-WITNESS_CALLS = 3  # calls profiled for the device-time witness (median of their spans)
+WITNESS_CALLS = 3  # calls profiled for the device-time witness (median of their device times)
+
+# graph-warm: one replay runs back-to-back calls for about this much device time, as TileGym's
+# cudagraph timer unrolls rep/10 ms of calls (50 ms / 10 by default) into one graph, so the replay's
+# own launch and its event pair (microseconds) are spread over thousands of microseconds.
+GRAPH_SAMPLE_MS = 5.0
+GRAPH_MAX_UNROLL = 1000  # calls captured in one graph at most: capture runs fn's Python each time
+# cupti modes: every sample is one profiler session, started, stopped and parsed on the host, a cost
+# the time budgets (device time) do not see; a 3 us kernel would otherwise get 2000 sessions.
+CUPTI_MAX_SAMPLES = 100
 
 
 class HiddenDeviceWork(RuntimeError):
@@ -145,6 +180,20 @@ def check_mode(mode: str | None) -> str:
     return chosen
 
 
+def graph_unroll(estimate_ms: float) -> int:
+    """graph-warm: how many back-to-back calls one replay runs, for a call of ``estimate_ms``
+    (enough for ``GRAPH_SAMPLE_MS``, at least 1, at most ``GRAPH_MAX_UNROLL``)."""
+    return max(1, min(GRAPH_MAX_UNROLL, math.ceil(GRAPH_SAMPLE_MS / max(estimate_ms, 1e-3))))
+
+
+def sample_bounds(mode: str, min_reps: int, max_reps: int) -> tuple[int, int]:
+    """``(min_reps, max_reps)`` for ``mode``: the CUPTI modes cap the samples at
+    ``CUPTI_MAX_SAMPLES`` (never below ``min_reps``), the others take them as given."""
+    if MODE_TIMERS[mode][0] == "cupti":
+        return min_reps, min(max_reps, max(min_reps, CUPTI_MAX_SAMPLES))
+    return min_reps, max_reps
+
+
 def plan_counts(
     estimate_ms: float, *, warmup_ms: float, rep_ms: float, min_reps: int, max_reps: int
 ) -> tuple[int, int]:
@@ -178,10 +227,11 @@ def _torch():
     return torch
 
 
-def _graph_replay(torch, fn: Callable[[], object]) -> Callable[[], object]:
-    """Capture ``fn`` in a CUDA graph; the returned call replays it and returns the captured result
-    (the graph writes into the same output tensors on every replay). ``fn`` runs once first, so
-    nothing (cuTile's JIT, allocator growth) happens for the first time during capture."""
+def _graph_replay(torch, fn: Callable[[], object], calls: int = 1) -> Callable[[], object]:
+    """Capture ``calls`` back-to-back calls of ``fn`` in one CUDA graph; the returned call replays it
+    and returns the last captured call's result (the graph writes into the same output tensors on
+    every replay). ``fn`` runs once first, so nothing (cuTile's JIT, allocator growth) happens for
+    the first time during capture."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -189,13 +239,33 @@ def _graph_replay(torch, fn: Callable[[], object]) -> Callable[[], object]:
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        result = fn()
+        for _ in range(calls):
+            result = fn()
 
     def replay():
         graph.replay()
         return result
 
     return replay
+
+
+def _fresh_inputs(torch, check: OutputCheck | None, index: int, count: int):
+    """Checked calls (module docstring): before the first and the last of ``count`` calls, new input
+    values and the reference's result for them; None for every other call."""
+    if check is None or index not in (0, count - 1):
+        return None
+    check.refresh(torch)
+    return check.reference()
+
+
+def _compare_checked(check: OutputCheck | None, checked: list, count: int) -> None:
+    """Compare the checked calls' results (after the samples' one synchronize)."""
+    for index, actual, expected in checked:
+        try:
+            check.compare(actual, expected)
+        except AssertionError as exc:
+            raise WrongWhenTimed(f"timed call {index + 1} of {count} (fresh inputs) differs from the reference: "
+                                 f"{str(exc).strip()[:300]}") from None
 
 
 def _timed(torch, call, count: int, flush_buf, check: OutputCheck | None = None) -> list[float]:
@@ -206,10 +276,7 @@ def _timed(torch, call, count: int, flush_buf, check: OutputCheck | None = None)
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
     checked = []
     for index, (start, end) in enumerate(zip(starts, ends)):
-        expected = None
-        if check is not None and index in (0, count - 1):
-            check.refresh(torch)
-            expected = check.reference()
+        expected = _fresh_inputs(torch, check, index, count)
         if flush_buf is not None:
             flush_buf.zero_()
         start.record()
@@ -218,52 +285,102 @@ def _timed(torch, call, count: int, flush_buf, check: OutputCheck | None = None)
         if expected is not None:
             checked.append((index, _clone(torch, result), expected))
     torch.cuda.synchronize()
-    for index, actual, expected in checked:
-        try:
-            check.compare(actual, expected)
-        except AssertionError as exc:
-            raise WrongWhenTimed(f"timed call {index + 1} of {count} (fresh inputs) differs from the reference: "
-                                 f"{str(exc).strip()[:300]}") from None
+    _compare_checked(check, checked, count)
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def _call_kernels(prof, lead_kernels: int) -> list[tuple[float, float]]:
+    """(start, end) in us of one profiled call's device work (kernels, copies, memsets): the profile's
+    device events after the ``lead_kernels`` queued ahead of the call, less any that began before
+    those ended."""
+    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                   if str(getattr(e, "device_type", "")).endswith("CUDA") and getattr(e, "time_range", None))
+    lead, own = spans[:lead_kernels], spans[lead_kernels:]
+    cut = max((end for _s, end in lead), default=float("-inf"))
+    return [(start, end) for start, end in own if start >= cut]
+
+
+def _span_ms(kernels: list[tuple[float, float]]) -> float | None:
+    """First kernel's start to last kernel's end (ms); None without a kernel."""
+    if not kernels:
+        return None
+    return (max(end for _s, end in kernels) - min(start for start, _e in kernels)) / 1e3
+
+
+def _kernel_sum_ms(kernels: list[tuple[float, float]]) -> float | None:
+    """Sum of the kernels' own durations (ms); None without a kernel."""
+    if not kernels:
+        return None
+    return sum(end - start for start, end in kernels) / 1e3
 
 
 def _device_span_ms(prof, lead_kernels: int) -> float | None:
     """One profiled call's device time: from the first kernel after the ``lead_kernels`` queued ahead
     of it to the last kernel's end (ms); None when the profile holds no kernel of the call."""
-    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
-                   if str(getattr(e, "device_type", "")).endswith("CUDA") and getattr(e, "time_range", None))
-    lead, own = spans[:lead_kernels], spans[lead_kernels:]
-    cut = max((end for _s, end in lead), default=float("-inf"))
-    own = [(start, end) for start, end in own if start >= cut]
-    if not own:
-        return None
-    return (max(end for _s, end in own) - min(start for start, _e in own)) / 1e3
+    return _span_ms(_call_kernels(prof, lead_kernels))
 
 
-def device_time_ms(torch, call, flush_buf, calls: int = WITNESS_CALLS) -> float | None:
-    """The device-time witness (module docstring): median device span of ``calls`` profiled calls,
-    or None when the profiler cannot run here (no CUPTI, a profiler already active).
+def _profile_call(torch, call, flush_buf, *, flush_outside: bool) -> tuple[list[tuple[float, float]], object]:
+    """(the call's device work as (start, end) us, its result) from one ``torch.profiler`` session
+    that ends with a device-wide synchronize, so work on any stream is in it.
 
-    Each profiled call is queued behind the L2 flush when the samples had one, as the timed calls
-    are; the flush kernel is then left out of the span. Honest ratios of the events' median to this
-    span, all modes, on the H200: 0.80-1.08 (benchmarks/witness_check.py; the low end is cuBLAS
-    GEMMs, whose kernels span longer under the profiler than between their events)."""
+    ``flush_outside``: flush and synchronize before the session starts, as TileGym's CUPTI timer
+    does (the CUPTI modes: the profile holds the call alone); otherwise the flush is queued inside
+    the session right ahead of the call, as the event-timed calls are queued behind it (the
+    witness of the event modes), and left out of the call's kernels."""
+    profiler = torch.profiler
+    torch.cuda.synchronize()
+    if flush_buf is not None and flush_outside:
+        flush_buf.zero_()
+        torch.cuda.synchronize()
+    with profiler.profile(activities=[profiler.ProfilerActivity.CUDA]) as prof:
+        if flush_buf is not None and not flush_outside:
+            flush_buf.zero_()
+        result = call()
+        torch.cuda.synchronize()
+    lead_kernels = 1 if flush_buf is not None and not flush_outside else 0
+    return _call_kernels(prof, lead_kernels), result
+
+
+def _profiled(torch, call, count: int, flush_buf, check: OutputCheck | None = None) -> list[float]:
+    """``count`` CUPTI samples (the cupti modes): per call the sum of its kernels' durations (ms).
+
+    Sum, not span, because that is what the target's CUPTI timer reports (TileGym sums the
+    profile's ``self_device_time_total``): gaps between one call's kernels are not counted, and
+    kernels on two streams that overlap count twice, as there. Checked calls as in ``_timed``."""
+    samples, checked = [], []
+    for index in range(count):
+        expected = _fresh_inputs(torch, check, index, count)
+        kernels, result = _profile_call(torch, call, flush_buf, flush_outside=True)
+        sample = _kernel_sum_ms(kernels)
+        if sample is None:
+            raise RuntimeError("CUPTI saw no device work in a profiled call: fn launched no kernel, or CUPTI "
+                               "(libcupti) is not available to torch.profiler here; time with an events mode")
+        samples.append(sample)
+        if expected is not None:
+            checked.append((index, _clone(torch, result), expected))
+    _compare_checked(check, checked, count)
+    return samples
+
+
+def device_time_ms(torch, call, flush_buf, calls: int = WITNESS_CALLS, *, cupti: bool = False) -> float | None:
+    """The device-time witness (module docstring): the median device time of ``calls`` profiled
+    calls, or None when the profiler cannot run here (no CUPTI, a profiler already active).
+
+    Event modes (``cupti=False``): the span of each call's kernels, the call queued behind the L2
+    flush when the samples had one, as the timed calls are. Honest ratios of the events' median to
+    this span, all event modes, on the H200: 0.80-1.08 (benchmarks/witness_check.py; the low end is
+    cuBLAS GEMMs, whose kernels span longer under the profiler than between their events).
+    CUPTI modes (``cupti=True``): the sum of each call's kernel durations, flushed as the samples
+    are, so an honest record's median and its witness measure the same thing."""
     try:
-        from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415 - lazy: importing cutile_perf must not need torch
-
-        lead_kernels = 1 if flush_buf is not None else 0
-        spans = []
+        times = []
         for _ in range(calls):
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                if flush_buf is not None:
-                    flush_buf.zero_()
-                call()
-                torch.cuda.synchronize()
-            spans.append(_device_span_ms(prof, lead_kernels))
-    except (RuntimeError, AssertionError, ImportError):
+            kernels, _result = _profile_call(torch, call, flush_buf, flush_outside=cupti)
+            times.append(_kernel_sum_ms(kernels) if cupti else _span_ms(kernels))
+    except (RuntimeError, AssertionError, ImportError, AttributeError):
         return None
-    positive = [s for s in spans if s is not None and s > 0]
+    positive = [t for t in times if t is not None and t > 0]
     return stats.median(positive) if positive else None
 
 
@@ -294,32 +411,49 @@ def measure(
 ) -> Measurement:
     """Time ``fn()``: the samples, and optionally the device-time witness and checked calls.
 
-    ``mode``: ``"cold"`` (flush L2 before each sample), ``"warm"`` (no flush) or ``"graph"`` (replay
-    a CUDA graph of ``fn``, L2 flushed); ``None`` reads ``CUTILE_PERF_BENCH_MODE``. ``check``: compare
-    the first and last timed calls with a reference on fresh inputs; ``witness``: profile a few more
+    ``mode``: one of ``MODES`` (module docstring, "The target's own conditions"): ``"cold"`` (events,
+    L2 flushed before each sample), ``"warm"`` (events, no flush), ``"graph"`` (a CUDA graph of one
+    call replayed, flushed), ``"graph-warm"`` (a graph of back-to-back calls, no flush; a sample is
+    per call), ``"cupti"``/``"cupti-warm"`` (one profiled call per sample, its kernels' summed
+    durations, flushed or not); ``None`` reads ``CUTILE_PERF_BENCH_MODE``. ``check``: compare the
+    first and last timed samples with a reference on fresh inputs; ``witness``: profile a few more
     calls for ``device_ms``. Raises ``errors.EnvMissing`` without a CUDA GPU, ``HiddenDeviceWork``
-    when ``check_escape`` finds device work that outlives the timing events, and ``WrongWhenTimed``
-    when a checked call's result is wrong (see the module docstring).
+    when ``check_escape`` finds device work that outlives the timing events (not checked in the
+    CUPTI modes, whose samples count it), and ``WrongWhenTimed`` when a checked call's result is
+    wrong (see the module docstring).
     """
     chosen = check_mode(mode)
+    timer, flushed = MODE_TIMERS[chosen]
     torch = _torch()
-    call = _graph_replay(torch, fn) if chosen == "graph" else fn
+    call = _graph_replay(torch, fn) if timer == "graph" else fn
     flush_buf = None
-    if chosen in ("cold", "graph"):
+    if flushed:
         l2 = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", None)
         flush_buf = torch.empty(flush_bytes(l2), dtype=torch.int8, device="cuda")
     call()  # first call compiles (cuTile JIT) and must not reach the estimate
     torch.cuda.synchronize()
     estimate = stats.median(_timed(torch, call, ESTIMATE_CALLS, flush_buf))
-    n_warmup, n_rep = plan_counts(estimate, warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps, max_reps=max_reps)
+    per_sample = 1  # calls of fn one sample times (graph-warm: the calls one replay runs)
+    if timer == "graph" and not flushed:
+        per_sample = graph_unroll(estimate)
+        if per_sample > 1:
+            call = _graph_replay(torch, fn, per_sample)
+    low, high = sample_bounds(chosen, min_reps, max_reps)
+    n_warmup, n_rep = plan_counts(estimate * per_sample, warmup_ms=warmup_ms, rep_ms=rep_ms,
+                                  min_reps=low, max_reps=high)
     for _ in range(n_warmup):
         call()
     if check is not None:
         n_rep = max(n_rep, 2)  # the first and the last sample are checked: two different calls
-    samples = _timed(torch, call, n_rep, flush_buf, check)
-    device_ms = device_time_ms(torch, call, flush_buf) if witness else None
-    if check_escape:
-        _check_escape(torch, call, stats.median(samples))
+    if timer == "cupti":
+        samples = _profiled(torch, call, n_rep, flush_buf, check)
+    else:
+        samples = [ms / per_sample for ms in _timed(torch, call, n_rep, flush_buf, check)]
+    device_ms = device_time_ms(torch, call, flush_buf, cupti=timer == "cupti") if witness else None
+    if device_ms is not None:
+        device_ms /= per_sample
+    if check_escape and timer != "cupti":
+        _check_escape(torch, call, stats.median(samples) * per_sample)
     return Measurement(samples, device_ms, 2 if check is not None else 0)
 
 

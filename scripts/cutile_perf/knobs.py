@@ -20,7 +20,7 @@ OWN_ENV_VARS: dict[str, str] = {
     "CUTILE_PERF_GATE_FD": "file descriptor a pre-started perf child waits on before its first test (one byte: go; end of file: cancelled); set by the harness when session.yaml has prestart_perf: true",
     "CUTILE_PERF_KEY_FD": "file descriptor the pytest plugin reads the run report's signing key from, once; set by the harness",
     "CUTILE_PERF_TUNE_CACHE_DIR": "directory of the persistent tuning cache (default: the user cache dir)",
-    "CUTILE_PERF_BENCH_MODE": "timing mode of cutile_perf.bench in perf tests: cold (default), warm or graph",
+    "CUTILE_PERF_BENCH_MODE": "timing mode of cutile_perf.bench in perf tests: cold (default), warm, graph, graph-warm, cupti or cupti-warm",
     "CUTILE_PERF_DEFENCE": "1: the bundled suite's tests run their red-team defence checks (test_defence; also --defence); set by the harness when session.yaml says defence: true",
     "DISABLE_AUTOTUNE": "1: cutile_perf.tune launches the fixed config without searching",
     "CUTILE_PERF_TEST_KILL_AT": "tests only: the loop sends itself a signal at this kill point (a persisted step or a window inside one, knobs.kill_point)",
@@ -166,10 +166,14 @@ def tune_cache_dir() -> Path:
     return Path(base) / "cutile-perf" / "tune"
 
 
+# cutile_perf.bench's timing modes (bench.MODES; listed here because knobs sits below bench).
+BENCH_MODES = ("cold", "warm", "graph", "graph-warm", "cupti", "cupti-warm")
+
+
 def bench_mode() -> str:
     value = os.environ.get("CUTILE_PERF_BENCH_MODE", "cold").strip().lower() or "cold"
-    if value not in {"cold", "warm", "graph"}:
-        raise BadEnvValue(f"CUTILE_PERF_BENCH_MODE={value!r}: expected cold, warm or graph")
+    if value not in BENCH_MODES:
+        raise BadEnvValue(f"CUTILE_PERF_BENCH_MODE={value!r}: expected one of {', '.join(BENCH_MODES)}")
     return value
 
 

@@ -18,6 +18,9 @@ only, CUDA events also the gaps between launches. ``read`` answers for one perf 
   and whether it zeroes a buffer inside its sample loop (L2 flushed before each sample);
 * anything else: "unknown", with what was looked for.
 
+``CLOSEST_BENCH_MODE`` names, for each (method, L2) pair, the ``cutile_perf.bench`` mode that times
+the same way, so a figure can be measured again under the target's conditions.
+
 Pure apart from reading files under the repository: the environment is passed in (the values of
 ``knobs.measurement_env()`` at ``init``, or the baseline's frozen ones for ``status``).
 """
@@ -39,19 +42,29 @@ METHODS = {
     "cuda-graph": "CUDA graph replay of back-to-back calls, timed by CUDA events (no launch gaps)",
     "events": "CUDA events around each call (launch gaps included)",
 }
-# The cutile_perf.bench mode closest to each (method, L2) pair. bench has no mode that replays a
-# graph without flushing: "warm" keeps L2 but its events see launch gaps on tiny kernels.
+# The cutile_perf.bench mode that times each (method, L2) pair the same way (bench's module
+# docstring): per sample, the same thing timed with the same flush. What is left different from
+# TileGym's timers: its event timer also queues a GPU sleep after the flush, so the call's launches
+# are queued before its start event ("cold" has only the flush's own run time ahead of them); its
+# flush buffer is 256 MB (ours twice the L2); its CUPTI timer takes as many samples as fill 50 ms
+# (bench at most bench.CUPTI_MAX_SAMPLES) and can filter kernels by name (bench sums all of a call's).
 CLOSEST_BENCH_MODE = {
-    ("cupti", "flushed"): "cold (graph for an op that launches several kernels)",
+    ("cupti", "flushed"): "cupti",
+    ("cupti", "not flushed"): "cupti-warm",
     ("events", "flushed"): "cold",
-    ("cuda-graph", "flushed"): "graph",
-    ("cuda-graph", "not flushed"): "warm (graph replay without a flush has no exact bench mode)",
     ("events", "not flushed"): "warm",
-    ("cupti", "not flushed"): "warm",
+    ("cuda-graph", "flushed"): "graph",
+    ("cuda-graph", "not flushed"): "graph-warm",
 }
-BENCH_MODE_L2 = {"cold": "flushed", "warm": "not flushed", "graph": "flushed"}
-BENCH_MODE_METHOD = {"cold": "CUDA events around each call", "warm": "CUDA events around each call",
-                     "graph": "CUDA events around a graph replay of one call (no launch gaps)"}
+BENCH_MODE_L2 = {"cold": "flushed", "warm": "not flushed", "graph": "flushed", "graph-warm": "not flushed",
+                 "cupti": "flushed", "cupti-warm": "not flushed"}
+BENCH_MODE_METHOD = {
+    "cold": "CUDA events around each call", "warm": "CUDA events around each call",
+    "graph": "CUDA events around a graph replay of one call (no launch gaps)",
+    "graph-warm": "CUDA events around a graph replay of back-to-back calls (no launch gaps)",
+    "cupti": "CUPTI kernel time of one profiled call (no launch gaps)",
+    "cupti-warm": "CUPTI kernel time of one profiled call (no launch gaps)",
+}
 
 
 @dataclass(frozen=True)
