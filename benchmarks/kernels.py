@@ -3,7 +3,10 @@
 For every case it times, in the same run, the shipped PLAIN kernel and the BEST prepared version
 (the step file named by ``best:`` in ``examples/kernels/optimizations/<op>/steps.yaml``, loaded from
 its path; the work tree is never changed). Every column comes from this run, timed by
-``cutile_perf.bench`` (cold L2, CUDA events, median of the samples):
+``cutile_perf.bench`` (median of the samples) in one mode: --mode, else ``CUTILE_PERF_BENCH_MODE``,
+else cold (L2 flushed, CUDA events). Another mode times the table the way a target's perf tests do
+(``cutile-perf init`` prints which one), e.g. ``graph-warm`` for TileGym's cudagraph timer or
+``cupti`` for its default CUPTI timer; the header names the mode:
 
   kernel | version | shape | dtype | cuTile ms | torch eager ms | torch.compile ms | TileGym ms | achieved | % of ceiling | goal
 
@@ -26,6 +29,8 @@ Usage:
   python benchmarks/kernels.py --markdown   # a Markdown table for a README
   python benchmarks/kernels.py --all-steps --only softmax   # every prepared step, not only the best
   PYTHONPATH=.tilegym/src python benchmarks/kernels.py --tilegym --only rms_norm   # add TileGym's column
+  python benchmarks/kernels.py --markdown --mode cupti       # TileGym's default timing (CUPTI, L2 flushed)
+  CUTILE_PERF_BENCH_MODE=graph-warm python benchmarks/kernels.py --markdown   # the same as --mode graph-warm
 """
 from __future__ import annotations
 
@@ -405,11 +410,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="add a column with NVIDIA TileGym's own cuTile kernel (its src/ on PYTHONPATH)")
     parser.add_argument("--precompile", type=int, default=0, metavar="N",
                         help="compile the memory-bound cuTile versions first in N processes (disk cache)")
+    parser.add_argument("--mode", choices=bench.MODES, default=None,
+                        help="cutile_perf.bench mode for every column (default: CUTILE_PERF_BENCH_MODE, else cold)")
     args = parser.parse_args(argv)
+    try:
+        mode = bench.check_mode(args.mode)
+    except ValueError as exc:  # a CUTILE_PERF_BENCH_MODE typo
+        print(f"benchmarks/kernels.py: {exc}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("benchmarks/kernels.py needs a CUDA GPU (torch sees none)", file=sys.stderr)
         return 3
     budget = {"warmup_ms": 10.0, "rep_ms": 30.0, "max_reps": 200} if args.quick else {}
+    budget["mode"] = mode
     cases = [c for c in (QUICK_CASES if args.quick else FULL_CASES)
              if not args.only or any(c.kernel.startswith(o) for o in args.only)]
     for failure in precompile(cases, args.all_steps, args.precompile):
@@ -421,8 +434,12 @@ def main(argv: list[str] | None = None) -> int:
         rows.extend(run_case(case, budget, copy_tbps, args.all_steps, args.tilegym))
         torch.cuda.empty_cache()
     props = torch.cuda.get_device_properties(0)
-    header = (f"{props.name} (sm_{props.major}{props.minor}), torch {torch.__version__}; times: median, cold L2, "
-              f"CUDA events (cutile_perf.bench). Memory ceiling = copy {copy_tbps:.2f} TB/s; "
+    timer, flushed = bench.MODE_TIMERS[mode]
+    how = {"events": "CUDA events", "graph": "CUDA graph replay timed by events", "cupti": "CUPTI kernel time"}[timer]
+    header = (f"{props.name} (sm_{props.major}{props.minor}), torch {torch.__version__}; times: median, "
+              f"{'cold' if flushed else 'warm'} L2, {how} (cutile_perf.bench, mode {mode}"
+              f"{'' if flushed else '; a shape that fits in L2 can pass the copy ceiling'}). "
+              f"Memory ceiling = copy {copy_tbps:.2f} TB/s; "
               "matmul ceiling = torch.matmul; attention ceiling = SDPA flash. Goal: memory-bound >= "
               f"{GOALS['memory']:.0f} % of copy, faster than torch.compile and not slower than TileGym; "
               f"matmul/attention >= "
