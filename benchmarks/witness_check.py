@@ -1,9 +1,10 @@
-"""The device-time witness against honest event timings: one table, every bench mode, several op kinds.
+"""The device-time witness against honest timings: one table, every bench mode, several op kinds.
 
     PYTHONPATH=scripts python benchmarks/witness_check.py [--markdown]
 
 For each op (a copy, cuBLAS GEMMs, eager multi-kernel ops whose launches leave host gaps, a tiny
-kernel) and each bench mode, `bench_record` gives the events' median and the witness's `device_ms`;
+kernel) and each bench mode, `bench_record` gives the samples' median (events, or CUPTI kernel time in
+the cupti modes) and the witness's `device_ms`;
 the ratio median / device_ms is what `judge.rules.witness_shortfall` compares with WITNESS_FLOOR
 (an honest record must stay above it, with room). Needs a CUDA GPU.
 """
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             ratio = rec["median"] / device if device else float("nan")
             flagged = rules.witness_shortfall(rec["median"], device) is not None
             rows.append((name, mode, rec["median"], device, ratio, flagged))
-    print(f"| op | mode | events median ms | witness ms | ratio | flagged (floor {rules.WITNESS_FLOOR}) |")
+    print(f"| op | mode | median ms | witness ms | ratio | flagged (floor {rules.WITNESS_FLOOR}) |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name, mode, median, device, ratio, flagged in rows:
         shown = f"{device:.4f}" if device else "none"
