@@ -411,8 +411,8 @@ class _FakeDevice:
         start = self.clock + gap
         self.clock = start + duration
         if self.profiled is not None:
-            self.profiled.append(types.SimpleNamespace(
-                device_type="DeviceType.CUDA", time_range=types.SimpleNamespace(start=start * 1e3, end=self.clock * 1e3)))
+            span = types.SimpleNamespace(start=start * 1e3, end=self.clock * 1e3)  # us, as torch.profiler
+            self.profiled.append(types.SimpleNamespace(device_type="DeviceType.CUDA", time_range=span))
 
 
 def _two_kernels(device):

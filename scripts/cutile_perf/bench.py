@@ -369,8 +369,9 @@ def device_time_ms(torch, call, flush_buf, calls: int = WITNESS_CALLS, *, cupti:
 
     Event modes (``cupti=False``): the span of each call's kernels, the call queued behind the L2
     flush when the samples had one, as the timed calls are. Honest ratios of the events' median to
-    this span in modes cold, warm and graph, on the H200: 0.80-1.08 (benchmarks/witness_check.py; the low end is
-    cuBLAS GEMMs, whose kernels span longer under the profiler than between their events).
+    this span in modes cold, warm and graph, on the H200: 0.80-1.08 (benchmarks/witness_check.py;
+    the low end is cuBLAS GEMMs, whose kernels span longer under the profiler than between their
+    events).
     CUPTI modes (``cupti=True``): the sum of each call's kernel durations, flushed as the samples
     are, so an honest record's median and its witness measure the same thing."""
     try:
