@@ -122,3 +122,31 @@ def test_init_says_unknown_for_a_perf_test_that_times_by_itself(tilegym_like_rep
     out = capsys.readouterr().out
     assert "timing of the perf tests: not read: no cutile_perf.bench and no timing function" in out
     assert yaml.safe_load((tilegym_like_repo / "sandbox/session.yaml").read_text())["timing"]["method"] == "unknown"
+
+
+def test_whether_the_perf_test_checks_its_timed_calls_is_read_and_said(tilegym_like_repo, tmp_path, capsys):
+    # TileGym's own perf test checks once, then times: unchecked, and init says what that allows.
+    repo = tilegym_like_repo
+    add_simulated_timing(repo)
+    assert target_timing.read(repo, PERF, {}).checked is False
+    assert main(["init", "--repo", str(repo), "--kernel", "rms_norm", "--perf-test", PERF]) == 0
+    out = capsys.readouterr().out
+    assert "does not check its timed calls" in out and "scaffold-perf --kernel" in out and "--checked" in out
+
+    # A helper that builds an OutputCheck (the bundled suite's record_benchmark), or check= at the call.
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/helpers.py").write_text(
+        "from cutile_perf.bench import OutputCheck, bench_record\n\n"
+        "def record(fn, inputs, reference):\n    return bench_record(fn, check=OutputCheck(inputs, reference, None))\n")
+    (tmp_path / "tests/test_x.py").write_text("from . import helpers\n\ndef test_perf():\n    pass\n")
+    assert target_timing.read(tmp_path, "tests/test_x.py", {}).checked is True
+    (tmp_path / "tests/test_y.py").write_text("from cutile_perf.bench import bench_record\n\n"
+                                               "def test_perf():\n    bench_record(lambda: None)\n")
+    assert target_timing.read(tmp_path, "tests/test_y.py", {}).checked is False
+
+
+def test_the_bundled_perf_tests_are_read_as_checked():
+    from pathlib import Path
+
+    suite = Path(__file__).resolve().parents[1] / "examples" / "kernels"
+    assert target_timing.read(suite, "tests/ops/test_rms_norm.py", {}).checked is True

@@ -78,11 +78,14 @@ class Timing:
     sources: tuple[str, ...] = ()  # files read, repo-relative
     settings: dict[str, str] = field(default_factory=dict)  # flag -> its value and where it came from
     notes: tuple[str, ...] = ()  # per call site, and flags that have no effect
+    # The timed calls' results are compared with a reference (bench.OutputCheck): a kernel that does
+    # less work only when it is timed fails the perf test instead of being measured as faster.
+    checked: bool = False
 
     def to_dict(self) -> dict:
         return {"method": self.method, "l2": self.l2, "summary": self.summary,
                 "closest_bench_mode": self.closest_bench_mode, "sources": list(self.sources),
-                "settings": dict(self.settings), "notes": list(self.notes)}
+                "settings": dict(self.settings), "notes": list(self.notes), "checked": self.checked}
 
 
 def unknown(why: str, sources: tuple[str, ...] = ()) -> Timing:
@@ -155,6 +158,20 @@ def _uses_bench(module: _Module) -> bool:
             return True
         if isinstance(node, ast.Import) and any(a.name == "cutile_perf.bench" for a in node.names):
             return True
+    return False
+
+
+def _checks_timed_calls(modules: list[_Module]) -> bool:
+    """A perf test (or a helper it imports) that builds a ``bench.OutputCheck`` or passes ``check=`` to
+    the timing call. Read, not proven: a check built and never used still counts."""
+    for module in modules:
+        for node in ast.walk(module.tree):
+            if not isinstance(node, ast.Call):
+                continue
+            name = (_call_name(node) or "").split(".")[-1]
+            if name == "OutputCheck" or (name in ("bench_record", "measure", "bench")
+                                         and any(kw.arg == "check" for kw in node.keywords)):
+                return True
     return False
 
 
@@ -332,7 +349,8 @@ def read(root: Path, perf_test: str, env: dict[str, str]) -> Timing:
         return Timing(f"cutile_perf.bench {mode}", l2,
                       f"cutile_perf.bench, mode {mode} ({origin}): {BENCH_MODE_METHOD.get(mode, 'unknown mode')}, "
                       f"L2 {l2} before each sample",
-                      closest_bench_mode=mode, sources=sources, settings={"CUTILE_PERF_BENCH_MODE": f"{mode} ({origin})"})
+                      closest_bench_mode=mode, sources=sources, settings={"CUTILE_PERF_BENCH_MODE": f"{mode} ({origin})"},
+                      checked=_checks_timed_calls(modules))
 
     found = _dispatcher(modules)
     if found is None:
@@ -389,7 +407,7 @@ def read(root: Path, perf_test: str, env: dict[str, str]) -> Timing:
     summary = " or ".join(f"{METHODS.get(m, m)}, L2 {l} before each sample" for m, l in outcomes)
     summary += "; " + ", ".join(f"{name} {text}" for name, text in switches.items())
     closest = " or ".join(dict.fromkeys(CLOSEST_BENCH_MODE.get(o, "none") for o in outcomes))
-    return Timing(method, l2, summary, closest, sources, switches, tuple(notes[:8]))
+    return Timing(method, l2, summary, closest, sources, switches, tuple(notes[:8]), _checks_timed_calls(modules))
 
 
 def perf_test_file(test: str, perf_test_files: list[str]) -> str:

@@ -151,6 +151,7 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
         f"fence (files you may change): {', '.join(fence)}",
         *_selection_lines(selections),
         timing_line(timing),
+        checked_line(timing, session.kernel_files[0] if session.kernel_files else kernel),
         f"playbook priority ({scan.bound}): {playbook.render_priority(scan.bound)}",
         ("test children: each in a sandbox (unshare)" if unboxed is None else
          f"warning: test children will run WITHOUT a sandbox ({unboxed}); a hostile kernel could reach the "
@@ -198,6 +199,15 @@ def timing_line(timing: target_timing.Timing) -> str:
     return (f"timing of the perf tests ({', '.join(timing.sources[1:]) or timing.sources[0]}): {timing.summary}"
             + (f"; {overridden[0]}" if overridden else "")
             + f"; closest cutile_perf.bench mode: {timing.closest_bench_mode}")
+
+
+def checked_line(timing: target_timing.Timing, kernel: str) -> str:
+    """Whether the perf test compares its timed calls with a reference, and how to get one that does."""
+    if timing.checked:
+        return "perf test: checked (the first and last timed calls are compared with the reference on fresh inputs)"
+    return ("warning: the perf test does not check its timed calls: a kernel that does less work only when it is "
+            f"timed is measured as faster; for an agent you do not trust, `cutile-perf scaffold-perf --kernel {kernel} "
+            "--checked` writes a checked one: commit it, then `init --perf-test <that file>`")
 
 
 def _selection_lines(selections: list[selection.Selection]) -> list[str]:
