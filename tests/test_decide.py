@@ -5,7 +5,9 @@ import random
 
 import pytest
 
-from cutile_perf.judge.rules import Decision, Thresholds, combine_latency, decide, moved_performance, next_priority_hint, noise_floor, stop_condition
+from cutile_perf.judge.rules import (Decision, Thresholds, case_noise, cases_in_doubt, combine_latency, decide,
+                                     geomean_zone, moved_performance, next_priority_hint, noise_floor, recheck_bound,
+                                     single_run_gate, stop_condition)
 from cutile_perf.judge.paired import confirm, slower_threshold
 from cutile_perf.judge import paired as paired_module
 from cutile_perf.judge.stats import median
@@ -98,6 +100,54 @@ def test_decide_table(name, candidate, noise, verdict, tier, rebaseline):
     d = decide(BASE, candidate, noise, T)
     assert (d.verdict, d.tier, d.rebaseline) == (verdict, tier, rebaseline), d.reason
     assert "\n" not in d.reason
+
+
+# --- cases_in_doubt: what the interleaved re-check re-measures --------------------------------------
+
+DOUBT_TABLE = [
+    # (name, candidate, noise, implausible, cases in doubt)
+    ("one case risen past its re-check bound: that case alone", scaled({"65536-8192": 1.01}), QUIET, (),
+     ("65536-8192",)),
+    ("two risen, one quiet", scaled({"65536-8192": 1.004, "262144-1024": 1.01, "262144-2048": 0.996}), QUIET, (),
+     ("262144-1024", "65536-8192")),
+    ("a noisy case's rise beside a quiet case's", scaled({"262144-1024": 0.995, "65536-8192": 1.02}),
+     {**QUIET, "65536-8192": 0.04}, (), ("65536-8192",)),
+    ("clearly faster overall, one case risen", scaled({"262144-1024": 0.8, "262144-2048": 0.8, "65536-8192": 1.005}),
+     QUIET, (), ("65536-8192",)),
+    ("a claim beyond the plausibility factor", scaled({"262144-1024": 0.2, "262144-2048": 0.9}), QUIET,
+     ("262144-1024",), ("262144-1024",)),
+    ("the geomean borderline faster: every case", scaled(0.988), QUIET, (), tuple(sorted(BASE))),
+    ("the geomean borderline slower: every case", scaled(1.006), QUIET, (), tuple(sorted(BASE))),
+    ("nothing in doubt: every case", scaled(1.0), QUIET, (), tuple(sorted(BASE))),
+]
+
+
+@pytest.mark.parametrize("name, candidate, noise, implausible, doubt", DOUBT_TABLE, ids=[r[0] for r in DOUBT_TABLE])
+def test_cases_in_doubt_table(name, candidate, noise, implausible, doubt):
+    assert cases_in_doubt(BASE, candidate, noise, T, implausible) == doubt
+
+
+def test_every_case_left_out_of_the_re_check_passes_the_single_run_rule_outright():
+    """The derivation in ``cases_in_doubt``: a case the re-check leaves out rose no more than its
+    re-check bound, which is what a single run that is kept without any re-check asks of every case;
+    and the run's geomean sits outside the borderline band (no-change or clearly faster)."""
+    rng = random.Random(20261207)
+    partial = 0
+    for _ in range(3000):
+        noise = {s: rng.choice([0.005, 0.01, 0.03]) for s in BASE}
+        candidate = {s: v * (1 + rng.uniform(-0.05, 0.03)) for s, v in BASE.items()}
+        if decide(BASE, candidate, noise, T).verdict != "confirm":
+            continue
+        doubt = cases_in_doubt(BASE, candidate, noise, T)
+        if len(doubt) == len(BASE):
+            continue
+        partial += 1
+        for case in set(BASE) - set(doubt):
+            gate = single_run_gate(case_noise(noise, case, T), T)
+            assert candidate[case] / BASE[case] - 1 <= recheck_bound(gate, T)
+        zone, _, _ = geomean_zone({s: candidate[s] / BASE[s] for s in BASE}, noise, T)
+        assert zone in ("no-change", "faster")
+    assert partial > 100  # the partial re-check is the common case here, not a corner
 
 
 def test_regression_reason_names_the_worst_shape_and_its_change():

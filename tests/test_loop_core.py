@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,79 @@ def test_a_small_real_slowdown_is_re_measured_against_the_baseline_and_caught():
     paired = {"a": ([1.0, 1.003, 0.998], [1.04, 1.043, 1.038]), "b": ([2.0, 2.004, 1.998], [2.0, 2.003, 2.001])}
     verdict = judge(ref, T, Evidence(perf=single, pairs=pairs_of(paired)))
     assert (verdict.action, verdict.decision.tier) == ("revert", "regression"), verdict.reason
+
+
+# --- the partial re-check: only the cases in doubt ------------------------------------------------
+
+REF3 = Reference(commit="base", medians={"a": 1.0, "b": 2.0, "c": 4.0}, noise={"a": 0.01, "b": 0.01, "c": 0.01},
+                 runs={"a": [1.0, 1.005, 0.995], "b": [2.0, 2.01, 1.99], "c": [4.0, 4.02, 3.98]})
+
+
+def pairs_of_cases(paired: dict) -> tuple:
+    """Interleaved pairs that measured only ``paired``'s cases, as runs selected by node id do."""
+    asked = tuple(sorted(paired))
+    return tuple((replace(b, cases=asked), replace(c, cases=asked)) for b, c in pairs_of(paired))
+
+
+def test_a_single_run_with_one_risen_case_re_measures_that_case_alone():
+    single = Stage(shapes={"a": 1.01, "b": 2.0, "c": 3.99})  # a: +1 %, inside its 1.5 % gate
+    verdict = judge(REF3, T, Evidence(perf=single))
+    assert (verdict.action, verdict.cases) == ("re-measure", ("a",))
+    assert "1 of 3 cases in doubt (a)" in verdict.reason
+
+
+def test_pairs_of_the_case_in_doubt_decide_with_the_others_single_run():
+    single = Stage(shapes={"a": 1.01, "b": 2.0, "c": 3.99})
+    paired = {"a": ([1.0, 1.004, 0.998], [1.001, 1.003, 0.999])}
+    verdict = judge(REF3, T, Evidence(perf=single, pairs=pairs_of_cases(paired)))
+    assert (verdict.action, verdict.decision.tier, verdict.decision.source) == ("keep", "no-change", "partial")
+    assert verdict.decision.rechecked == ["a"] and "1 of 3 cases re-measured" in verdict.reason
+    assert verdict.decision.changes["b"] == pytest.approx(0.0)  # b and c: the single run's evidence
+    assert verdict.decision.changes["a"] == pytest.approx(1.001 / 1.0 - 1)  # a: its paired median ratio
+
+
+def test_a_real_slowdown_of_the_case_in_doubt_is_reverted_by_its_pairs():
+    single = Stage(shapes={"a": 1.01, "b": 2.0, "c": 3.99})
+    paired = {"a": ([1.0, 1.002, 0.999], [1.012, 1.013, 1.011])}
+    verdict = judge(REF3, T, Evidence(perf=single, pairs=pairs_of_cases(paired)))
+    assert (verdict.action, verdict.decision.tier, verdict.decision.source) == ("revert", "regression", "partial")
+
+
+def test_a_geomean_in_doubt_after_the_partial_pairs_re_measures_the_other_cases_too():
+    # a rose in the single run; re-measured, it is 4 % faster, and that puts the geomean (b, c at
+    # their single-run 1 % faster) in the borderline-faster band: the geomean rests on every case.
+    single = Stage(shapes={"a": 1.01, "b": 1.98, "c": 3.96})
+    paired = {"a": ([1.0, 1.001, 0.999], [0.96, 0.961, 0.959])}
+    first = pairs_of_cases(paired)
+    verdict = judge(REF3, T, Evidence(perf=single, pairs=first))
+    assert (verdict.action, verdict.cases) == ("re-measure", ("b", "c"))
+    rest = pairs_of_cases({"b": ([2.0, 2.002, 1.998], [1.98, 1.981, 1.979]),
+                           "c": ([4.0, 4.004, 3.996], [3.96, 3.962, 3.958])})
+    verdict = judge(REF3, T, Evidence(perf=single, pairs=first + rest))
+    assert verdict.final and verdict.decision.source == "confirm", verdict.reason  # the whole re-check decides
+
+
+def test_the_partial_re_check_stops_at_its_first_decisive_pair():
+    # The sequential rule judge_paired applies to every case, here to the case in doubt: at least
+    # min_confirm_pairs, then one more pair at a time while the verdict would be "no-change".
+    t = Thresholds(min_confirm_pairs=3, max_confirm_pairs=5)
+    single = Stage(shapes={"a": 1.01, "b": 2.0, "c": 3.99})
+    slower = {"a": ([1.0, 1.002, 0.999], [1.012, 1.013, 1.011])}
+    assert judge(REF3, t, Evidence(perf=single, pairs=pairs_of_cases(slower))).action == "revert"  # 3 of up to 5
+    even = {"a": ([1.0, 1.004, 0.998], [1.001, 1.003, 0.999])}
+    verdict = judge(REF3, t, Evidence(perf=single, pairs=pairs_of_cases(even)))
+    assert (verdict.action, verdict.cases) == ("re-measure", ("a",))
+    even5 = {"a": ([1.0, 1.004, 0.998, 1.001, 0.999], [1.001, 1.003, 0.999, 1.0, 1.002])}
+    assert judge(REF3, t, Evidence(perf=single, pairs=pairs_of_cases(even5))).action == "keep"
+
+
+def test_a_run_of_the_cases_in_doubt_needs_records_of_those_cases_only():
+    single = Stage(shapes={"a": 1.01, "b": 2.0, "c": 3.99})
+    fine = (Stage(shapes={"a": 1.0}, cases=("a",)), None)
+    assert judge(REF3, T, Evidence(perf=single, pairs=(fine,))).cases == ("a",)  # its candidate run is next
+    lacking = (Stage(shapes={"b": 2.0}, cases=("a",)), None)
+    verdict = judge(REF3, T, Evidence(perf=single, pairs=(lacking,)))
+    assert (verdict.action, verdict.crash_class) == ("crash", "no-record") and "interleaved" in verdict.reason
 
 
 def test_fewer_pairs_than_the_minimum_ask_for_more():

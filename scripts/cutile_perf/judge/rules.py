@@ -23,6 +23,7 @@ noise, however it looks. Changes are signed fractions: -0.06 is 6 % faster.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from cutile_perf.judge import stats
@@ -122,8 +123,13 @@ class Decision:
     gates: dict = field(default_factory=dict)  # shape -> gate it had to clear
     geomean_change: float | None = None
     worst_shape: str | None = None  # the shape that slowed most (or sped up least)
-    source: str = "single"  # "single": one candidate run; "confirm": interleaved paired samples
+    # "single": one candidate run; "confirm": interleaved paired samples of every case; "partial":
+    # paired samples of the cases in doubt, the single run for the others
+    source: str = "single"
     paired_z: dict = field(default_factory=dict)  # shape -> z of its paired slowdown test (confirm only)
+    # source "partial": the cases the interleaved re-check re-measured (``cases_in_doubt``); the
+    # others' changes and gates are the single run's.
+    rechecked: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -178,6 +184,42 @@ def single_run_gate(floor: float, t: Thresholds) -> float:
     return max(t.regression_tolerance, t.noise_k * floor)
 
 
+def recheck_bound(gate: float, t: Thresholds) -> float:
+    """How far a case may rise in a single run and still pass it outright: ``max(tolerance,
+    recheck_fraction x gate)``. A rise beyond it, still inside the gate, sends the case to the
+    interleaved re-check: a real slowdown just under the gate must not slip through (issue 9)."""
+    return max(t.regression_tolerance, t.recheck_fraction * gate)
+
+
+GEOMEAN_ZONES = ("slower", "borderline-slower", "no-change", "borderline-faster", "faster")
+
+
+def geomean_zone(ratios: dict[str, float], noise: dict[str, float], t: Thresholds) -> tuple[str, float, float]:
+    """``(zone, change, gate)`` of a run's geomean (``ratios``: case -> candidate / baseline), one of
+    ``GEOMEAN_ZONES``: beyond its gate and the borderline band either way ("slower", "faster"),
+    inside the band ("borderline-..."), or within the gate ("no-change"). The single-run rule
+    (``decide``) and the partial re-check (``verdict.judge``) place a geomean with it alike.
+
+    The gate is ``noise_k`` x the cases' root mean square noise (not divided by sqrt(n): run-to-run
+    drift moves every case together); the band is as wide as the noisiest case's."""
+    shapes = sorted(ratios)
+    floor = {s: case_noise(noise, s, t) for s in shapes}
+    agg = stats.geomean([ratios[s] for s in shapes]) - 1.0
+    gate = t.noise_k * _aggregate_noise(floor, shapes, t.min_noise)
+    band = t.confirm_band * t.noise_k * max(floor.values())
+    if agg > gate + band:
+        zone = "slower"
+    elif agg > gate:
+        zone = "borderline-slower"
+    elif -agg <= gate:
+        zone = "no-change"
+    elif -agg <= gate + band:
+        zone = "borderline-faster"
+    else:
+        zone = "faster"
+    return zone, agg, gate
+
+
 def decide(
     baseline: dict[str, float], candidate: dict[str, float], noise: dict[str, float], t: Thresholds
 ) -> Decision:
@@ -196,9 +238,7 @@ def decide(
     widest = max(floor.values())
     bands = {s: t.confirm_band * t.noise_k * widest for s in shapes}
     worst = max(shapes, key=lambda s: changes[s] - gates[s])
-    agg = stats.geomean([candidate[s] / baseline[s] for s in shapes]) - 1.0
-    agg_noise = _aggregate_noise(floor, shapes, t.min_noise)
-    agg_gate, agg_band = t.noise_k * agg_noise, t.confirm_band * t.noise_k * widest
+    zone, agg, agg_gate = geomean_zone({s: candidate[s] / baseline[s] for s in shapes}, noise, t)
     made = dict(changes=changes, gates=gates, geomean_change=agg, worst_shape=worst)
     slower = f"shape {worst} {format_change(changes[worst])} vs baseline (gate {gates[worst] * 100:.1f} %)"
 
@@ -208,22 +248,61 @@ def decide(
         return Decision("confirm", "borderline", f"{slower}: borderline slower, re-measure interleaved", **made)
     # Every case is checked, not only the one nearest its gate: a quiet case's small rise can sit
     # nearer its gate than a noisy case's larger one, which would then go unchecked.
-    unclear = [s for s in shapes if changes[s] > max(t.regression_tolerance, t.recheck_fraction * gates[s])]
+    unclear = [s for s in shapes if changes[s] > recheck_bound(gates[s], t)]
     if unclear:
         risen = max(unclear, key=lambda s: changes[s] / gates[s])
         return Decision("confirm", "borderline", f"shape {risen} {format_change(changes[risen])} vs baseline (gate "
                         f"{gates[risen] * 100:.1f} %): within noise but not clearly, re-measure interleaved", **made)
     geo = f"geomean {format_change(agg)} (gate {agg_gate * 100:.1f} %); worst shape {worst} {format_change(changes[worst])}"
-    if agg > agg_gate + agg_band:
+    if zone == "slower":
         return Decision("revert", "regression", f"{geo}: slower overall", **made)
-    if agg > agg_gate:
+    if zone == "borderline-slower":
         return Decision("confirm", "borderline", f"{geo}: borderline slower overall, re-measure interleaved", **made)
-    if -agg <= agg_gate:
+    if zone == "no-change":
         return Decision("keep", "no-change", f"{geo}: within noise, kept without moving the baseline", **made)
-    if -agg <= agg_gate + agg_band:
+    if zone == "borderline-faster":
         return Decision("confirm", "borderline", f"{geo}: borderline faster, re-measure interleaved", **made)
     tier = improvement_tier(-agg, t)
     return Decision("keep", tier, f"{geo}: faster ({tier})", rebaseline=True, **made)
+
+
+def cases_in_doubt(baseline: dict[str, float], candidate: dict[str, float], noise: dict[str, float], t: Thresholds,
+                   implausible: Iterable[str] = ()) -> tuple[str, ...]:
+    """The cases the interleaved re-check re-measures after a single run that could not decide
+    alone (``decide`` said "confirm", or a keep claims more than ``plausible_factor``); the other
+    cases keep their single-run evidence.
+
+    In doubt: every case that rose past ``recheck_bound`` (the borderline-slower ones among them)
+    and every case ``implausible`` names. Every case, when the doubt is the geomean's: its zone is
+    borderline or slower (a geomean rests on all cases), or nothing else is in doubt.
+
+    Why the verdict stays valid (``verdict.judge`` combines the two kinds of case):
+
+    * A case not in doubt rose by at most ``recheck_bound``: it passes the single run's per-case
+      rule outright, the rule under which a run without such a rise is kept with no re-check at
+      all. It is decided as a single-run keep decides every case; re-measuring it would give it a
+      test that no single-run keep gets.
+    * A case in doubt gets the interleaved test the whole re-check gives it. The pairs are fresh
+      runs, independent of the run that chose the case (that run is never a sample), so choosing
+      on it biases nothing in them; the slowdown test's Bonferroni count is the number of cases
+      re-measured, the number of tests made, so an unchanged kernel's chance of a false revert per
+      re-check stays ``slower_z``'s.
+    * The geomean is judged again over every case, each re-measured case at its paired median
+      ratio, by the single run's zones (``geomean_zone``). A zone outside the borderline band is
+      decided as a single run decides it; the re-measured cases only replaced their first-run
+      ratios with better-measured ones. A zone inside the band puts the geomean in doubt, so the
+      re-check goes on with every other case and the whole re-check's verdict is final.
+    """
+    shapes = sorted(baseline)
+    if set(shapes) - set(candidate):
+        return tuple(shapes)
+    gates = {s: single_run_gate(case_noise(noise, s, t), t) for s in shapes}
+    risen = {s for s in shapes if stats.relative_change(baseline[s], candidate[s]) > recheck_bound(gates[s], t)}
+    doubt = risen | (set(implausible) & set(shapes))
+    zone, _, _ = geomean_zone({s: candidate[s] / baseline[s] for s in shapes}, noise, t)
+    if zone not in ("no-change", "faster") or not doubt:
+        return tuple(shapes)
+    return tuple(sorted(doubt))
 
 
 def improvement_tier(improvement: float, t: Thresholds) -> str:

@@ -12,7 +12,9 @@ integrity checks of ``child.measure``, which fill ``Stage.crash``) and this modu
 Order: the work tree changed during the run -> correctness (positive evidence) -> the perf records
 (complete, finite, plausible, of the candidate's own kernels) -> one run against the baseline
 medians -> the interleaved re-check against the baseline *commit*, needed when the single run is
-borderline or claims more than ``plausible_factor`` on some case.
+borderline or claims more than ``plausible_factor`` on some case. The re-check re-measures only the
+cases the single run left in doubt (``rules.cases_in_doubt``, which says why the verdict stays
+valid), unless the doubt is the geomean's; ``judge_partial`` combines them with the others.
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ from dataclasses import dataclass, field, replace
 from cutile_perf.judge import stats
 from cutile_perf.judge.crash import CrashClass
 from cutile_perf.judge.paired import SOME_RISE_Z, confirm
-from cutile_perf.judge.rules import Decision, Thresholds, case_noise, decide, single_run_gate
+from cutile_perf.judge.rules import (Decision, Thresholds, case_noise, cases_in_doubt, decide, geomean_zone,
+                                     improvement_tier, single_run_gate)
 from cutile_perf.templating import format_change
 
 
@@ -43,6 +46,9 @@ class Stage:
     not_passed: dict = field(default_factory=dict)  # test id -> outcome, for tests that did not pass
     restored: tuple[str, ...] = ()  # protected files put back after the child changed them
     sandbox: str = ""  # how the child was isolated: "unshare" (child/box.py) or "none: <why>"
+    # The cases this run was asked to measure: an interleaved re-check run of the cases in doubt
+    # (selected by node id); (): every case the perf command selects.
+    cases: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -92,6 +98,8 @@ class Verdict:
     crash_class: CrashClass | None = None
     decision: Decision | None = None
     review: bool = False  # a claim beyond the plausibility factor: flagged for a human
+    # "re-measure": the cases the next interleaved run measures (the cases in doubt); (): every case.
+    cases: tuple[str, ...] = ()
 
     @property
     def final(self) -> bool:
@@ -150,12 +158,13 @@ def judge_correctness(ev: Stage, ref: Reference) -> Verdict:
 
 
 def judge_records(ev: Stage, ref: Reference, t: Thresholds) -> Verdict:
-    """A perf run counts only with an end marker and a finite, plausible record for every baseline case."""
+    """A perf run counts only with an end marker and a finite, plausible record for every baseline
+    case it was asked to measure (``Stage.cases``; all of them when it names none)."""
     if ev.crash:
         return _crash(ev.crash, f"perf {ev.crash.value}: {ev.detail}", ev)
     if not ev.ended:
         return _crash(CrashClass.INCOMPLETE_TESTS, "perf: the test session ended before the plugin's end marker", ev)
-    missing = sorted(set(ref.medians) - set(ev.shapes))
+    missing = sorted(set(ev.cases or ref.medians) - set(ev.shapes))
     if missing:
         return _crash(CrashClass.NO_RECORD, f"perf: no record for {len(missing)} baseline case(s), e.g. {missing[0]}",
                       ev)
@@ -214,12 +223,16 @@ def judge(ref: Reference, t: Thresholds, ev: Evidence) -> Verdict:
     perf = ev.perf.shapes
     cases = sorted(ref.medians)
     implausible = implausible_cases(ref, perf, t)
+    single_medians = {c: perf[c] for c in cases}
+    doubt = cases_in_doubt(ref.medians, single_medians, ref.noise, t, implausible)
     if not ev.pairs:
-        single = decide({c: ref.medians[c] for c in cases}, {c: perf[c] for c in cases}, ref.noise, t)
+        single = decide({c: ref.medians[c] for c in cases}, single_medians, ref.noise, t)
         if single.verdict == "confirm" or (implausible and single.verdict == "keep"):
             why = (f"claims more than {t.plausible_factor:g}x on {', '.join(implausible)}" if implausible
                    else single.reason)
-            return Verdict("re-measure", why, decision=single)
+            if len(doubt) < len(cases):
+                why += f"; re-measuring the {len(doubt)} of {len(cases)} cases in doubt ({_names(doubt)})"
+            return Verdict("re-measure", why, decision=single, cases=_asked(doubt, cases))
         return Verdict(single.verdict, single.reason, decision=single)
     for pair in ev.pairs:
         for run in pair:
@@ -227,20 +240,111 @@ def judge(ref: Reference, t: Thresholds, ev: Evidence) -> Verdict:
             if check.final:  # a crash of a re-check run is the iteration's crash
                 return replace(check, reason=f"interleaved re-check: {check.reason}")
     if ev.pairs[-1][1] is None:
-        return Verdict("re-measure", "the candidate's run of this interleaved pair is next")
-    paired = {c: ([base.shapes[c] for base, _ in ev.pairs], [cand.shapes[c] for _, cand in ev.pairs]) for c in cases}
+        return Verdict("re-measure", "the candidate's run of this interleaved pair is next",
+                       cases=ev.pairs[-1][0].cases)
+    paired = paired_samples(ev.pairs, cases)
+    if len(doubt) < len(cases):
+        verdict = judge_partial(ref, t, single_medians, doubt, paired, implausible)
+        if verdict is not None:
+            return verdict
     return judge_paired(ref, t, paired, implausible)
 
 
-def judge_paired(ref: Reference, t: Thresholds, paired: dict, implausible: list[str]) -> Verdict:
-    """The verdict from interleaved pairs ``{case: (baseline runs, candidate runs)}``."""
+def _names(cases, shown: int = 3) -> str:
+    return ", ".join(cases[:shown]) + (f" and {len(cases) - shown} more" if len(cases) > shown else "")
+
+
+def _asked(cases, every) -> tuple[str, ...]:
+    """``Verdict.cases`` for a re-measure of ``cases``: () when that is every case (no selection)."""
+    return () if set(cases) >= set(every) else tuple(cases)
+
+
+def paired_samples(pairs, cases) -> dict[str, tuple[list[float], list[float]]]:
+    """Per case, its (baseline runs, candidate runs) from the complete interleaved pairs whose runs
+    were asked for it (a run that names no cases was asked for all), in order."""
+    out: dict[str, tuple[list[float], list[float]]] = {c: ([], []) for c in cases}
+    for base, cand in pairs:
+        if cand is None:
+            continue
+        for c in cases:
+            if c in (base.cases or cases) and c in (cand.cases or cases):
+                out[c][0].append(base.shapes[c])
+                out[c][1].append(cand.shapes[c])
+    return out
+
+
+def judge_partial(ref: Reference, t: Thresholds, single: dict, doubt: tuple[str, ...], paired: dict,
+                  implausible: list[str]) -> Verdict | None:
+    """The verdict when the re-check re-measured only the cases in doubt (``rules.cases_in_doubt``
+    derives why it is valid), or None when the geomean is in doubt and the whole re-check decides.
+
+    The cases in doubt get ``confirm``'s slowdown tests (Bonferroni over the cases re-measured);
+    its geomean is theirs alone, so the verdict's is taken again over every case, each re-measured
+    case at its paired median ratio and the others at their single-run ratio, by the single run's
+    zones. Otherwise this mirrors ``judge_paired``: more pairs while it would be "no-change" and
+    fewer than ``max_confirm_pairs`` ran, a "no-change" never keeps a case whose paired median sits
+    beyond its gate, and a claim beyond ``plausible_factor`` is marked for review.
+    """
     cases = sorted(ref.medians)
-    rounds = min(min(len(paired[c][0]), len(paired[c][1])) for c in cases)
+    rounds = min(min(len(paired[c][0]), len(paired[c][1])) for c in doubt)
     if rounds < t.min_confirm_pairs:
-        return Verdict("re-measure", f"{rounds} of {t.min_confirm_pairs} interleaved pairs")
+        return Verdict("re-measure", f"{rounds} of {t.min_confirm_pairs} interleaved pairs of the {len(doubt)} "
+                       "cases in doubt", cases=doubt)
+    confirmed = confirm({c: paired[c] for c in doubt}, t, ref.runs)
+    ratios = {c: single[c] / ref.medians[c] for c in cases}
+    ratios.update({c: 1.0 + confirmed.changes[c] for c in doubt})
+    zone, agg, agg_gate = geomean_zone(ratios, ref.noise, t)
+    single_gates = {c: single_run_gate(case_noise(ref.noise, c, t), t) for c in cases}
+    changes = {c: ratios[c] - 1.0 for c in cases}
+    gates = {**single_gates, **{c: confirmed.gates[c] for c in doubt}}
+    made = dict(changes=changes, gates=gates, geomean_change=agg, source="partial", paired_z=confirmed.paired_z,
+                rechecked=list(doubt), worst_shape=max(cases, key=lambda c: changes[c] - gates[c]))
+    note = (f"{len(doubt)} of {len(cases)} cases re-measured interleaved ({_names(doubt)}), the others as the "
+            "single run measured them")
+    if confirmed.verdict == "revert":
+        reason = f"{confirmed.reason}; {note}"
+        return Verdict("revert", reason, decision=Decision("revert", "regression", reason,
+                                                           **{**made, "worst_shape": confirmed.worst_shape}))
+    if zone not in ("no-change", "faster"):
+        return None  # the geomean is in doubt: it rests on every case, so the others are re-measured too
+    geo = f"geomean {format_change(agg)} (gate {agg_gate * 100:.1f} %)"
+    if zone == "faster":
+        tier = improvement_tier(-agg, t)
+        decision = Decision("keep", tier, f"{geo}: faster ({tier}); {note}", rebaseline=True, **made)
+    else:
+        decision = Decision("keep", "no-change", f"{geo}: within noise, kept without moving the baseline; {note}",
+                            **made)
+        if rounds < t.max_confirm_pairs:
+            return Verdict("re-measure", "ambiguous after the interleaved pairs so far", decision=decision,
+                           cases=doubt)
+        for case in doubt:  # as judge_paired: "within noise" never keeps a case beyond its gate
+            if changes[case] > single_gates[case] and confirmed.paired_z.get(case, 0.0) > SOME_RISE_Z:
+                reason = (f"shape {case} {format_change(changes[case])} vs the baseline commit, beyond its gate "
+                          f"{single_gates[case] * 100:.1f} % (interleaved median ratio); {note}")
+                return Verdict("revert", reason, decision=replace(decision, verdict="revert", tier="regression",
+                                                                  reason=reason, worst_shape=case))
+    still = [c for c in doubt if stats.median(paired[c][0]) / stats.median(paired[c][1]) > t.plausible_factor]
+    review = bool(implausible)
+    reason = decision.reason + (f"; re-measured: {', '.join(still) or 'no case'} still beyond "
+                                f"{t.plausible_factor:g}x, marked for review" if review else "")
+    return Verdict("keep", reason, decision=decision, review=review)
+
+
+def judge_paired(ref: Reference, t: Thresholds, paired: dict, implausible: list[str]) -> Verdict:
+    """The verdict from interleaved pairs ``{case: (baseline runs, candidate runs)}`` of every case.
+
+    After a partial re-check whose geomean came out in doubt, the cases not re-measured yet have
+    fewer pairs: the next runs measure those (``Verdict.cases``) until every case has as many."""
+    cases = sorted(ref.medians)
+    per_case = {c: min(len(paired[c][0]), len(paired[c][1])) for c in cases}
+    rounds = min(per_case.values())
+    behind = _asked([c for c in cases if per_case[c] == rounds], cases)
+    if rounds < t.min_confirm_pairs:
+        return Verdict("re-measure", f"{rounds} of {t.min_confirm_pairs} interleaved pairs", cases=behind)
     confirmed = confirm(paired, t, ref.runs)
     if confirmed.tier == "no-change" and rounds < t.max_confirm_pairs:
-        return Verdict("re-measure", "ambiguous after the interleaved pairs so far", decision=confirmed)
+        return Verdict("re-measure", "ambiguous after the interleaved pairs so far", decision=confirmed,
+                       cases=behind)
     if confirmed.tier == "no-change":
         # "Within noise" never keeps code whose paired median sits beyond the case's gate: the kept
         # HEAD may not drift past the gate, however the statistics above came out.
