@@ -70,8 +70,17 @@ def test_history_reads_stage_times_and_re_checks_from_the_rows():
                                                                                 ["3-perf", 0.4]]}})
     timed = History(rows).timed()
     assert timed.correctness == (9.0, 11.0, 10.0, 12.0)
-    assert timed.perf == (7.0, 8.0, 7.5, 8.5, 8.0, 8.1, 7.0)
+    assert timed.perf == (7.0, 8.0, 7.5, 7.0)  # runs of the whole selection; re-check runs apart
     assert timed.harness == (0.5, 0.7) and timed.judged == 2 and timed.rechecks == (2,)
+    assert timed.recheck == (pytest.approx(24.6),)
+
+
+def test_the_re_check_is_estimated_from_what_this_session_s_re_checks_took():
+    """Re-checks re-measure the cases in doubt: their measured seconds, not pairs of whole perf runs."""
+    e = estimate(Timed((10.0,), (30.0,), (), judged=2, rechecks=(3, 3), recheck=(40.0, 55.0)), 3, 3)
+    assert e.rechecks_typically and e.recheck_s == pytest.approx(55.0)
+    assert e.typical_s == pytest.approx(10.0 + 30.0 + 55.0)
+    assert e.worst_s == pytest.approx(10.0 + 30.0 * 7)  # the worst case still re-checks every case
 
 
 def test_the_budget_comes_from_the_job_length_less_a_reserve():

@@ -117,7 +117,9 @@ def test_keep_then_revert_then_stop(session_repo, capsys):
     assert [r["status"] for r in rows] == ["keep", "keep", "revert", "revert"]
     assert rows[3]["correctness"] == "FAIL"
     for row in rows:
-        assert set(row["timings"]) == {"total_s", "children_s", "harness_s", "stages"} and "cuda_tile" in row["env"]
+        # perf_s: the perf run(s) of the whole selection, when one ran (not for a wrong result).
+        assert set(row["timings"]) - {"perf_s"} == {"total_s", "children_s", "harness_s", "stages"}
+        assert ("perf_s" in row["timings"]) == (row["correctness"] == "PASS") and "cuda_tile" in row["env"]
         # Each pytest child is named and timed; together they are the children's share.
         stages = row["timings"]["stages"]
         assert stages and all(isinstance(name, str) and seconds >= 0 for name, seconds in stages)
@@ -222,6 +224,25 @@ def test_borderline_change_is_confirmed_interleaved(session_repo, capsys):
     assert row["decision"]["source"] == "confirm"
     assert (code, data["decision"]) == (1, "revert"), data
     assert (repo / "sandbox/runs/1-confirm3-cand-perf.log").exists()
+
+
+def test_the_re_check_runs_the_node_id_of_the_case_in_doubt_alone(session_repo, capsys):
+    repo = session_repo
+    # One case slower by the middle of its borderline band, the other 1 % faster: the geomean is
+    # within noise, so only 256x1024 is in doubt and its re-check runs select its test alone.
+    t = Thresholds()
+    step = 1 + t.noise_k * t.min_noise * (1 + t.confirm_band / 2)
+    edit_kernel(repo, latency={"256x1024": round(step, 6), "4096x1024": 1.98})
+    code, data = cli(capsys, repo, "try", "num_ctas 2 on the small shape")
+    row = entries(repo)[-1]
+    assert (row["decision"]["source"], row["decision"]["rechecked"]) == ("partial", ["256x1024"]), row["reason"]
+    assert list(row["confirm"]) == ["256x1024"] and (code, data["decision"]) == (1, "revert"), data
+    for side in ("base", "cand"):
+        report = repo / f"sandbox/runs/1-confirm1-{side}-perf.report.jsonl"
+        ran = [json.loads(line)["nodeid"] for line in report.read_text().splitlines()
+               if json.loads(line)["type"] == "test"]
+        assert ran == [row["shapes"]["256x1024"]["test_id"]], ran
+    assert row["timings"]["recheck_runs"] == 6 and row["timings"]["perf_s"] > 0
 
 
 def test_within_noise_keeps_code_and_recommends_stop(session_repo, capsys):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import pytest
 from fixtures_repo import KERNEL_REL, allow_no_gpu, build_tilegym_like_repo, git
@@ -109,6 +110,22 @@ def test_a_borderline_run_is_re_measured_in_interleaved_pairs_against_the_baseli
     base = [c for c in stages.calls if c[2] == stages.reference_commit]
     assert len(base) >= 3 and all("confirm" in tag for _, tag, _ in base)
     assert result.row["status"] == "keep" and "confirm" in result.row
+
+
+def test_the_re_check_re_measures_only_the_case_in_doubt_and_its_timings_show_its_share(repo):
+    edit(repo, "one case borderline")
+    stages = scripted(repo, {"a": 1.02, "b": 2.0}, {"a": 1.0, "b": 2.0})
+    for key, seconds in ((("perf", "candidate"), 60.0), (("perf", "base"), 12.0)):
+        stages.script[key] = [replace(stage, duration_s=seconds) for stage in stages.script[key]]
+    result = try_change(repo, "one case borderline", stages=stages)
+    row = result.row
+    # b rose by nothing: it keeps the single run's evidence; only a's node id is run again.
+    assert stages.selected == [("a",)] * 6
+    assert (row["status"], row["decision"]["source"], row["decision"]["rechecked"]) == ("keep", "partial", ["a"])
+    assert list(row["confirm"]) == ["a"] and len(row["confirm"]["a"]["base"]) == 3
+    timings = row["timings"]
+    assert timings["recheck_runs"] == 6 and timings["perf_s"] == pytest.approx(60.0)
+    assert timings["recheck_s"] == pytest.approx(3 * 12.0 + 3 * 60.0)  # total_s / perf_s: the try in perf runs
 
 
 def test_a_crashed_baseline_run_of_the_re_check_ends_the_iteration_before_the_candidate_run(repo):

@@ -185,3 +185,15 @@ def test_plain_explicit_p_with_entry_point_is_harmless(pytester, monkeypatch):
     monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
     result = pytester.runpytest_subprocess("-p", "cutile_perf.pytest_plugin", "--print-record")
     assert result.ret == 0, result.stderr.str()
+
+
+def test_a_selection_by_node_id_runs_only_those_of_the_tests_the_command_selects(pytester, monkeypatch):
+    """``CUTILE_PERF_SELECT`` (the interleaved re-check of the cases in doubt) narrows what ``-k``
+    selected; a node id that ``-k`` did not select still does not run."""
+    pytester.makepyfile(test_kernel=PERF_TESTS)
+    wanted = "test_kernel.py::test_perf[1024-cutile]"
+    monkeypatch.setenv("CUTILE_PERF_REPORT", str(pytester.path / "report.jsonl"))
+    monkeypatch.setenv("CUTILE_PERF_SELECT", json.dumps([wanted, "test_kernel.py::test_op"]))
+    result = _run(pytester, monkeypatch, "harness-args", "-k", "test_perf", "-v")
+    ran = [line.split(" ")[0] for line in result.stdout.lines if " PASSED" in line]
+    assert ran == [wanted], result.stdout.str()

@@ -6,6 +6,7 @@ reads them. ``tests/test_docs.py`` rejects any other ``UPPER_CASE`` variable nam
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -17,6 +18,7 @@ OWN_ENV_VARS: dict[str, str] = {
     "CUTILE_PERF_RECORD_LAUNCHES": "file the pytest plugin appends each distinct ct.launch signature to (JSON lines); set by compile-check --record",
     "CUTILE_PERF_WITHHOLD_EXAMPLES": "comma-separated bundled ops whose prepared steps example show and demo do not show (set by the eval runner for the op under test)",
     "CUTILE_PERF_SHARD": "INDEX/COUNT: the pytest plugin keeps one share of the selected tests (every COUNT-th in node-id order, from INDEX); set by the harness when session.yaml has correctness_jobs > 1",
+    "CUTILE_PERF_SELECT": "JSON list of pytest node ids: the pytest plugin runs only these of the tests the command selects; set by the harness for an interleaved re-check run of the cases in doubt",
     "CUTILE_PERF_GATE_FD": "file descriptor a pre-started perf child waits on before its first test (one byte: go; end of file: cancelled); set by the harness when session.yaml has prestart_perf: true",
     "CUTILE_PERF_KEY_FD": "file descriptor the pytest plugin reads the run report's signing key from, once; set by the harness",
     "CUTILE_PERF_TUNE_CACHE_DIR": "directory of the persistent tuning cache (default: the user cache dir)",
@@ -135,6 +137,21 @@ def _take_fd(name: str) -> int | None:
         raise BadEnvValue(f"{name}={value!r}: expected a file descriptor number") from None
 
 
+def take_selection() -> frozenset[str] | None:
+    """The node ids a child runs alone (``CUTILE_PERF_SELECT``), taken out of the environment when the
+    plugin loads, before any code of the target's could change it; None: every selected test."""
+    value = os.environ.pop("CUTILE_PERF_SELECT", None)
+    if value is None:
+        return None
+    try:
+        ids = json.loads(value)
+    except ValueError:
+        ids = None
+    if not (isinstance(ids, list) and ids and all(isinstance(i, str) and i for i in ids)):
+        raise BadEnvValue(f"CUTILE_PERF_SELECT={value[:80]!r}: expected a JSON list of pytest node ids")
+    return frozenset(ids)
+
+
 def take_gate_fd() -> int | None:
     """The descriptor of the gate a pre-started perf child waits on (``CUTILE_PERF_GATE_FD``);
     None when the child was not pre-started."""
@@ -204,11 +221,11 @@ def child_env(**overrides: str) -> dict[str, str]:
 # copied: whatever else the harness's user set (PYTEST_ADDOPTS, PYTEST_PLUGINS, LD_PRELOAD,
 # PYTHONSTARTUP, PYTHONHOME, BASH_ENV, tokens, ssh-agent sockets...) does not reach code the kernel
 # module runs. The harness adds its own values on top (child/measure.py, child/runner.py):
-# CUTILE_PERF_REPORT, CUTILE_PERF_KEY_FD, CUTILE_PERF_GATE_FD, CUTILE_PERF_SHARD, CUTILE_PERF_DEFENCE,
-# PYTHONPATH (the checkout's package roots, then the user's own PYTHONPATH), PYTHONPYCACHEPREFIX,
-# PYTHONNOUSERSITE, CUDA_TILE_CACHE_DIR (only the session cache the harness guards and binds
-# writable; a cache dir of the user's own is not passed: the child could plant kernels in it), and
-# HOME/TMPDIR/TMP/TEMP pointing at the run's scratch folder.
+# CUTILE_PERF_REPORT, CUTILE_PERF_KEY_FD, CUTILE_PERF_GATE_FD, CUTILE_PERF_SHARD, CUTILE_PERF_SELECT,
+# CUTILE_PERF_DEFENCE, PYTHONPATH (the checkout's package roots, then the user's own PYTHONPATH),
+# PYTHONPYCACHEPREFIX, PYTHONNOUSERSITE, CUDA_TILE_CACHE_DIR (only the session cache the harness
+# guards and binds writable; a cache dir of the user's own is not passed: the child could plant
+# kernels in it), and HOME/TMPDIR/TMP/TEMP pointing at the run's scratch folder.
 CHILD_ENV_ALLOWED: dict[str, str] = {
     "PATH": "finding executables the tests and cuda-tile start (tileiras, nvcc, git)",
     "LANG": "text encoding of the child's output", "LANGUAGE": "message language",

@@ -24,6 +24,10 @@ controller's reports are used (workers write nothing, or every record would land
   how many were selected and a digest of their ids, so the harness can check that k children ran
   k disjoint shares of one and the same selection.
 
+* ``CUTILE_PERF_SELECT=<JSON list of node ids>`` (set by the harness, with the report): after
+  collection and ``-k``, the child keeps only those tests: an interleaved re-check run of the
+  cases in doubt. Read when this module loads, before the target's code could change it.
+
 * ``CUTILE_PERF_GATE_FD`` (set by the harness for a pre-started perf child): after collection,
   before the first test, the child waits for one byte on that descriptor; end of file means the
   correctness run failed, and the child stops without running a test.
@@ -356,6 +360,7 @@ GATE_NAME = "cutile-perf-gate"
 # Read at import, before any conftest or test module (and the kernel they import) exists.
 _REPORT_KEY = knobs.take_report_key()
 _GATE_FD = knobs.take_gate_fd()
+_SELECT = knobs.take_selection()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -370,7 +375,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(Gate(_GATE_FD), GATE_NAME)
     path = knobs.report_path()
     if path is not None and not hasattr(config, "workerinput") and not config.pluginmanager.has_plugin(REPORTER_NAME):
-        config.pluginmanager.register(RunReporter(path, _REPORT_KEY or b"", knobs.shard(), _IDENTITY),
+        config.pluginmanager.register(RunReporter(path, _REPORT_KEY or b"", knobs.shard(), _IDENTITY, _SELECT),
                                       REPORTER_NAME)
 
 
@@ -401,10 +406,11 @@ class RunReporter:
     """Writes the signed run report the harness judges a stage by (``runreport.read``)."""
 
     def __init__(self, path, key: bytes, shard: tuple[int, int] | None = None,
-                 identity: TimerIdentity | None = None):
+                 identity: TimerIdentity | None = None, select: frozenset[str] | None = None):
         self.writer = runreport.Writer(path, key)
         self.outcomes: dict[str, str] = {}
         self.shard = shard
+        self.select = select
         self.identity = identity
         self._writer, self._write = self.writer, runreport.Writer.write
 
@@ -422,8 +428,15 @@ class RunReporter:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.check_identity("after collection")
 
-    @pytest.hookimpl(trylast=True)  # after -k/-m deselection: shard what the command selects
+    @pytest.hookimpl(trylast=True)  # after -k/-m deselection: narrow or shard what the command selects
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
+        if self.select is not None:
+            # A filter, not a selection of its own: only tests the command selects can run. A node
+            # id it does not select runs nowhere, and its case's missing record fails the run.
+            dropped = [item for item in items if item.nodeid not in self.select]
+            if dropped:
+                config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if item.nodeid in self.select]
         if self.shard is None:
             return
         index, count = self.shard

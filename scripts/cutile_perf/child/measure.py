@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -195,9 +196,11 @@ def _rel(session: Session, path: Path) -> str:
 
 def run_stage(session: Session, name: str, tag: str, deadline: Deadline, *, checkout: pristine.Checkout,
               fenced_files: list[str], tracked: list[str], on_start: Callable[[int], None] | None = None,
-              gate: runner.Gate | None = None) -> Stage:
+              gate: runner.Gate | None = None, select: list[str] | None = None) -> Stage:
     """Run the ``name`` command ("correctness" or "perf") once in ``checkout``; with ``gate``, the
-    child waits on it before its first test (a perf child started during the correctness run)."""
+    child waits on it before its first test (a perf child started during the correctness run);
+    with ``select``, it runs only those node ids of the command's selection (``CUTILE_PERF_SELECT``:
+    an interleaved re-check run of the cases in doubt)."""
     runs = session.sandbox / "runs"
     output = runs / f"{tag}-{name}.log"
     if deadline.left() <= 0:
@@ -208,14 +211,14 @@ def run_stage(session: Session, name: str, tag: str, deadline: Deadline, *, chec
     private = Path(tempfile.mkdtemp(prefix="cutile-perf-run-"))
     try:
         return _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private,
-                          gate)
+                          gate, select)
     finally:
         shutil.rmtree(private, ignore_errors=True)
 
 
 def _run_child(session, name, deadline, checkout, fenced_files, on_start, output: Path, private: Path,
-               shard: tuple[int, int] | None = None,
-               gate: runner.Gate | None = None) -> tuple[runner.RunResult, runreport.RunReport, Path]:
+               shard: tuple[int, int] | None = None, gate: runner.Gate | None = None,
+               select: list[str] | None = None) -> tuple[runner.RunResult, runreport.RunReport, Path]:
     """One pytest child of the stage (one share of the tests when ``shard`` is given): its result,
     its verified run report, and the report file (kept next to the log by the caller)."""
     report_file = private / "report.jsonl"
@@ -225,6 +228,8 @@ def _run_child(session, name, deadline, checkout, fenced_files, on_start, output
         overrides["CUTILE_PERF_DEFENCE"] = "1"
     if shard is not None:
         overrides["CUTILE_PERF_SHARD"] = f"{shard[0]}/{shard[1]}"
+    if select:
+        overrides["CUTILE_PERF_SELECT"] = json.dumps(sorted(select))
     if checkout.compile_cache is not None:
         overrides[jitcache.ENV] = str(checkout.compile_cache)
     env = pristine.child_env(checkout.root, fenced_files, private / "pycache",
@@ -296,7 +301,7 @@ def _run_shards(session, name, deadline, checkout, fenced_files, on_start, outpu
 
 
 def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private,
-               gate=None) -> Stage:
+               gate=None, select=None) -> Stage:
     guarded = protected_paths(session, tracked)
     before_user = snapshot(session.repo, guarded)
     # The committed files only: caches and outputs the tests create (.pytest_cache, logs) are theirs.
@@ -310,7 +315,7 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
         report_file = None
     else:
         result, report, report_file = _run_child(session, name, deadline, checkout, fenced_files, on_start,
-                                                 output, private, gate=gate)
+                                                 output, private, gate=gate, select=select)
         if gate is not None and gate.opened_at is not None:
             # A pre-started child's own stage begins when the gate opens; its start-up overlapped
             # the correctness run and is not counted twice.

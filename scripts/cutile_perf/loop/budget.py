@@ -46,10 +46,11 @@ class Timed:
     """The stage times of a session's log, in seconds (``History.timed``)."""
 
     correctness: tuple[float, ...] = ()
-    perf: tuple[float, ...] = ()  # every perf child: the baseline's runs, tries' and re-check runs
+    perf: tuple[float, ...] = ()  # every perf child of the whole selection: the baseline's runs, tries' runs
     harness: tuple[float, ...] = ()  # per row: wall time outside the children (lock, git, checkouts)
     judged: int = 0  # tries whose perf stage ran to the end
     rechecks: tuple[int, ...] = ()  # interleaved pairs run, per try that needed the re-check
+    recheck: tuple[float, ...] = ()  # seconds of its re-check runs, per try that needed the re-check
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,10 @@ def estimate(timed: Timed, min_pairs: int, max_pairs: int) -> Estimate | None:
     # Pairs: what this session's re-checks ran (the sequential test may stop early), else the minimum.
     pairs = high_quantile(timed.rechecks) if timed.rechecks else min_pairs
     rate = (len(timed.rechecks) + PRIOR_RECHECKED) / (timed.judged + PRIOR_JUDGED)
-    return Estimate(correctness_s=c, perf_s=p, harness_s=h, recheck_s=2 * pairs * p, recheck_pairs=pairs,
+    # What this session's re-checks took (they re-measure only the cases in doubt, usually a few of
+    # them); before any, every pair as two runs of the whole selection.
+    recheck_s = high_quantile(timed.recheck) if timed.recheck else 2 * pairs * p
+    return Estimate(correctness_s=c, perf_s=p, harness_s=h, recheck_s=recheck_s, recheck_pairs=pairs,
                     recheck_rate=rate, rechecked=len(timed.rechecks), judged=timed.judged,
                     worst_s=c + p * (1 + 2 * max_pairs) + h)
 

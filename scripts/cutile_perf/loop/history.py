@@ -278,11 +278,13 @@ class History:
 
         An interrupted row's last stage was cut short (a kill, the job's budget): not a duration.
         A try counts as judged when its perf stage ran to the end, and as re-checked by the
-        interleaved pairs its stage tags name (``<n>-confirm<k>-base``).
+        interleaved pairs its stage tags name (``<n>-confirm<k>-base``). Re-check runs are timed
+        apart from the perf runs: they may measure only the cases in doubt.
         """
         correctness: list[float] = []
         perf: list[float] = []
         harness: list[float] = []
+        recheck_s: list[float] = []
         judged, rechecks = 0, []
         for entry in self.entries:
             timings = entry.data.get("timings") or {}
@@ -294,7 +296,7 @@ class History:
             if not stages:
                 continue
             correctness += [s for n, s in stages if n.endswith("-correctness")]
-            perf += [s for n, s in stages if n.endswith("-perf")]
+            perf += [s for n, s in stages if n.endswith("-perf") and not _CONFIRM_TAG.search(n)]
             if isinstance(timings.get("harness_s"), (int, float)):
                 harness.append(float(timings["harness_s"]))
             if entry.iteration > 0 and not interrupted and any(n.endswith("-perf") for n, _ in stages):
@@ -302,7 +304,9 @@ class History:
                 pairs = {m.group(1) for n, _ in stages if (m := _CONFIRM_TAG.search(n))}
                 if pairs:
                     rechecks.append(len(pairs))
-        return budget.Timed(tuple(correctness), tuple(perf), tuple(harness), judged, tuple(rechecks))
+                    recheck_s.append(sum(s for n, s in stages if _CONFIRM_TAG.search(n)))
+        return budget.Timed(tuple(correctness), tuple(perf), tuple(harness), judged, tuple(rechecks),
+                            tuple(recheck_s))
 
     def try_estimate(self) -> budget.Estimate | None:
         """How long a ``try`` takes in this session (``budget.estimate`` over ``timed``); None until

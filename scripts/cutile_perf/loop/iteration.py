@@ -46,7 +46,8 @@ from cutile_perf.child import envcheck, measure
 from cutile_perf.errors import EXIT_CRASH, EXIT_OK, EXIT_REJECTED, EnvMissing, FenceViolation, IterationCrashed, Locked, NoChange, Refused
 from cutile_perf.judge import rules
 from cutile_perf.kernel import probes
-from cutile_perf.judge.verdict import Evidence, Reference, Stage, Verdict, correctness_status, judge, stopped
+from cutile_perf.judge.verdict import (Evidence, Reference, Stage, Verdict, correctness_status, judge, paired_samples,
+                                       stopped)
 from cutile_perf.loop.budget import Budget, BudgetSpent, DoesNotFit
 from cutile_perf.loop.history import History
 from cutile_perf.loop.stages import Stages, StageRunner
@@ -93,9 +94,19 @@ class Clock:
         self.stages.append([stage, round(seconds, 3)])
 
     def timings(self) -> dict:
+        """Wall time, children and harness; ``perf_s``, the perf run(s) of the whole selection, and,
+        when the interleaved re-check ran, ``recheck_s`` and ``recheck_runs``: its share of the wall
+        time (``total_s / perf_s`` is a try's cost in perf runs)."""
         total = time.monotonic() - self.start
-        return {"total_s": round(total, 4), "children_s": round(self.children_s, 4),
-                "harness_s": round(max(total - self.children_s, 0.0), 4), "stages": list(self.stages)}
+        out = {"total_s": round(total, 4), "children_s": round(self.children_s, 4),
+               "harness_s": round(max(total - self.children_s, 0.0), 4), "stages": list(self.stages)}
+        recheck = [s for n, s in self.stages if "-confirm" in n]
+        perf = [s for n, s in self.stages if n.endswith("-perf") and "-confirm" not in n]
+        if perf:
+            out["perf_s"] = round(sum(perf), 4)
+        if recheck:
+            out["recheck_s"], out["recheck_runs"] = round(sum(recheck), 4), len(recheck)
+        return out
 
 
 def base_entry(session: Session, *, iteration: int, optimization: str, status: str, correctness: str,
@@ -472,10 +483,11 @@ class Iteration:
 
     # -- measuring --------------------------------------------------------------------------------
 
-    def _stage(self, stages: Stages, name: str, tag: str, commit: str) -> Stage:
-        say(f"iteration {self.state.iteration}: {name}" + (f" ({tag.split('-', 1)[1]})" if "-" in tag else ""))
+    def _stage(self, stages: Stages, name: str, tag: str, commit: str, cases: dict | None = None) -> Stage:
+        say(f"iteration {self.state.iteration}: {name}" + (f" ({tag.split('-', 1)[1]})" if "-" in tag else "")
+            + (f", {len(cases)} case(s) in doubt" if cases else ""))
         self._within_budget(f"before the {name} run")
-        stage = stages.stage(name, tag, commit)
+        stage = stages.stage(name, tag, commit, cases=cases)
         self._within_budget(f"during the {name} run")
         return stage
 
@@ -510,14 +522,18 @@ class Iteration:
         defined = frozenset(stages.defined_names(cand)) if ref.kernel_names and perf.ok else None
         evidence = evidence.add(perf=perf, defined_names=defined)
         verdict = judge(ref, t, evidence)
+        # The loop asks the judge after every run, so the re-check stops at the first run after
+        # which its verdict is final (a crashed baseline run ends it before the candidate's).
         while verdict.action == "re-measure":
             k = len(evidence.pairs) + 1
-            base_run = self._stage(stages, "perf", f"{number}-confirm{k}-base", ref.commit)
+            # Only the cases in doubt, selected by the node ids their records came from.
+            doubt = {case: perf.test_ids.get(case) for case in verdict.cases} or None
+            base_run = self._stage(stages, "perf", f"{number}-confirm{k}-base", ref.commit, doubt)
             evidence = evidence.add(pairs=(*evidence.pairs, (base_run, None)))
             verdict = judge(ref, t, evidence)
             if verdict.final:
                 break
-            cand_run = self._stage(stages, "perf", f"{number}-confirm{k}-cand", cand)
+            cand_run = self._stage(stages, "perf", f"{number}-confirm{k}-cand", cand, doubt)
             evidence = evidence.add(pairs=(*evidence.pairs[:-1], (base_run, cand_run)))
             verdict = judge(ref, t, evidence)
         return evidence, verdict
@@ -554,11 +570,11 @@ class Iteration:
         fields_ = dict(crash_class=verdict.crash_class.value if verdict.crash_class else None,
                        patch=self.state.patch if status != "keep" else None, reason=verdict.reason,
                        review=verdict.review, reference_commit=self.ref.commit, **self._origin())
-        complete = [(b, c) for b, c in evidence.pairs if c is not None]
-        if complete:
-            fields_["confirm"] = {case: {"base": [b.shapes[case] for b, _ in complete],
-                                         "candidate": [c.shapes[case] for _, c in complete]}
-                                  for case in self.ref.medians}
+        paired = paired_samples(evidence.pairs, sorted(self.ref.medians))
+        if any(base for base, _ in paired.values()):
+            # Only the cases the re-check measured (all of them, or the cases in doubt).
+            fields_["confirm"] = {case: {"base": base, "candidate": cand} for case, (base, cand) in paired.items()
+                                  if base}
         if verdict.decision is not None:
             fields_["decision"] = asdict(verdict.decision)
         fields_.update(runner_fields)

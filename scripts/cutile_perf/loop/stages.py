@@ -29,7 +29,7 @@ class Stages(Protocol):
 
     clock: Any  # the command's ``iteration.Clock``: each stage's duration goes into the row's timings
 
-    def stage(self, name: str, tag: str, commit: str) -> Stage: ...
+    def stage(self, name: str, tag: str, commit: str, cases: dict[str, str | None] | None = None) -> Stage: ...
 
     def correctness_then_perf(self, tag: str, commit: str, proceed: Callable[[Stage], bool]
                               ) -> tuple[Stage, Stage | None]: ...
@@ -83,14 +83,21 @@ class StageRunner:
             self.checkouts[commit] = replace(built, compile_cache=self.compile_cache)
         return self.checkouts[commit]
 
-    def stage(self, name: str, tag: str, commit: str, session: Session | None = None):
-        """``session``: another command set for this one stage (``verify --full-tests``); the
-        checkouts, fence and protected files stay the runner's."""
+    def stage(self, name: str, tag: str, commit: str, cases: dict[str, str | None] | None = None,
+              session: Session | None = None):
+        """``cases``: only these cases, ``{case: pytest node id}`` (the interleaved re-check's cases
+        in doubt); the child runs their node ids alone (``measure.run_stage``'s ``select``), or the
+        whole selection when a case has no node id. ``session``: another command set for this one
+        stage (``verify --full-tests``); the checkouts, fence and protected files stay the runner's.
+
+        Every run starts a fresh child and runs alone, never a warm one held beside a timed run:
+        see ``correctness_then_perf`` for the one overlap that is safe."""
+        select = sorted(set(cases.values())) if cases and all(cases.values()) else None
         result = measure.run_stage(session or self.session, name, tag, self.deadline, checkout=self.checkout(commit),
                                         fenced_files=self.fenced_files(commit), tracked=self.tracked,
-                                        on_start=self.on_start)
+                                        on_start=self.on_start, select=select)
         self.clock.add_child(result.duration_s, f"{tag}-{name}")
-        return result
+        return replace(result, cases=tuple(sorted(cases))) if cases else result
 
     def correctness_then_perf(self, tag: str, commit: str, proceed: Callable[[Any], bool]):
         """Correctness, then perf, of ``commit``, with the perf child started at once and held
@@ -101,6 +108,15 @@ class StageRunner:
         Only start-up overlaps: no perf test starts before the correctness child has ended. Each
         stage still snapshots the protected files before its child starts and compares them after
         it ends, so the two windows together cover everything from the first start to the last end.
+
+        This is the only warm child the loop holds. A child held beside a *timed* run would not be
+        isolated from it: the candidate's code runs at import and could load the GPU while the
+        baseline is timed, and even an idle baseline child holds a CUDA context the baseline was not
+        measured beside. Nor does a perf child run a second time for the interleaved re-check:
+        runs in one process share its state (autotuner choices, allocations), so the pairs would not
+        be independent samples, and the candidate's perf run is the one that chose the cases in
+        doubt, whose luck a re-run in its process would carry into the pairs. What the re-check's
+        children do reuse is each commit's checkout and the session's compile cache.
         """
         from cutile_perf.child import runner# noqa: PLC0415
 
@@ -181,18 +197,23 @@ class ScriptedStages:
     reference_commit: str | None = None
     defined: set[str] = field(default_factory=set)
     calls: list[tuple[str, str, str]] = field(default_factory=list)
+    selected: list[tuple[str, ...]] = field(default_factory=list)  # the cases of each run of cases in doubt
     on_stage: Callable[[str, str, str], None] | None = None  # called before each stage (a test's side effect)
     # Set by the command that runs it (``try_change``): each scripted ``duration_s`` goes into the
     # row's timings as a child's would, so budget estimates read scripted sessions like real ones.
     clock: Any = None
 
-    def stage(self, name: str, tag: str, commit: str) -> Stage:
+    def stage(self, name: str, tag: str, commit: str, cases: dict[str, str | None] | None = None) -> Stage:
         self.calls.append((name, tag, commit))
         if self.on_stage is not None:
             self.on_stage(name, tag, commit)
         role = "base" if commit == self.reference_commit else "candidate"
         queue = self.script.get((name, commit)) or self.script[(name, role)]
         stage = queue.pop(0) if len(queue) > 1 else queue[0]
+        if cases:  # a run of the cases in doubt records those cases only, as a child selected by node id does
+            stage = replace(stage, cases=tuple(sorted(cases)),
+                            shapes={c: v for c, v in stage.shapes.items() if c in cases})
+            self.selected.append(tuple(sorted(cases)))
         if self.clock is not None:
             self.clock.add_child(stage.duration_s, f"{tag}-{name}")
         return stage
