@@ -206,7 +206,7 @@ def tilegym(src: Path, op: str, tries: int, repeats: int, probes: int, out: Path
         env = {**_ENV, "PYTHONPATH": os.pathsep.join([str(work / "src"), _ENV["PYTHONPATH"]])}
         cli = [sys.executable, "-m", "cutile_perf"]
         init = [*cli, 'init', '--kernel', kernel, '--test', test, '--correctness-jobs', str(correctness_jobs),
-                *(['--prestart-perf'] if prestart_perf else [])]
+                '--prestart-perf' if prestart_perf else '--no-prestart-perf']  # init's default is on
         _say(f"{op}: init (correctness in {correctness_jobs} children, perf pre-started: {prestart_perf}, "
              f"session JIT cache: {jit_cache}) {_wall(init, work, env):.1f} s")
         if not jit_cache:  # session.yaml may be edited until the baseline

@@ -207,7 +207,7 @@ def test_settings_frozen_at_the_baseline_include_the_child_settings():
         assert key in session_mod.FROZEN_KEYS, key
 
 
-@pytest.mark.parametrize("change", [{"jit_cache": False}, {"prestart_perf": True}, {"correctness_jobs": 2},
+@pytest.mark.parametrize("change", [{"jit_cache": False}, {"prestart_perf": False}, {"correctness_jobs": 2},
                                     {"sandbox_mode": "off"}])
 def test_child_settings_edited_after_the_baseline_are_refused(repo, change):
     edit_session(repo, **change)

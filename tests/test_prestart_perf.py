@@ -1,4 +1,4 @@
-"""The perf child started during the correctness run (``init --prestart-perf``), on CPU.
+"""The perf child started during the correctness run (``prestart_perf``, on by default since issue 21), on CPU.
 
 ``runner.Gate`` is tested with a plain child; the loop runs through the real CLI on the SIMULATED
 TileGym-shaped repository of ``fixtures_repo`` (its fake tests need no GPU).
@@ -136,3 +136,21 @@ def test_prestart_with_an_xdist_perf_command_is_refused(tmp_path, perf_cmd):
     edit_session(repo, perf_cmd=perf_cmd)
     code, data, _ = call(repo, "status")
     assert code == 2 and "prestart_perf needs a perf command without pytest-xdist" in json.dumps(data)
+
+
+@pytest.mark.parametrize("flags, written", [((), True), (("--no-prestart-perf",), False), (("--prestart-perf",), True)])
+def test_init_pre_starts_the_perf_child_by_default(tmp_path, flags, written):
+    """On by default where it is safe; a session.yaml written before (no key) keeps it off."""
+    import yaml
+
+    from cutile_perf.store import session as session_mod
+
+    repo = build_tilegym_like_repo(tmp_path)
+    code, data, _ = call(repo, "init", "--kernel", "rms_norm", *flags)
+    assert code == 0, data
+    assert yaml.safe_load((repo / "sandbox/session.yaml").read_text())["prestart_perf"] is written
+    assert session_mod.load(repo).prestart_perf is written
+    text = (repo / "sandbox/session.yaml").read_text()
+    (repo / "sandbox/session.yaml").write_text("".join(line for line in text.splitlines(keepends=True)
+                                                       if not line.startswith("prestart_perf:")))
+    assert session_mod.load(repo).prestart_perf is False

@@ -62,9 +62,10 @@ def _add_init(subparsers) -> None:
     p.add_argument("--correctness-jobs", type=int, default=1, metavar="N",
                    help="run the correctness tests in N pytest children at once, each on one share of them "
                         "(default 1; correctness is not timed, the perf command always runs alone)")
-    p.add_argument("--prestart-perf", action="store_true",
+    p.add_argument("--prestart-perf", action=argparse.BooleanOptionalAction, default=True,
                    help="try starts the perf child during the correctness run and holds it before its first "
-                        "test, so its start-up overlaps correctness")
+                        "test, so its start-up overlaps correctness (default on; --no-prestart-perf when the "
+                        "correctness tests need nearly all GPU memory: the held child may hold a CUDA context)")
     p.add_argument("--no-sandbox", action="store_true",
                    help="run the test children without the isolation this machine offers (session.yaml "
                         "sandbox_mode: off; default auto)")

@@ -45,7 +45,7 @@ def _fence_entry(repo: Path, raw: str, test_files: tuple[str, ...]) -> str:
 
 def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allow: list[str],
          timeout_s: float, perf_test: Path | None = None, correctness_jobs: int = 1,
-         prestart_perf: bool = False, sandbox_mode: str = "auto") -> Outcome:
+         prestart_perf: bool = True, sandbox_mode: str = "auto") -> Outcome:
     timeout_s = session_mod.parse_timeout(timeout_s)  # nan would pass "<= 0" and disable the hang guard
     if sandbox_mode not in session_mod.SANDBOX_MODES:
         raise UsageError(f"sandbox mode {sandbox_mode!r}: choose one of {', '.join(session_mod.SANDBOX_MODES)}")

@@ -136,6 +136,8 @@ class Session:
     correctness_jobs: int = 1
     # try starts the perf child together with the correctness run and holds it before its first
     # test (runner.Gate): its start-up overlaps correctness; no perf test runs before that passed.
+    # init writes true unless told --no-prestart-perf; a session.yaml without the key (written
+    # before it was the default) keeps false, as its baseline froze it.
     prestart_perf: bool = False
     # Children compile into the session's guarded cuTile cache (sandbox/jit-cache/) and checkouts
     # sit at stable paths, so kernels a change leaves alone are not recompiled (jitcache.py). False:
@@ -320,7 +322,7 @@ def load(repo: Path) -> Session:
     if data.get("prestart_perf") and _runs_xdist(str(data["perf_cmd"])):
         # The gate holds the main pytest process; xdist workers would start timing regardless.
         raise UsageError(f"{path}: prestart_perf needs a perf command without pytest-xdist (-n/--numprocesses)",
-                         "timing runs one test at a time anyway: drop -n from perf_cmd, or prestart_perf")
+                         "timing runs one test at a time anyway: drop -n from perf_cmd, or set prestart_perf: false")
     jobs = data.get("correctness_jobs", 1)
     if not (isinstance(jobs, int) and not isinstance(jobs, bool) and 1 <= jobs <= MAX_CORRECTNESS_JOBS):
         raise UsageError(f"{path}: correctness_jobs must be a whole number from 1 to {MAX_CORRECTNESS_JOBS}, "
