@@ -28,15 +28,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from redteam_gpu import cutile_perf as cli, git  # the same CLI driver and git helper as the softmax red team
+
 KERNEL_REL = "src/tilegym/ops/cutile/rms_norm.py"
 TEST_REL = "tests/ops/test_rms_norm.py"
 CHECKED_REL = "tests/ops/test_rms_norm_perf.py"
@@ -103,24 +102,6 @@ _RMSNorm.forward = staticmethod(_forward_that_shrinks)
 
 ATTACKS = {"timer": TIMER_ATTACK, "shrink": SHRINK_ATTACK}
 MUST_NOT_KEEP = {("own", "timer"), ("checked", "shrink")}
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
-
-
-def cli(repo: Path, *args: str, timeout: float = 560) -> tuple[int, dict, str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "cutile_perf", args[0], "--repo", str(repo), "--json", *args[1:]],
-                          cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
-    data = {}
-    for line in reversed(proc.stdout.strip().splitlines()):
-        try:
-            data = json.loads(line)
-            break
-        except ValueError:
-            continue
-    return proc.returncode, data, proc.stderr[-1500:]
 
 
 def make_repo(source: Path, parent: Path) -> Path:
