@@ -197,6 +197,18 @@ def test_a_geomean_in_doubt_after_the_partial_pairs_re_measures_the_other_cases_
     assert verdict.final and verdict.decision.source == "confirm", verdict.reason  # the whole re-check decides
 
 
+def test_an_implausible_claim_on_one_case_is_re_measured_alone_and_the_geomean_follows_its_pairs():
+    single = Stage(shapes={"a": 0.2, "b": 2.0, "c": 4.0})  # a claims 5x
+    assert judge(REF3, T, Evidence(perf=single)).cases == ("a",)
+    held = {"a": ([1.0, 1.002, 0.999], [0.2, 0.201, 0.199])}
+    verdict = judge(REF3, T, Evidence(perf=single, pairs=pairs_of_cases(held)))
+    assert (verdict.action, verdict.decision.tier, verdict.review) == ("keep", "new-baseline", True)
+    assert "a still beyond 3x" in verdict.reason
+    gone = {"a": ([1.0, 1.002, 0.999], [1.0, 1.001, 0.999])}  # the claim does not reproduce
+    verdict = judge(REF3, T, Evidence(perf=single, pairs=pairs_of_cases(gone)))
+    assert (verdict.action, verdict.decision.tier, verdict.decision.rebaseline) == ("keep", "no-change", False)
+
+
 def test_the_partial_re_check_stops_at_its_first_decisive_pair():
     # The sequential rule judge_paired applies to every case, here to the case in doubt: at least
     # min_confirm_pairs, then one more pair at a time while the verdict would be "no-change".
