@@ -2,16 +2,20 @@
 
 Simulates sessions the way the loop runs them, calling the real pure rules: a baseline of
 ``--repeats`` perf runs (noise floor), one candidate run, then, when the judge asks, interleaved
-(baseline, candidate) pairs until it decides. A perf run's per-case median follows the simulated
-repository of the test suite (``tests/fixtures_repo.py``): the median of 9 samples, each
-``latency x (1 + U(-noise, +noise))``; ``--drift`` adds a per-run factor shared by all cases
-(clocks, heat), which the simulated repo does not have.
+(baseline, candidate) pairs of the cases it names (``Verdict.cases``: the cases in doubt, or all)
+until it decides. A perf run's per-case median follows the simulated repository of the test suite
+(``tests/fixtures_repo.py``): the median of 9 samples, each ``latency x (1 + U(-noise, +noise))``;
+``--drift`` adds a per-run factor shared by all cases (clocks, heat), which the simulated repo
+does not have. "Extra perf runs" counts re-check runs, and in brackets what they measured in
+runs of the whole selection (a run of 1 of 3 cases counts 1/3).
 
 Rows (goals from issue 9):
   slowdown   a real +4 % on one of three cases: caught (reverted) in >= 9 of 10 sessions,
              with at most 6 extra perf runs
   A/A        200 tries of unchanged code: at most 1 % false keeps (a claimed gain) or reverts
   ratchet    --steps tries in a row (10), each +4 % on the same case: how far the kept HEAD drifts
+  wide       --wide N cases (15, a TileGym op's selection; 0 leaves the rows out): the slowdown on one
+             case and A/A again, over --wide-tries tries each
 
 Usage:
   python benchmarks/decision_power.py                 # noise 3 %, the issue's setting
@@ -38,10 +42,13 @@ class Simulator:
     def __init__(self, noise: float, drift: float, rng: random.Random):
         self.noise, self.drift, self.rng = noise, drift, rng
         self.runs = 0
+        self.work = 0.0  # runs, each counted as the share of the cases it measured
 
-    def run(self, latency: dict[str, float]) -> dict[str, float]:
-        """One perf run: per-case medians of 9 jittered samples, times a shared per-run drift."""
+    def run(self, latency: dict[str, float], of: int | None = None) -> dict[str, float]:
+        """One perf run: per-case medians of 9 jittered samples, times a shared per-run drift.
+        ``of``: how many cases the whole selection holds (``latency`` may be the cases in doubt)."""
         self.runs += 1
+        self.work += len(latency) / (of or len(latency))
         shared = 1 + self.rng.uniform(-self.drift, self.drift)
         return {c: shared * statistics.median(v * (1 + self.rng.uniform(-self.noise, self.noise)) for _ in range(9))
                 for c, v in latency.items()}
@@ -56,46 +63,76 @@ def baseline(sim: Simulator, latency: dict[str, float], repeats: int, t: rules.T
 
 def one_try(sim: Simulator, ref: Reference, base_latency: dict, cand_latency: dict,
             t: rules.Thresholds) -> tuple[Verdict, int, dict]:
-    """The judge's verdict on one candidate, the extra perf runs it asked for, the candidate's run."""
+    """The judge's verdict on one candidate, the extra perf runs it asked for, the candidate's run.
+    Each re-check run measures the cases the judge names, as the loop selects them by node id."""
     start = sim.runs
     perf = Stage(shapes=sim.run(cand_latency))
     verdict = judge(ref, t, Evidence(perf=perf))
     evidence = Evidence(perf=perf)
     while verdict.action == "re-measure":
-        evidence = evidence.add(pairs=(*evidence.pairs, (Stage(shapes=sim.run(base_latency)),
-                                                         Stage(shapes=sim.run(cand_latency)))))
+        asked = getattr(verdict, "cases", ())  # () or a judge without partial re-checks: every case
+        runs = [Stage(shapes=sim.run({c: v for c, v in latency.items() if not asked or c in asked}, len(latency)),
+                      **({"cases": asked} if asked else {}))
+                for latency in (base_latency, cand_latency)]
+        evidence = evidence.add(pairs=(*evidence.pairs, tuple(runs)))
         verdict = judge(ref, t, evidence)
     return verdict, sim.runs - start - 1, perf.shapes
 
 
-def slowdown_rows(args, t: rules.Thresholds, rng: random.Random) -> list[list]:
-    caught, extra = 0, []
-    for _ in range(args.sessions):
+def _extra(runs: list[int], work: list[float]) -> str:
+    return (f"max {max(runs)}, mean {statistics.fmean(runs):.1f} "
+            f"({statistics.fmean(work):.1f} of the whole selection)")
+
+
+def _extra_work(sim: Simulator, before: float) -> float:
+    """Re-check work of the last try, in runs of the whole selection (its first perf run excluded)."""
+    return sim.work - before - 1
+
+
+def slowdown_rows(args, t: rules.Thresholds, rng: random.Random, true_ms: dict | None = None,
+                  sessions: int | None = None) -> list[list]:
+    true_ms = true_ms or TRUE_MS
+    sessions = sessions or args.sessions
+    first = next(iter(true_ms))  # CASES[0] of the 3-case rows
+    caught, extra, work = 0, [], []
+    for _ in range(sessions):
         sim = Simulator(args.noise, args.drift, rng)
-        ref = baseline(sim, TRUE_MS, args.repeats, t)
-        slower = {**TRUE_MS, CASES[0]: TRUE_MS[CASES[0]] * (1 + args.slowdown)}
-        verdict, runs, _ = one_try(sim, ref, TRUE_MS, slower, t)
+        ref = baseline(sim, true_ms, args.repeats, t)
+        slower = {**true_ms, first: true_ms[first] * (1 + args.slowdown)}
+        before = sim.work
+        verdict, runs, _ = one_try(sim, ref, true_ms, slower, t)
         caught += verdict.action == "revert"
         extra.append(runs)
-    goal = caught >= 0.9 * args.sessions and max(extra) <= 6
-    return [[f"+{args.slowdown * 100:.0f} % on 1 of 3 cases", f"{caught}/{args.sessions} reverted",
-             f"max {max(extra)}, mean {statistics.fmean(extra):.1f}", ">= 90 %, <= 6 extra runs",
-             "MET" if goal else "MISSED"]]
+        work.append(_extra_work(sim, before))
+    goal = caught >= 0.9 * sessions and max(extra) <= 6
+    return [[f"+{args.slowdown * 100:.0f} % on 1 of {len(true_ms)} cases", f"{caught}/{sessions} reverted",
+             _extra(extra, work), ">= 90 %, <= 6 extra runs", "MET" if goal else "MISSED"]]
 
 
-def aa_rows(args, t: rules.Thresholds, rng: random.Random) -> list[list]:
+def aa_rows(args, t: rules.Thresholds, rng: random.Random, true_ms: dict | None = None,
+            tries: int | None = None) -> list[list]:
+    true_ms = true_ms or TRUE_MS
+    tries = tries or args.tries
     keeps = reverts = 0
-    extra = []
-    for _ in range(args.tries):
+    extra, work = [], []
+    for _ in range(tries):
         sim = Simulator(args.noise, args.drift, rng)
-        ref = baseline(sim, TRUE_MS, args.repeats, t)
-        verdict, runs, _ = one_try(sim, ref, TRUE_MS, TRUE_MS, t)
+        ref = baseline(sim, true_ms, args.repeats, t)
+        before = sim.work
+        verdict, runs, _ = one_try(sim, ref, true_ms, true_ms, t)
         keeps += verdict.action == "keep" and verdict.decision is not None and verdict.decision.rebaseline
         reverts += verdict.action == "revert"
         extra.append(runs)
-    rate = (keeps + reverts) / args.tries
-    return [[f"A/A, {args.tries} tries", f"{keeps} false keeps, {reverts} false reverts ({rate * 100:.1f} %)",
-             f"max {max(extra)}, mean {statistics.fmean(extra):.1f}", "<= 1 %", "MET" if rate <= 0.01 else "MISSED"]]
+        work.append(_extra_work(sim, before))
+    rate = (keeps + reverts) / tries
+    label = f"A/A, {tries} tries" + (f", {len(true_ms)} cases" if true_ms is not TRUE_MS else "")
+    return [[label, f"{keeps} false keeps, {reverts} false reverts ({rate * 100:.1f} %)",
+             _extra(extra, work), "<= 1 %", "MET" if rate <= 0.01 else "MISSED"]]
+
+
+def wide_cases(count: int) -> dict[str, float]:
+    """``count`` cases from 0.05 to 8 ms, spaced evenly on a log scale (a TileGym op's shapes)."""
+    return {f"case{i:02d}": 0.05 * (8.0 / 0.05) ** (i / max(count - 1, 1)) for i in range(count)}
 
 
 def ratchet_drifts(sessions: int, steps: int, noise: float, drift: float, slowdown: float, repeats: int,
@@ -139,10 +176,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tries", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--steps", type=int, default=10, help="tries in a row of the ratchet row")
+    parser.add_argument("--wide", type=int, default=15, help="cases of the wide rows (0: leave them out)")
+    parser.add_argument("--wide-tries", type=int, default=300, help="sessions and A/A tries of the wide rows")
     args = parser.parse_args(argv)
     t = rules.Thresholds()
-    rng = random.Random(args.seed)
-    rows = slowdown_rows(args, t, rng) + aa_rows(args, t, rng) + ratchet_rows(args, t, rng)
+    # One random stream per row: how many runs one row's verdicts took does not move the next
+    # row's draws, so two versions of the rules meet the same sessions row by row (until their
+    # first different verdict inside a row).
+    def rng(row: str) -> random.Random:
+        return random.Random(f"{args.seed}/{row}")
+
+    rows = (slowdown_rows(args, t, rng("slowdown")) + aa_rows(args, t, rng("A/A"))
+            + ratchet_rows(args, t, rng("ratchet")))
+    if args.wide:
+        wide = wide_cases(args.wide)
+        rows += (slowdown_rows(args, t, rng("wide slowdown"), wide, args.wide_tries)
+                 + aa_rows(args, t, rng("wide A/A"), wide, args.wide_tries))
     print(f"noise {args.noise * 100:.1f} % per sample, drift {args.drift * 100:.1f} % per run, baseline "
           f"{args.repeats} runs, seed {args.seed}, thresholds: defaults of cutile_perf.judge.rules.Thresholds")
     print("| scenario | outcome | extra perf runs | goal | verdict |")

@@ -318,10 +318,11 @@ def test_improved_and_priority_hint():
 
 def test_ratchet_at_the_red_team_tests_noise_stays_near_its_measured_rate():
     """Six +4 % steps with 12 % per-sample jitter (tests/test_redteam.py's ratchet): the kept code
-    ended beyond the case's gate in 15 of 300 simulated sessions (references/harness.md). A fixed
+    ended beyond the case's gate in 14 of 300 simulated sessions, 26 before the re-check measured
+    only the cases in doubt (references/harness.md). A fixed
     seed makes this a regression guard: with the rule before issue 9 (each candidate compared with
     the last kept commit), 112 of these 150 sessions ended beyond the gate."""
     power = _load_benchmark("decision_power")
     results = power.ratchet_drifts(150, 6, 0.12, 0.0, 0.04, 3, Thresholds(), random.Random(20261201))
     beyond = sum(drift > gate for drift, gate in results)
-    assert beyond <= 15, f"{beyond} of 150 sessions ended beyond the gate (measured rate: 15 of 300)"
+    assert beyond <= 15, f"{beyond} of 150 sessions ended beyond the gate (measured rate: 14 of 300)"
