@@ -86,9 +86,11 @@ def test_when_correctness_fails_no_perf_test_runs(tmp_path):
 # Red team: the pre-started perf child imports the kernel while the correctness run is still going.
 # The kernel registers a plugin there that edits a protected test file when the first perf test
 # starts: after the correctness stage has checked the protected files, inside the perf child.
+# {root}: the user's repository (unboxed) or the checkout the kernel was imported from (boxed).
 LATE_TAMPER = '''
 # ATTACK late-tamper
 import inspect as _inspect
+import pathlib as _pathlib
 
 import pytest as _pytest
 
@@ -97,7 +99,7 @@ class _LateEdit:
     @_pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item):
         if item.name.startswith("test_perf"):
-            with open(__REPO__ + "/{test}", "a") as _fh:
+            with open({root} + "/{test}", "a") as _fh:
                 _fh.write("\\n# tampered after the correctness run\\n")
 
 
@@ -112,16 +114,36 @@ for _frame in _inspect.stack():
 
 @pytest.mark.usefixtures("runtime_defences_only")
 @pytest.mark.slow
-def test_a_protected_file_changed_after_the_correctness_check_is_caught(tmp_path, monkeypatch):
-    monkeypatch.setenv("CUTILE_PERF_SANDBOX", "off")  # the check behind the box: in it the repository is hidden
+def test_a_protected_file_changed_after_the_correctness_check_is_caught(tmp_path, capsys):
     repo = _prestarted_session(tmp_path)
     before = snapshot(repo)
     edit_kernel(repo, latency=FAST)
-    append_to_kernel(repo, LATE_TAMPER.replace("{test}", TEST_REL))
+    # In the box the user's repository is hidden: the edit goes to the perf child's own checkout.
+    root = "str(_pathlib.Path(__file__).resolve().parents[4])"
+    append_to_kernel(repo, LATE_TAMPER.replace("{test}", TEST_REL).replace("{root}", root))
     code, _data, _ = call(repo, "try", "faster, with a late edit of the tests")
     row = assert_not_kept_nothing_lost(repo, before, code, marker="# ATTACK late-tamper")
     assert (row["status"], row.get("crash_class")) == ("crash", "tampered"), row
     assert "perf run" in row.get("reason", ""), row.get("reason")  # caught by the perf stage's own check
+    assert "perf child started, held" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("runtime_defences_only")
+@pytest.mark.slow
+def test_unboxed_the_perf_child_waits_for_the_correctness_run_and_a_late_edit_is_still_caught(
+        tmp_path, monkeypatch, capsys):
+    """Without the box two children of the candidate could reach each other's checkout, so the
+    perf child is not pre-started (and says why); the edit of the user's test file is caught."""
+    monkeypatch.setenv("CUTILE_PERF_SANDBOX", "off")
+    repo = _prestarted_session(tmp_path)
+    before = snapshot(repo)
+    edit_kernel(repo, latency=FAST)
+    append_to_kernel(repo, LATE_TAMPER.replace("{test}", TEST_REL).replace("{root}", "__REPO__"))
+    code, _data, _ = call(repo, "try", "faster, with a late edit of the tests")
+    row = assert_not_kept_nothing_lost(repo, before, code, marker="# ATTACK late-tamper")
+    assert (row["status"], row.get("crash_class")) == ("crash", "tampered"), row
+    assert "perf child not started during the correctness run: its children run without the sandbox" in \
+        capsys.readouterr().err
 
 
 @pytest.mark.parametrize("perf_cmd", ['{python} -m pytest {test} -n 4 -k test_perf', '{python} -m pytest {test} -n4',

@@ -64,8 +64,9 @@ def _add_init(subparsers) -> None:
                         "(default 1; correctness is not timed, the perf command always runs alone)")
     p.add_argument("--prestart-perf", action=argparse.BooleanOptionalAction, default=True,
                    help="try starts the perf child during the correctness run and holds it before its first "
-                        "test, so its start-up overlaps correctness (default on; --no-prestart-perf when the "
-                        "correctness tests need nearly all GPU memory: the held child may hold a CUDA context)")
+                        "test, so its start-up overlaps correctness (default on; done where the children run in "
+                        "the sandbox; --no-prestart-perf when the correctness tests need nearly all GPU memory: "
+                        "the held child may hold a CUDA context)")
     p.add_argument("--no-sandbox", action="store_true",
                    help="run the test children without the isolation this machine offers (session.yaml "
                         "sandbox_mode: off; default auto)")

@@ -503,7 +503,10 @@ class Iteration:
         ref, t = self.ref, self.session.thresholds
         number, cand = self.state.iteration, self.state.candidate
         tag = f"{number}"
-        if self.session.prestart_perf:
+        refusal = stages.prestart_refusal() if self.session.prestart_perf else None
+        if refusal:
+            say(f"iteration {number}: perf child not started during the correctness run: {refusal}")
+        if self.session.prestart_perf and not refusal:
             say(f"iteration {number}: correctness (perf child started, held before its first test)")
             self._within_budget("before the correctness run")
             corr, perf = stages.correctness_then_perf(

@@ -34,6 +34,8 @@ class Stages(Protocol):
     def correctness_then_perf(self, tag: str, commit: str, proceed: Callable[[Stage], bool]
                               ) -> tuple[Stage, Stage | None]: ...
 
+    def prestart_refusal(self) -> str | None: ...
+
     def defined_names(self, commit: str) -> set[str]: ...
 
     def row_fields(self) -> dict: ...
@@ -71,17 +73,28 @@ class StageRunner:
             self.fenced[commit] = [e.path for e in git_ops.tree_entries(self.g, commit) if self.session.in_fence(e.path)]
         return self.fenced[commit]
 
-    def checkout(self, commit: str):
+    def checkout(self, commit: str, held: bool = False):
+        """The checkout of ``commit``, built once; ``held``: a second one of its own for the perf
+        child held during the correctness run (``correctness_then_perf``)."""
         from cutile_perf.child import pristine# noqa: PLC0415
 
-        if commit not in self.checkouts:
+        key = (commit, held)
+        if key not in self.checkouts:
             # With the JIT cache, the n-th checkout of every command has the same path (the cache
             # keys embed it); without it, a fresh random one as always.
             slot = pristine.slot_root(self.session.repo, len(self.checkouts)) if self.compile_cache else None
             built = pristine.build(self.g, protected_from=self.session.base_commit, fenced_from=commit,
                                    fence=self.session.fence, root=slot)
-            self.checkouts[commit] = replace(built, compile_cache=self.compile_cache)
-        return self.checkouts[commit]
+            self.checkouts[key] = replace(built, compile_cache=self.compile_cache)
+        return self.checkouts[key]
+
+    def prestart_refusal(self) -> str | None:
+        """Why the perf child may not start during the correctness run here, or None. Two children
+        of the candidate at once are kept apart by the box alone (each sees its own checkout and
+        nothing of the other's): unboxed, either could find the other's checkout and change what
+        it reads (a test file loosened for the correctness run and put back when it ends)."""
+        why = measure.box_why_not(self.session)
+        return f"its children run without the sandbox ({why})" if why else None
 
     def stage(self, name: str, tag: str, commit: str, cases: dict[str, str | None] | None = None,
               session: Session | None = None):
@@ -108,6 +121,9 @@ class StageRunner:
         Only start-up overlaps: no perf test starts before the correctness child has ended. Each
         stage still snapshots the protected files before its child starts and compares them after
         it ends, so the two windows together cover everything from the first start to the last end.
+        The two children never share a writable folder: the perf child runs in a checkout of its
+        own, and each runs in its box (``prestart_refusal``), so neither can change a file the
+        other reads and put it back before its own stage's check.
 
         This is the only warm child the loop holds. A child held beside a *timed* run would not be
         isolated from it: the candidate's code runs at import and could load the GPU while the
@@ -128,7 +144,8 @@ class StageRunner:
             if self.on_start is not None:
                 self.on_start(pgid)
 
-        checkout, fenced = self.checkout(commit), self.fenced_files(commit)
+        checkout, fenced = self.checkout(commit, held=True), self.fenced_files(commit)
+        self.checkout(commit)  # the correctness child's, built before either child starts
         with ThreadPoolExecutor(max_workers=1) as pool:
             pending = pool.submit(measure.run_stage, self.session, "perf", tag, self.deadline, checkout=checkout,
                                   fenced_files=fenced, tracked=self.tracked, on_start=perf_started, gate=gate)
@@ -199,6 +216,7 @@ class ScriptedStages:
     calls: list[tuple[str, str, str]] = field(default_factory=list)
     selected: list[tuple[str, ...]] = field(default_factory=list)  # the cases of each run of cases in doubt
     on_stage: Callable[[str, str, str], None] | None = None  # called before each stage (a test's side effect)
+    no_prestart: str | None = None  # what prestart_refusal says (a test of the unboxed fallback)
     # Set by the command that runs it (``try_change``): each scripted ``duration_s`` goes into the
     # row's timings as a child's would, so budget estimates read scripted sessions like real ones.
     clock: Any = None
@@ -221,6 +239,9 @@ class ScriptedStages:
     def correctness_then_perf(self, tag: str, commit: str, proceed):
         correctness = self.stage("correctness", tag, commit)
         return (correctness, self.stage("perf", tag, commit)) if proceed(correctness) else (correctness, None)
+
+    def prestart_refusal(self) -> str | None:
+        return self.no_prestart
 
     def defined_names(self, commit: str) -> set[str]:
         return set(self.defined)

@@ -137,7 +137,8 @@ class Session:
     # try starts the perf child together with the correctness run and holds it before its first
     # test (runner.Gate): its start-up overlaps correctness; no perf test runs before that passed.
     # init writes true unless told --no-prestart-perf; a session.yaml without the key (written
-    # before it was the default) keeps false, as its baseline froze it.
+    # before it was the default) keeps false, as its baseline froze it. Done only where the
+    # children run in the sandbox (StageRunner.prestart_refusal says why).
     prestart_perf: bool = False
     # Children compile into the session's guarded cuTile cache (sandbox/jit-cache/) and checkouts
     # sit at stable paths, so kernels a change leaves alone are not recompiled (jitcache.py). False:
