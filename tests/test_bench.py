@@ -215,7 +215,10 @@ def test_graph_warm_agrees_with_a_tilegym_style_cudagraph_timing():
 @pytest.mark.gpu
 def test_warm_modes_read_a_small_shape_from_l2_and_cold_modes_do_not():
     """The L2 half of each pair: a 4 MB copy fits the H200's 60 MB L2, so without the flush it is
-    served from L2 and is faster than with it, under every method."""
+    served from L2 and is faster than with it, under the graph and CUPTI methods. Not under plain
+    events: back-to-back event-timed calls of a microsecond kernel wait on the host's launches (no
+    flush queued ahead of them), so "warm" read 0.0225 ms against cold's 0.0155 on the H200
+    (single run, 2026-12-02, `python -m pytest -m gpu tests/test_bench.py`)."""
     import torch
 
     src = torch.empty(2 * 2**20, dtype=torch.float16, device="cuda")
@@ -223,7 +226,7 @@ def test_warm_modes_read_a_small_shape_from_l2_and_cold_modes_do_not():
     median = {mode: sorted(bench.bench(lambda: dst.copy_(src), mode=mode, max_reps=200))
               for mode in bench.MODES}
     median = {mode: s[len(s) // 2] for mode, s in median.items()}
-    for cold, warm in (("cold", "warm"), ("graph", "graph-warm"), ("cupti", "cupti-warm")):
+    for cold, warm in (("graph", "graph-warm"), ("cupti", "cupti-warm")):
         assert median[warm] < median[cold], median
 
 
@@ -439,8 +442,9 @@ def test_every_mode_times_what_it_says(monkeypatch, mode, sample_ms, flushed, es
     monkeypatch.setattr(bench, "_check_escape", lambda torch, call, median_ms: escapes.append(median_ms))
     result = bench.measure(_two_kernels(device), mode=mode, witness=True)
     assert result.samples == pytest.approx([sample_ms] * len(result.samples))
-    # The witness measures what the samples measure: span under events, kernel sum under CUPTI.
-    assert result.device_ms == pytest.approx(sample_ms)
+    # The witness is the kernels' own time (30 us, the gap left out), never above what an honest
+    # sample claims: under events the smaller of span and sum, under CUPTI the sum it samples.
+    assert result.device_ms == pytest.approx(0.030)
     assert any(kind == "flush" for kind, _ in device.log) == flushed
     # The event modes' witness queues its call behind a flush inside the profile, as the samples are
     # queued; the CUPTI modes flush before the profiler starts, as TileGym's CUPTI timer does.

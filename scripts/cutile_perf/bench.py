@@ -367,18 +367,25 @@ def device_time_ms(torch, call, flush_buf, calls: int = WITNESS_CALLS, *, cupti:
     """The device-time witness (module docstring): the median device time of ``calls`` profiled
     calls, or None when the profiler cannot run here (no CUPTI, a profiler already active).
 
-    Event modes (``cupti=False``): the span of each call's kernels, the call queued behind the L2
-    flush when the samples had one, as the timed calls are. Honest ratios of the events' median to
-    this span in modes cold, warm and graph, on the H200: 0.80-1.08 (benchmarks/witness_check.py;
-    the low end is cuBLAS GEMMs, whose kernels span longer under the profiler than between their
-    events).
+    Event modes (``cupti=False``): per call the smaller of its kernels' span and their summed
+    durations, the call queued behind the L2 flush when the samples had one, as the timed calls
+    are. The span alone counts idle time between a call's kernels that the timed calls do not
+    always pay: cuBLAS GEMMs' events read 0.73-0.91 of their span in modes cold, warm and graph on
+    the H200, while their summed kernel time came within 0.90-1.11 of the events
+    (benchmarks/witness_check.py, benchmarks/results/2026-12-02-h200/trust-witness/). The sum alone
+    would count kernels on two streams that overlap twice. The smaller of the two is the device
+    time no honest event pair can claim much less than.
     CUPTI modes (``cupti=True``): the sum of each call's kernel durations, flushed as the samples
     are, so an honest record's median and its witness measure the same thing."""
     try:
         times = []
         for _ in range(calls):
             kernels, _result = _profile_call(torch, call, flush_buf, flush_outside=cupti)
-            times.append(_kernel_sum_ms(kernels) if cupti else _span_ms(kernels))
+            if cupti:
+                times.append(_kernel_sum_ms(kernels))
+            else:
+                span, busy = _span_ms(kernels), _kernel_sum_ms(kernels)
+                times.append(None if span is None or busy is None else min(span, busy))
     except (RuntimeError, AssertionError, ImportError, AttributeError):
         return None
     positive = [t for t in times if t is not None and t > 0]
