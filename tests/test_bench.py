@@ -230,12 +230,8 @@ def test_warm_modes_read_a_small_shape_from_l2_and_cold_modes_do_not():
         assert median[warm] < median[cold], median
 
 
-@pytest.mark.gpu
-def test_cupti_counts_side_stream_work_instead_of_raising():
-    """The side-stream attack that events miss: CUPTI sees every stream and each profiled call ends
-    with a device-wide synchronize, so the copy is in the sample (no HiddenDeviceWork needed)."""
-    import torch
-
+def _side_stream_copies(torch):
+    """(a 256 MB copy on the current stream, the same copy on a side stream it never waits for)."""
     src = torch.empty(128 * 2**20, dtype=torch.float16, device="cuda")
     dst = torch.empty_like(src)
     side = torch.cuda.Stream()
@@ -245,7 +241,18 @@ def test_cupti_counts_side_stream_work_instead_of_raising():
         with torch.cuda.stream(side):
             dst.copy_(src)
 
-    honest = sorted(bench.bench(lambda: dst.copy_(src), mode="cupti", max_reps=50))
+    return (lambda: dst.copy_(src)), hidden_copy
+
+
+@pytest.mark.gpu
+def test_cupti_counts_side_stream_work_instead_of_raising():
+    """The side-stream attack that events miss: CUPTI sees every stream and each profiled call ends
+    with a device-wide synchronize, so the copy is in the sample (no HiddenDeviceWork needed)."""
+    import torch
+
+    honest_copy, hidden_copy = _side_stream_copies(torch)
+
+    honest = sorted(bench.bench(honest_copy, mode="cupti", max_reps=50))
     hidden = sorted(bench.bench(hidden_copy, mode="cupti", max_reps=50))
     assert hidden[len(hidden) // 2] == pytest.approx(honest[len(honest) // 2], rel=0.2), (hidden, honest)
 
@@ -326,18 +333,11 @@ def test_side_stream_work_is_caught_and_plain_work_is_not():
     the event pair times nothing. bench must raise instead of returning near-zero samples."""
     import torch
 
-    src = torch.empty(128 * 2**20, dtype=torch.float16, device="cuda")
-    dst = torch.empty_like(src)
-    side = torch.cuda.Stream()
-
-    def hidden_copy():
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            dst.copy_(src)
+    honest_copy, hidden_copy = _side_stream_copies(torch)
 
     with pytest.raises(bench.HiddenDeviceWork, match="outside the timing events"):
         bench.bench(hidden_copy, mode="warm", max_reps=50)
-    assert len(bench.bench(lambda: dst.copy_(src), mode="warm", max_reps=50)) >= 10
+    assert len(bench.bench(honest_copy, mode="warm", max_reps=50)) >= 10
 
 
 # --- every mode on CPU: a stand-in for torch.cuda and torch.profiler -------------------------------
