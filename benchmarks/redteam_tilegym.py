@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from redteam_gpu import cutile_perf as cli, git  # the same CLI driver and git helper as the softmax red team
+from redteam_gpu import cutile_perf as cli, git, last_row  # the softmax red team's CLI driver and helpers
 
 KERNEL_REL = "src/tilegym/ops/cutile/rms_norm.py"
 TEST_REL = "tests/ops/test_rms_norm.py"
@@ -116,12 +116,6 @@ def make_repo(source: Path, parent: Path) -> Path:
     return repo
 
 
-def last_row(repo: Path) -> dict | None:
-    path = repo / "sandbox" / "experiments.jsonl"
-    lines = path.read_text().splitlines() if path.is_file() else []
-    return json.loads(lines[-1]) if lines else None
-
-
 def start_session(repo: Path, session: str, repeats: int) -> dict:
     init_args = ["--kernel", KERNEL_REL, "--test", TEST_REL]
     if session == "checked":
@@ -147,7 +141,7 @@ def run_attack(base: Path, workdir: Path, session: str, attack: str) -> dict:
         fh.write(ATTACKS[attack])
     started = time.monotonic()
     code, data, err = cli(repo, "try", f"red team: {attack}")
-    row = last_row(repo)
+    row = last_row(repo) or None
     if row is not None and row.get("optimization") != f"red team: {attack}":
         row = None
     status = (row or {}).get("status")
