@@ -3,6 +3,7 @@
 What each test proves:
 * stage 1 runs every tileiras in its compile threads (none in the caller's thread, none in the
   timing stage), and each config's first launch takes the handed-off cubin (no second frontend);
+  exhaustive_search then times those loaded kernels (no frontend outside stage 1 at all);
 * a second tuner (a new process, in effect) loads the persisted answer: nothing compiled or timed;
 * split-buffer tuning of an in-place kernel leaves the input incremented exactly once;
 * code generated from templates/autotune runs for real.
@@ -40,6 +41,19 @@ def tileiras_runs(monkeypatch):
     return runs
 
 
+@pytest.fixture
+def frontend_runs(monkeypatch):
+    import cuda.tile._compile as compile_mod
+
+    import threading
+
+    runs = []  # the name of the thread that ran each compile_tile (cuTile's frontend)
+    real = compile_mod.compile_tile
+    monkeypatch.setattr(compile_mod, "compile_tile",
+                        lambda *a, **k: (runs.append(threading.current_thread().name), real(*a, **k))[1])
+    return runs
+
+
 def _matmul_problem(n=1024):
     import torch
 
@@ -59,7 +73,7 @@ def _space():
             [(64, 64, 32, 1), (128, 128, 64, 1), (128, 64, 64, 2), (64, 128, 32, 2)]]
 
 
-def test_precompiled_candidates_are_cache_hits_in_the_timing_stage(fresh_tile_cache, tileiras_runs):
+def test_precompiled_candidates_are_cache_hits_in_the_timing_stage(fresh_tile_cache, tileiras_runs, frontend_runs):
     import torch
 
     from cutile_perf.tune import Autotuner
@@ -76,6 +90,10 @@ def test_precompiled_candidates_are_cache_hits_in_the_timing_stage(fresh_tile_ca
     assert all(name.startswith("cutile-perf-compile") for name in tileiras_runs), tileiras_runs
     assert report.handoffs == len(space), report.breakdown()  # first launches took stage 1's cubins
     tuner.launch(torch.cuda.current_stream(), "k", grid_fn, args_fn)
+    # One frontend per config, all in stage 1: exhaustive_search's replace_hints() kept the loaded
+    # kernels (no second compile in the timing stage or at the final launch).
+    assert len(frontend_runs) == len(space), frontend_runs
+    assert all(name.startswith("cutile-perf-compile") for name in frontend_runs), frontend_runs
     torch.testing.assert_close(c.float(), (a.float() @ b.float()), rtol=2e-2, atol=2e-1)
     assert tuned.config in space
 

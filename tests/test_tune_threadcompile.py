@@ -121,6 +121,22 @@ def test_handoff_answers_the_jit_without_frontend_or_tileiras(tile_cache, monkey
     assert handoff.used(kernel2) == 0 and result[0] != h.cubin
 
 
+def test_unchanged_hints_keep_the_loaded_kernel():
+    # exhaustive_search calls replace_hints on every candidate; a new object would have an empty
+    # JIT cache and re-run the frontend before its first sample.
+    from cutile_perf.tune import handoff
+    from tests.tune_kernels import matmul_kernel
+
+    kernel = handoff.hinted_kernel(matmul_kernel, {"occupancy": 2})
+    assert kernel.replace_hints() is kernel
+    assert kernel.replace_hints(occupancy=2) is kernel
+    other = kernel.replace_hints(occupancy=4)
+    assert other is not kernel and other._compiler_options.occupancy == 4
+    assert kernel._compiler_options.occupancy == 2
+    with pytest.raises(TypeError):
+        kernel.replace_hints(not_a_hint=1)  # as cuTile's own replace_hints
+
+
 def test_plain_objects_are_hinted_as_before():
     from cutile_perf.tune import handoff
 
