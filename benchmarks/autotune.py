@@ -2,7 +2,8 @@
 
     python benchmarks/autotune.py                   # GPU, all sections, about 2 minutes on an H200
     python benchmarks/autotune.py tuning overhead   # GPU, only the named sections (tuning overhead warm budget)
-    python benchmarks/autotune.py --cpu-precompile  # no GPU: stage 1 alone, serial vs threads vs worker pool
+    python benchmarks/autotune.py --cpu-precompile [N]  # no GPU: stage 1 alone (N configs, default 16),
+                                                        # serial vs threads vs worker pool
 
 Sections (run from the checkout root with PYTHONPATH=scripts:examples/kernels/src):
 1. tuning: the first tuning in a process at 8/16/30 matmul configs, ours vs
@@ -146,6 +147,8 @@ def tuning_child(count: int) -> None:
     print(json.dumps({"count": count, "ours_s": ours_s, "theirs_s": theirs_s, "breakdown": report.breakdown(),
                       "compiler": report.compiler, "handoffs": report.handoffs, "compiled": report.compiled,
                       "pruned": sum(1 for t in report.trials if t.error == "pruned"),
+                      "compile_s": report.compile_s, "frontend_s": report.frontend_s, "tileiras_s": report.tileiras_s,
+                      "tileiras_max_s": report.tileiras_max_s, "cpus": os.cpu_count(),
                       "ours_best": ours_best.label(), "theirs_best": result.best.config.label(),
                       "gap": means.get(ours_best, float("nan")) / result.best.mean_us - 1}))
 
@@ -164,6 +167,16 @@ def section_tuning(rows):
         rows.append(("  ours: where the time goes",
                      f"{child['breakdown']}; {child['pruned']} of {count} dropped by the probe cut",
                      f"winner {child['ours_best']} {child['gap']:+.1%} vs theirs ({child['theirs_best']})", "", ""))
+        rows.append(("  ours: what bounds stage 1 (compile)", stage1_bounds(child), "", "", ""))
+
+
+def stage1_bounds(r: dict) -> str:
+    """Stage 1's wall against its two floors: frontends one at a time (CPU seconds of the compile
+    threads) and tileiras over the CPUs (or the longest run, if larger)."""
+    tileiras_floor = max(r["tileiras_s"] / r["cpus"], r["tileiras_max_s"])
+    return (f"compile {r['compile_s']:.2f} s; frontend+cache CPU {r['frontend_s']:.2f} s (one at a time); tileiras "
+            f"{r['tileiras_s']:.2f} s in all / {r['cpus']} CPUs, longest {r['tileiras_max_s']:.2f} s: floor "
+            f"{tileiras_floor:.2f} s")
 
 
 def section_overhead(rows):
@@ -310,15 +323,20 @@ def cpu_serial(configs) -> float:
     return time.perf_counter() - t0
 
 
-def cpu_threads(configs) -> tuple[float, int]:
-    """Stage 1 in threads in this process (what a first tuning does now): seconds and configs ok."""
+def cpu_threads(configs) -> tuple[float, int, dict]:
+    """Stage 1 in threads in this process (what a first tuning does now): seconds, configs ok, and
+    the bounds ``stage1_bounds`` prints."""
     from cutile_perf.tune.threadcompile import default_threads, run_threads
 
     jobs = _aot_jobs(configs, fresh_tile_cache())
     t0 = time.perf_counter()
     out = run_threads(bench_matmul_kernel, [(j.config, list(j.signatures)) for j in jobs], "sm_90",
                       workers=default_threads(), timeout_s=120.0)
-    return time.perf_counter() - t0, sum(o.status == "ok" for o in out.values())
+    wall = time.perf_counter() - t0
+    parts = {"compile_s": wall, "frontend_s": sum(o.python_s for o in out.values()),
+             "tileiras_s": sum(o.tileiras_s for o in out.values()),
+             "tileiras_max_s": max(o.tileiras_s for o in out.values()), "cpus": os.cpu_count()}
+    return wall, sum(o.status == "ok" for o in out.values()), parts
 
 
 def cpu_pool_child(method: str, count: int) -> None:
@@ -354,9 +372,11 @@ def cpu_precompile(count: int = 16, reps: int = 3) -> None:
     runs: dict[str, list[float]] = {}
     for _ in range(reps):
         runs.setdefault("serial", []).append(cpu_serial(configs))
-        threads_s, threads_ok = cpu_threads(configs)
+        threads_s, threads_ok, parts = cpu_threads(configs)
         assert threads_ok == count, threads_ok
         runs.setdefault("threads", []).append(threads_s)
+        for key, value in parts.items():
+            runs.setdefault(f"threads {key}", []).append(value)
         for method in ("spawn", "forkserver"):
             out = subprocess.run([sys.executable, __file__, "--cpu-pool-child", method, str(count)],
                                  capture_output=True, text=True, check=True, env=dict(os.environ))
@@ -369,6 +389,8 @@ def cpu_precompile(count: int = 16, reps: int = 3) -> None:
           f"{min(16, os.cpu_count() or 2)} workers, median of {reps}; load average {os.getloadavg()[0]:.1f}")
     print(f"  serial in-process compile_tile         {med['serial']:.2f} s")
     print(f"  threads in-process (tileiras overlapped) {med['threads']:.2f} s")
+    print("    " + stage1_bounds({k: med[f"threads {k}"] for k in ("compile_s", "frontend_s", "tileiras_s",
+                                                                     "tileiras_max_s", "cpus")}))
     for method in ("spawn", "forkserver"):
         print(f"  {method:<10} pool, new process: cold {med[method + ' cold']:.2f} s "
               f"(workers answering after {med[method + ' cold_start']:.2f} s), reused {med[method + ' reused']:.2f} s")
@@ -381,8 +403,8 @@ def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "--child-tuning":
         tuning_child(int(sys.argv[2]))
         return 0
-    if len(sys.argv) == 2 and sys.argv[1] == "--cpu-precompile":
-        cpu_precompile()
+    if len(sys.argv) in (2, 3) and sys.argv[1] == "--cpu-precompile":
+        cpu_precompile(*(int(a) for a in sys.argv[2:]))
         return 0
     if len(sys.argv) == 4 and sys.argv[1] == "--cpu-pool-child":
         cpu_pool_child(sys.argv[2], int(sys.argv[3]))

@@ -56,6 +56,12 @@ class TuneReport:
     load_s: float = 0.0  # part of compile_s: first launch of each compiled config, overlapped
     timing_s: float = 0.0
     wall_s: float = 0.0
+    # Stage 1 in threads, summed over configs (0 for the pool): what bounds compile_s. Frontends
+    # run one at a time (cuTile's lock, the GIL), so compile_s is at least about frontend_s;
+    # tileiras runs in parallel, so compile_s >= tileiras_s / CPUs and >= tileiras_max_s.
+    frontend_s: float = 0.0  # CPU seconds of the compile threads (frontend, cache lookup and store)
+    tileiras_s: float = 0.0
+    tileiras_max_s: float = 0.0
 
     def breakdown(self) -> str:
         """``pool 0.4 s + compile 1.2 s (load 0.3 s overlapped) + timing 0.8 s``, for benchmark logs."""
@@ -285,6 +291,9 @@ class Autotuner:
             report.pool_s += pool_s
             t0 += pool_s
             for cfg, out in outcomes.items():
+                report.frontend_s += getattr(out, "python_s", 0.0)  # a custom precompiler may not measure them
+                report.tileiras_s += getattr(out, "tileiras_s", 0.0)
+                report.tileiras_max_s = max(report.tileiras_max_s, getattr(out, "tileiras_s", 0.0))
                 if out.status == "ok":
                     report.compiled += 1
                     compile_s[cfg] = out.seconds

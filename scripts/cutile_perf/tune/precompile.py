@@ -86,6 +86,9 @@ class CompileOutcome:
     seconds: float
     detail: str = ""
     handoffs: tuple = ()  # threadcompile.Handoff per compiled signature (cubin + symbol), for the JIT
+    # Measured by the thread compiler only (0 elsewhere), to tell what bounds stage 1:
+    tileiras_s: float = 0.0  # wall seconds inside the tileiras subprocess run(s)
+    python_s: float = 0.0  # CPU seconds of the compiling thread: cuTile's frontend, cache lookup and store
 
 
 def register_pickling() -> None:

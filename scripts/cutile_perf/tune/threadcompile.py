@@ -59,9 +59,11 @@ def _install_unlocked_tileiras() -> None:
                 return original(*args, **kwargs)
             lock = compile_mod._compiler_lock
             lock.release()  # held exactly once: our thread entered compile_tile directly
+            start = time.perf_counter()
             try:
                 return original(*args, **kwargs)
             finally:
+                _local.tileiras_s += time.perf_counter() - start
                 lock.acquire()
 
         compile_cubin.__wrapped__ = original
@@ -72,24 +74,29 @@ def _install_unlocked_tileiras() -> None:
 def compile_one(kernel: Any, config: Config, signatures: Sequence[Any], sm_arch: str):
     """Compile one config's signatures (this thread releases cuTile's lock during tileiras).
 
-    Returns ``(status, seconds, detail, handoffs)`` with status ok | compile | timeout.
+    Returns ``(status, seconds, detail, handoffs, tileiras_s, python_s)`` with status ok | compile |
+    timeout; ``python_s`` is this thread's CPU time (waits for the lock, the GIL or tileiras cost
+    none), i.e. the frontend and cache work that runs one config at a time.
     """
     from cuda.tile._compile import compile_tile
 
     start = time.perf_counter()
+    cpu = time.thread_time()
     options = dataclasses.replace(kernel._compiler_options, **config.hints())
     _local.release = True
+    _local.tileiras_s = 0.0
     try:
         result = compile_tile(kernel._annotated_function, list(signatures), sm_arch, options)
     except Exception as exc:  # a failure is a result (house style 10)
         status = "timeout" if "Timeout" in type(exc).__name__ else "compile"
-        return status, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"[-2000:], ()
+        return (status, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"[-2000:], (), _local.tileiras_s,
+                time.thread_time() - cpu)
     finally:
         _local.release = False
     providers = tuple(result.library_lifecycle_providers or ())
     handoffs = tuple(Handoff(sig, result.cubin, done.symbol, providers)
                      for sig, done in zip(signatures, result.kernel_signatures)) if result.cubin else ()
-    return "ok", time.perf_counter() - start, "", handoffs
+    return "ok", time.perf_counter() - start, "", handoffs, _local.tileiras_s, time.thread_time() - cpu
 
 
 def default_threads() -> int:
@@ -138,8 +145,8 @@ def run_threads(kernel: Any, jobs: Sequence[tuple[Config, Sequence[Any]]], sm_ar
             futures = {pool.submit(compile_one, kernel, cfg, sigs, sm_arch): cfg for cfg, sigs in jobs}
             for fut in cf.as_completed(futures):
                 cfg = futures[fut]
-                status, seconds, detail, handoffs = fut.result()
-                outcomes[cfg] = CompileOutcome(cfg, status, seconds, detail, handoffs)
+                status, seconds, detail, handoffs, tileiras_s, python_s = fut.result()
+                outcomes[cfg] = CompileOutcome(cfg, status, seconds, detail, handoffs, tileiras_s, python_s)
                 if on_done is not None:
                     on_done(outcomes[cfg])
     finally:
