@@ -57,6 +57,29 @@ def _wall(argv: list[str], cwd: Path, env: dict, ok=(0,), show_durations: bool =
     return elapsed
 
 
+CUPTI_PHASES = """
+import time, threading
+t0 = time.perf_counter()
+import torch
+from torch.profiler import profile, ProfilerActivity
+x = torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+t1 = time.perf_counter()
+def one():
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        x.add_(1); torch.cuda.synchronize()
+    return p
+p = one(); t2 = time.perf_counter()
+p.events(); t3 = time.perf_counter()
+one().events(); t4 = time.perf_counter()
+print(f"import+CUDA {t1-t0:.2f}  first profile {t2-t1:.2f}  its events() {t3-t2:.2f}  second profile+events {t4-t3:.2f}")
+"""
+
+
+def _writing(env: dict) -> dict:
+    """``env`` with bytecode writing allowed (a machine may set PYTHONDONTWRITEBYTECODE)."""
+    return {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def top_functions(profile: Path, top: int) -> str:
     """The ``top`` functions by cumulative time whose file is in one of ``INTERESTING``, as pstats prints them."""
     out = io.StringIO()
@@ -76,6 +99,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs of each start-up probe (median)")
     parser.add_argument("--top", type=int, default=25, help="functions printed per profiled child")
     parser.add_argument("--stage", action="append", choices=sorted(STAGE_ARGS), help="only this stage (repeatable)")
+    parser.add_argument("--startup-only", action="store_true", help="the start-up probes alone, no profiled child")
     args = parser.parse_args()
 
     py = sys.executable
@@ -99,17 +123,36 @@ def main() -> int:
                 "p.events()")]),
             ("import cutile_perf.pytest_plugin", [py, "-c", "import cutile_perf.pytest_plugin"]),
         ]
+        # A child's bytecode goes to PYTHONPYCACHEPREFIX (pristine.child_env): a fresh folder per run
+        # means every installed module is compiled from source again, in every child.
+        heavy = "import torch, cuda.tile, pytest"
+        filled = Path(tmp) / "pyc-filled"
+        subprocess.run([py, "-c", heavy], env={**_writing(env), "PYTHONPYCACHEPREFIX": str(filled)}, check=True)
+        probes += [
+            (f"{heavy}", [py, "-c", heavy]),
+            (f"  ... with a fresh PYTHONPYCACHEPREFIX", [py, "-c", heavy], lambda: {
+                **_writing(env), "PYTHONPYCACHEPREFIX": tempfile.mkdtemp(dir=tmp)}),
+            (f"  ... with a PYTHONPYCACHEPREFIX filled once", [py, "-c", heavy], lambda: {
+                **env, "PYTHONPYCACHEPREFIX": str(filled)}),
+        ]
         for which in args.stage or sorted(STAGE_ARGS):
             probes.append((f"{which}: --collect-only", [py, "-m", "pytest", test, *STAGE_ARGS[which], *plugin,
                                                          "--collect-only"]))
         import torch  # noqa: PLC0415 - only to know whether the CUDA probes can run here
 
-        for label, argv in probes:
-            if ("cuda" in label.lower() or "cupti" in label.lower()) and not torch.cuda.is_available():
+        for label, argv, *env_of in probes:
+            if ("CUDA context" in label or "CUPTI" in label) and not torch.cuda.is_available():
                 print(f"  {label:<44} skipped (no CUDA GPU)")
                 continue
-            walls = [_wall(argv, work, env, ok=(0, 5)) for _ in range(args.runs)]
+            walls = [_wall(argv, work, env_of[0]() if env_of else env, ok=(0, 5)) for _ in range(args.runs)]
             print(f"  {label:<44} {statistics.median(walls):7.3f}")
+        if torch.cuda.is_available():
+            print("CUPTI through torch.profiler, phases in one process (s), one line per fresh process:")
+            for _ in range(args.runs):
+                out = subprocess.run([py, "-c", CUPTI_PHASES], env=env, capture_output=True, text=True, check=True)
+                print("  " + out.stdout.strip())
+        if args.startup_only:
+            return 0
 
         for which in args.stage or sorted(STAGE_ARGS):
             cache = Path(tmp) / f"jit-{which}"
