@@ -1,0 +1,136 @@
+"""The TileGym-op tasks whose faster version is ours (evals/fixtures/tilegym/) and the script that
+measures their known speedup on the GPU (evals/tilegym_known.py). CPU only: the GPU parts are
+replaced by fakes, and what needs TileGym or tileiras skips without them."""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "evals"))
+from cutile_perf_evals import build, measure, tasks  # noqa: E402
+
+TILEGYM = ROOT / ".tilegym"
+OPS = {"tilegym-dropout": "dropout", "tilegym-silu-and-mul": "silu_and_mul", "tilegym-geglu": "geglu",
+       "tilegym-swiglu": "swiglu"}
+needs_tilegym = pytest.mark.skipif(not (TILEGYM / "src").is_dir(), reason="no TileGym copy at .tilegym")
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("tilegym_known", ROOT / "evals" / "tilegym_known.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_known_tasks_are_the_four_ops_with_our_faster_file():
+    known = _script().known_tasks(tasks.load_tasks())
+    assert [t["id"] for t in known] == list(OPS)
+    for task in known:
+        (fenced, spec), = tasks.reference(task).items()
+        assert tasks.fence(task) == [fenced] and spec == f"evals/fixtures/tilegym/{OPS[task['id']]}/faster.py"
+        assert build.resolve_source(spec, None).is_file()
+        assert tasks.known_speedup(task)["value"] == tasks.TO_BE_MEASURED  # until the H200 run
+        assert "rms_norm" not in fenced  # the op the agents have already seen
+
+
+@needs_tilegym
+def test_the_base_is_upstream_and_the_reference_replaces_only_the_fenced_files(tmp_path):
+    script = _script()
+    chosen = script.known_tasks(tasks.load_tasks())
+    trees = script.prepare(chosen, TILEGYM, tmp_path / "work")
+    fenced = [tasks.fence(t)[0] for t in chosen]
+    for rel in fenced:
+        assert (trees["base"] / rel).read_bytes() == (TILEGYM / rel).read_bytes()
+        faster = (trees["reference"] / rel).read_text()
+        assert faster != (TILEGYM / rel).read_text()
+        compile(faster, rel, "exec")
+    diff = subprocess.run(["diff", "-rq", str(trees["base"]), str(trees["reference"])], capture_output=True, text=True)
+    assert sorted(diff.stdout.strip().splitlines()) == sorted(
+        f"Files {trees['base'] / rel} and {trees['reference'] / rel} differ" for rel in fenced)
+    # Every task's own repository (what a trial gets) has the same tree as that base.
+    for task in chosen:
+        built = build.build(task, tmp_path / task["id"], tilegym=TILEGYM)
+        for rel in [*fenced, tasks.test_file(task)]:
+            assert (built.repo / rel).read_bytes() == (trees["base"] / rel).read_bytes()
+
+
+A, B = "tests/ops/test_dropout.py", "tests/ops/test_swiglu.py"
+
+
+def _fake_perf(calls, missing=()):
+    def perf_run(tree, tests_, *, tag, out_dir, timeout_s):
+        calls.append(tag)
+        ms = 2.0 if tree.name == "base" else 1.0
+        return {t: {"case": ms} for t in tests_ if (tag, t) not in missing}
+    return perf_run
+
+
+def test_rounds_interleave_and_time_every_test_file_in_one_process(monkeypatch, tmp_path):
+    script = _script()
+    calls = []
+    monkeypatch.setattr(script, "perf_run", _fake_perf(calls))
+    trees = {"base": tmp_path / "base", "reference": tmp_path / "reference"}
+    runs, paired, notes = script.time_rounds(trees, [A, B], rounds=3, deadline=script.time.monotonic() + 3600,
+                                             out_dir=tmp_path)
+    assert calls == ["round1-base", "round1-reference", "round2-reference", "round2-base", "round3-base",
+                     "round3-reference"]
+    assert paired == {A: 3, B: 3} and not notes
+    row = script.summarize(runs[A], paired[A])
+    assert row["geomean"] == pytest.approx(2.0) and row["round_geomeans"] == [2.0] * 3
+
+
+def test_only_paired_rounds_count_per_test_file(monkeypatch, tmp_path):
+    script = _script()
+    calls = []
+    # round 2's reference run did not record B (cut, or B crashed): B has 2 rounds, A has 3
+    monkeypatch.setattr(script, "perf_run", _fake_perf(calls, missing={("round2-reference", B)}))
+    trees = {"base": tmp_path / "base", "reference": tmp_path / "reference"}
+    runs, paired, _ = script.time_rounds(trees, [A, B], rounds=3, deadline=script.time.monotonic() + 3600,
+                                         out_dir=tmp_path)
+    assert paired == {A: 3, B: 2}
+    assert all(len(v) == 2 for v in runs[B].by_variant["base"].values())
+
+
+def test_the_budget_stops_rounds_and_says_so(monkeypatch, tmp_path):
+    script = _script()
+    calls = []
+    monkeypatch.setattr(script, "perf_run", _fake_perf(calls))
+    clock = iter([0, 0, 0, 10_000])
+    monkeypatch.setattr(script.time, "monotonic", lambda: next(clock))
+    trees = {"base": tmp_path / "base", "reference": tmp_path / "reference"}
+    runs, paired, notes = script.time_rounds(trees, [A], rounds=3, deadline=1000, out_dir=tmp_path)
+    assert calls == ["round1-base", "round1-reference", "round2-reference"]
+    assert paired == {A: 1} and "out of time" in notes[0]
+    assert script.summarize(measure.Runs({"base": {}, "reference": {}}), 0) == {"rounds_done": 0}
+    assert "| x | False | 0 | - |" in script.markdown([{"task": "x", "correct": False, "rounds_done": 0,
+                                                         "errors": ["no round"]}])
+
+
+def _has_tileiras() -> bool:
+    try:
+        from cuda.tile.compilation import export_kernel  # noqa: F401
+    except ImportError:
+        return False
+    return shutil.which("tileiras") is not None or importlib.util.find_spec("cuda.tile") is not None
+
+
+@needs_tilegym
+@pytest.mark.skipif(not _has_tileiras(), reason="no cuda-tile compiler here")
+@pytest.mark.parametrize("task_id", list(OPS))
+def test_the_faster_file_compiles_for_sm90(task_id, tmp_path):
+    task = tasks.by_id(tasks.load_tasks(), task_id)
+    built = build.build(task, tmp_path / "repo", tilegym=TILEGYM)
+    (rel,) = tasks.fence(task)
+    fixture = ROOT / "evals" / "fixtures" / "tilegym" / OPS[task_id]
+    proc = subprocess.run([sys.executable, "-m", "cutile_perf", "compile-check", "--repo", str(built.repo),
+                           "--kernel", str(fixture / "faster.py"), "--as", rel, "--arch", "sm_90",
+                           "--spec", str(fixture / "compile-check.yaml")],
+                          capture_output=True, text=True, cwd=built.repo)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert " 0 failed, 0 without a signature" in proc.stdout
