@@ -14,15 +14,20 @@ Sections (run from the checkout root with PYTHONPATH=scripts:examples/kernels/sr
 4. budget: 256 matmul configs, legality-pruned for sm_90 and 4096^3, then the model-based
    ``surrogate`` strategy and ``sample_refine`` (same budget) vs exhaustive over the legal ones.
 
-Measured (H200, 16 CPUs, cuda-tile 1.7.0, matmul 4096^3 fp16; single runs). Tuning and launch
-rows from ``python benchmarks/autotune.py tuning overhead`` on 2026-12-01 with the probe cut
+Measured (H200, 16 CPUs, cuda-tile 1.7.0, matmul 4096^3 fp16; single runs). Tuning rows from
+``python benchmarks/autotune.py tuning`` on 2026-12-02 (single run) after commit 6984491
+(``HandoffKernel.replace_hints`` returns the kernel itself for unchanged options, so
+exhaustive_search's timing stage no longer re-runs the frontend per config); its output is
+benchmarks/results/2026-12-02-h200/issue22/autotune_tuning.txt. The launch row from
+``python benchmarks/autotune.py tuning overhead`` on 2026-12-01 with the probe cut
 (``cutile_perf.tune.timing.probe_cut``); the others from an earlier full run:
 
 | measurement | ours | reference | goal |
 | --- | --- | --- | --- |
-| first tuning, 8 configs | 0.69 s = compile 0.65 s + timing 0.04 s (7 cut) | exhaustive_search 2.16 s: 3.1x | >= 2x met |
-| first tuning, 16 configs | 0.93 s = compile 0.81 s + timing 0.12 s (11 cut) | 5.15 s: 5.5x | >= 5x met |
-| first tuning, 30 configs | 1.53 s = compile 1.08 s + timing 0.45 s (17 cut) | 11.19 s: 7.3x | >= 8x MISSED |
+| first tuning, 8 configs | 0.59 s = compile 0.57 s + timing 0.03 s (7 cut) | exhaustive_search 2.15 s: 3.6x | >= 2x met |
+| first tuning, 16 configs | 0.70 s = compile 0.65 s + timing 0.05 s (11 cut) | 4.63 s: 6.6x | >= 5x met |
+| first tuning, 30 configs | 1.13 s = compile 1.04 s + timing 0.09 s (17 cut) | 11.92 s: 10.5x | >= 8x met |
+| stage 1 floor at 8/16/30 | longest tileiras 0.53 / 0.61 / 0.78 s; frontend+cache CPU 0.15 / 0.27 / 0.59 s | - | - |
 | winner at 8/16/30 | 128x128x64 occupancy 1 num_ctas 1 | same | same |
 | Autotuner.launch over raw ct.launch (4.93 us) | -0.20 us (within noise) | - | <= 0.5 us met |
 | second process, warm persistent cache | 0.27 s, compiled 0, timed 0 | - | 0 and 0 met |
@@ -30,8 +35,9 @@ rows from ``python benchmarks/autotune.py tuning overhead`` on 2026-12-01 with t
 | surrogate on 224 configs | 56 evaluated (25 %), winner = exhaustive best (+0.0 %) | exhaustive 224 | <= 2 % with <= 30 % met |
 | sample_refine, same budget | 36 evaluated, winner +14.0 % (local optimum) | exhaustive 224 | - |
 
-Why 30 configs still misses 8x: it needs ours at <= 1.40 s and compiling alone took 1.08 s;
-stage 1 is bounded by frontends that run one at a time (cuTile's lock and the GIL) plus the
+The 2026-12-01 run of the same rows (before commit 6984491, single run): 0.69 s / 2.16 s (3.1x),
+0.93 s / 5.15 s (5.5x), 1.53 s / 11.19 s (7.3x, 8x missed), timing 0.04 / 0.12 / 0.45 s. Stage 1
+(compile) is bounded by frontends that run one at a time (cuTile's lock and the GIL) plus the
 slowest tileiras. Before the probe cut the same rows were 2.1x / 4.4x / 6.0x.
 """
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """benchmarks/matmul_sweep.py without a GPU: the config grid is legal on the README shapes, the
-command line parses, and (toolchain) the sweep kernel at step 03's config is step 03's machine code."""
+command line parses, and (toolchain) the sweep kernel at step 03's and step 07's configs, and at the
+tuner's num_worker_warps=8 config, is the machine code those steps launch."""
 from __future__ import annotations
 
 import importlib.util
@@ -83,25 +84,55 @@ def test_command_line(capsys, monkeypatch):
     assert sweep.main(["--rounds", "1"]) == 3  # a GPU run without a GPU says so and stops
 
 
-@pytest.mark.toolchain
-def test_sweep_kernel_at_step03_config_is_step03():
-    """Same SASS, registers and shared memory as the step file: the sweep times the shipped kernel."""
-    sweep = load_sweep()
+def _cubin_info(sweep, kernel, signature) -> dict:
+    """Registers, stack, shared memory, threads and SASS digest of ``kernel``'s sm_90 cubin."""
     from cutile_perf.kernel.compile_report import find_cuobjdump, inspect_cubin
     from cutile_perf.kernel.compilecheck import compile_signature
 
     cuobjdump = find_cuobjdump()
     if cuobjdump is None:
         pytest.skip("cuobjdump not found: no SASS to compare")
-    kernel, signatures = load_step("03-occupancy-2.py").aot_signatures()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        cubin, _remarks = compile_signature(kernel, signatures[0], "sm_90", Path(tmp))
+        cubin, _remarks = compile_signature(kernel, signature, "sm_90", Path(tmp))
         path = Path(tmp) / "step.cubin"
         path.write_bytes(cubin)
-        step = {**inspect_cubin(path, cuobjdump), "sass_digest": sweep.sass_digest(path, cuobjdump)}
-    ours = sweep.inspect_config(sweep.CONFIGS[0][0])
+        return {**inspect_cubin(path, cuobjdump), "sass_digest": sweep.sass_digest(path, cuobjdump)}
+
+
+def _assert_same_kernel(sweep, info: dict, label: str) -> None:
+    config = next(cfg for cfg, _why in sweep.CONFIGS if cfg.label() == label)
+    ours = sweep.inspect_config(config)
     for key in ("sass_digest", "registers", "stack", "shared", "threads"):
-        assert ours[key] == step[key], key
+        assert ours[key] == info[key], key
+
+
+@pytest.mark.toolchain
+@pytest.mark.parametrize("step_file, label", [
+    ("03-occupancy-2.py", "128x128x64 occ2 g8"),  # the sweep's first config: the shipped best step
+    ("07-two-warpgroups-128x256.py", "128x256x64 occ1 w8 g8 lat10"),  # the sweep's measured best, as step 07
+])
+def test_sweep_kernel_at_a_step_config_is_that_step(step_file, label):
+    """Same SASS, registers and shared memory as the step file: the sweep times the step's kernel."""
+    sweep = load_sweep()
+    kernel, signatures = load_step(step_file).aot_signatures()[0]
+    _assert_same_kernel(sweep, _cubin_info(sweep, kernel, signatures[0]), label)
+
+
+@pytest.mark.toolchain
+def test_tuner_two_warpgroup_config_is_the_swept_one():
+    """Step 06's tuner at the sm_90 space's num_worker_warps=8 config launches the sweep's
+    128x256x64 occ1 w8 g8 (no latency hint): the space quotes that config's measured figures."""
+    sweep = load_sweep()
+    from cutile_perf.tune.spaces import matmul_space
+
+    import cuda.tile as ct
+    from tilesuite.aot import contiguous, signature
+
+    step = load_step("06-autotune.py")
+    [cfg] = [c for c in matmul_space("sm_90") if c.get("num_worker_warps") == 8]
+    sig = signature([contiguous(ct.bfloat16, 2)] * 3 + [cfg.TILE_M, cfg.TILE_N, cfg.TILE_K, step.GROUP_M])
+    info = _cubin_info(sweep, step.make_tuner("sm_90").kernel_for(cfg), sig)
+    _assert_same_kernel(sweep, info, "128x256x64 occ1 w8 g8")
 
 
 def test_gpu_path_logic_on_cpu_stand_ins(capsys, monkeypatch):

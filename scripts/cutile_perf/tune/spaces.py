@@ -15,6 +15,9 @@ guesses, none measured by us. The sm_90 matmul ranking (geomean slowdown vs the 
 
 and the occupancy-2 result from ``cd examples/kernels && python -m tests.check_compute_bound_steps``
 (matmul step 03 and attention step 03, each timed against cuBLAS / SDPA flash in the same run).
+The sm_90 matmul list's 128x256x64 num_worker_warps=8 config comes from
+``python benchmarks/matmul_sweep.py --precompile 16 --rounds 3`` (H200, 2026-12-02, medians of 3 rounds;
+benchmarks/results/2026-12-02-h200/issue22/matmul_sweep.md).
 """
 from __future__ import annotations
 
@@ -92,10 +95,13 @@ def occupancy_space(values: Iterable[int] = OCCUPANCY_VALUES) -> list[Config]:
 
 
 def _tiles(rows, arch):
-    return filter_valid([Config(TILE_M=m, TILE_N=n, TILE_K=k, occupancy=o, num_ctas=c) for m, n, k, o, c in rows], arch)
+    """Configs from (TILE_M, TILE_N, TILE_K, occupancy, num_ctas[, num_worker_warps]) rows; the
+    warps field only where a row gives it (absent: the compiler's choice)."""
+    return filter_valid([Config(TILE_M=r[0], TILE_N=r[1], TILE_K=r[2], occupancy=r[3], num_ctas=r[4],
+                                **({"num_worker_warps": r[5]} if len(r) > 5 else {})) for r in rows], arch)
 
 
-# (TILE_M, TILE_N, TILE_K, occupancy, num_ctas); <= 8 per arch.
+# (TILE_M, TILE_N, TILE_K, occupancy, num_ctas[, num_worker_warps]); <= 8 per arch.
 MATMUL = {
     "sm_80": [(64, 64, 32, 1, 1), (128, 128, 32, 1, 1), (128, 64, 32, 2, 1), (64, 128, 64, 1, 1)],
     "sm_86": [(64, 64, 32, 1, 1), (128, 64, 32, 1, 1), (64, 128, 32, 1, 1), (128, 128, 32, 1, 1)],
@@ -104,8 +110,14 @@ MATMUL = {
     # 88.0-96.6 % of cuBLAS; probe ranks: 128x128x64 nc1 1.000, 256x128x64 nc2 1.026,
     # 128x256x64 nc2 1.033, 64x256x64 nc1 1.090, 64x128x64 nc1 1.418. Left out as measured
     # losers: 256x128 nc1 8.3x, 256x256 nc2 13.7x, 128x256 nc1 13.8x, 256x256 nc1 30x slower
-    # (256x256 nc2 spills 1.8 KB per thread on sm_90, see matmul step 05).
-    "sm_90": [(128, 128, 64, 2, 1), (128, 128, 64, 1, 1), (256, 128, 64, 1, 2), (128, 256, 64, 1, 2),
+    # (256x256 nc2 spills 1.8 KB per thread on sm_90, see matmul step 05). 128x256x64 with
+    # num_worker_warps=8 (two consumer warpgroups, 168 registers, no stack) does not spill:
+    # `python benchmarks/matmul_sweep.py --precompile 16 --rounds 3` (2026-12-02, medians of 3 rounds,
+    # benchmarks/results/2026-12-02-h200/issue22/matmul_sweep.md) timed it at 93.6 % / 95.9 % of cuBLAS
+    # (4096^3 / 8192^3 bf16, grouped order, no latency hint: this space's kernels have none), step 03
+    # at 90.7 % / 92.5 % in the same run; with latency=10 it is matmul step 07 (95.6 % / 99.5 %).
+    "sm_90": [(128, 128, 64, 2, 1), (128, 128, 64, 1, 1), (128, 256, 64, 1, 1, 8),
+              (256, 128, 64, 1, 2), (128, 256, 64, 1, 2),
               (64, 256, 64, 1, 1),
               (64, 128, 64, 1, 1),  # measured 1.42x at 4096^3+; kept for small problems (fewer tiles than SMs)
               (64, 256, 64, 2, 1)],  # NOT measured: occupancy 2 on the 4th-ranked tile (same accumulator size as 128x128)
