@@ -160,6 +160,37 @@ def test_a_slot_left_by_a_killed_command_or_replaced_by_a_link_is_rebuilt_from_g
     assert not slot.is_symlink() and (slot / "pytest.ini").is_file() and not any(elsewhere.iterdir())
 
 
+def test_sweep_leaves_the_checkout_as_built_and_nothing_else(tmp_path):
+    repo = build_tilegym_like_repo(tmp_path)
+    (repo / "tests/ops/linked.py").symlink_to("__init__.py")  # a committed link inside the checkout
+    git.Repo(repo).git.add("-A")
+    git.Repo(repo).git.commit("-qm", "a link")
+    g = git.Repo(repo)
+    head = g.head.commit.hexsha
+    built = pristine.build(g, protected_from=head, fenced_from=head, fence=("src/",), root=tmp_path / "slot")
+    root = built.root
+    before = {p.relative_to(root).as_posix() for p in root.rglob("*")}
+    planted = ["tests/ops/conftest.py", "src/fakegym/ops/cutile/__pycache__/__init__.cpython-312.pyc",
+               ".pytest_cache/v/cache/lastfailed", "output.bin"]
+    for rel in planted:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("left by a child")
+    (root / "src/escape").symlink_to(tmp_path)  # a link out, made by a child: removed, never followed
+    removed = pristine.sweep(built)
+    assert {p.relative_to(root).as_posix() for p in root.rglob("*")} == before
+    assert (root / "tests/ops/linked.py").is_symlink() and any(tmp_path.iterdir())
+    assert removed == sorted(["tests/ops/conftest.py", "src/fakegym/ops/cutile/__pycache__/", ".pytest_cache/",
+                              "output.bin", "src/escape/"])
+    assert pristine.sweep(built) == []
+
+
+def test_child_env_reads_installed_bytecode_only_without_a_prefix(tmp_path):
+    fresh = pristine.child_env(tmp_path, [], tmp_path / "pycache", {"PYTHONPATH": ""})
+    installed = pristine.child_env(tmp_path, [], None, {"PYTHONPATH": ""})
+    assert fresh["PYTHONPYCACHEPREFIX"] == str(tmp_path / "pycache") and "PYTHONDONTWRITEBYTECODE" not in fresh
+    assert "PYTHONPYCACHEPREFIX" not in installed and installed["PYTHONDONTWRITEBYTECODE"] == "1"
+
+
 # --- through the loop (simulated repository) ------------------------------------------------------
 
 OBSERVER = """

@@ -41,6 +41,7 @@ import pytest
 from fixtures_repo import (KERNEL_REL, TEST_REL, allow_no_gpu, build_tilegym_like_repo, edit_kernel, edit_session, git,
                            interruptible)
 
+from cutile_perf.child import box
 from cutile_perf.store import session as session_mod
 from cutile_perf.cli import main
 from cutile_perf.judge.rules import Thresholds
@@ -402,6 +403,46 @@ def test_forged_bytecode_for_an_unfenced_module_does_not_reach_the_measurement(r
     append_to_kernel(repo, "# ATTACK forged-pyc")
     code, data, _ = call(repo, "try", "rewrite (helped by forged bytecode)")
     assert_not_kept_nothing_lost(repo, before, code, marker="# ATTACK forged-pyc")
+
+
+# Planted by the candidate in its own checkout, at import in every child: bytecode for the package's
+# (unfenced, unchanged) __init__.py that, when a later child of the same checkout reads it, makes the
+# kernel report a quarter of its latency. Written where Python looks without a bytecode prefix.
+PLANTED_BYTECODE = """
+# ATTACK planted-bytecode
+import pathlib as _pl, sys as _sys
+from importlib._bootstrap_external import _code_to_timestamp_pyc as _as_pyc
+_init = _pl.Path(__file__).with_name("__init__.py")
+_code = compile("import importlib as _il\\n_k = _il.import_module(__name__ + '.rms_norm')\\n"
+                "_k.LATENCY_MS = {s: v / 4 for s, v in _k.LATENCY_MS.items()}\\n", str(_init), "exec")
+_st = _init.stat()
+try:
+    _pyc = _init.parent / "__pycache__" / f"__init__.{_sys.implementation.cache_tag}.pyc"
+    _pyc.parent.mkdir(exist_ok=True)
+    _pyc.write_bytes(bytes(_as_pyc(_code, int(_st.st_mtime), _st.st_size)))
+except OSError:
+    pass
+"""
+
+
+@pytest.mark.skipif(box.available() is not None, reason="installed bytecode is read only by boxed children")
+def test_bytecode_planted_by_one_child_never_reaches_the_next_child_of_its_checkout(tmp_path):
+    """Correctness and perf run one after the other in one checkout (no pre-started perf child).
+    A boxed child reads installed packages' own bytecode, so the checkout is the only place a
+    planted .pyc could come from: without ``pristine.sweep`` between the children, the perf child
+    loads the forged __init__ and a 3x slower kernel is kept as 2x faster."""
+    repo = build_tilegym_like_repo(tmp_path)
+    code, data, _ = call(repo, "init", "--kernel", "rms_norm", "--timeout", "60", "--no-prestart-perf")
+    assert code == 0, data
+    allow_no_gpu(repo)
+    code, data, _ = call(repo, "baseline", "--repeats", "2")
+    assert code == 0, data
+    before = snapshot(repo)
+    edit_kernel(repo, latency=SLOW)
+    append_to_kernel(repo, PLANTED_BYTECODE)
+    code, data, _ = call(repo, "try", "slower, helped by bytecode planted for the next child")
+    row = assert_not_kept_nothing_lost(repo, before, code, marker="# ATTACK planted-bytecode")
+    assert row["status"] == "revert" and row["correctness"] == "PASS", row
 
 
 def test_package_imported_from_another_copy_is_never_measured(repo, tmp_path, monkeypatch):

@@ -363,6 +363,27 @@ def _profiled(torch, call, count: int, flush_buf, check: OutputCheck | None = No
     return samples
 
 
+def warm_up_profiler() -> bool:
+    """Run one tiny ``torch.profiler`` session with CUDA activity, so that the process's first one
+    (CUPTI and the profiler's own set-up: 3.6 s on the H200, ``benchmarks/child_profile.py``,
+    median of 3) is not paid by a record's witness or a CUPTI-timed sample. A pre-started perf
+    child calls it while it waits for the correctness run (``pytest_plugin.Gate``); it times
+    nothing and leaves nothing behind. Returns whether a session ran."""
+    try:
+        torch = _torch()
+        if not torch.cuda.is_available():
+            return False
+        probe = torch.zeros(1, device="cuda")
+        profiler = torch.profiler
+        with profiler.profile(activities=[profiler.ProfilerActivity.CUDA]) as prof:
+            probe.add_(1)
+            torch.cuda.synchronize()
+        prof.events()  # the results' first conversion is part of the one-off cost
+        return True
+    except Exception:  # noqa: BLE001 - a warm-up that cannot run changes nothing: the record pays it instead
+        return False
+
+
 def device_time_ms(torch, call, flush_buf, calls: int = WITNESS_CALLS, *, cupti: bool = False) -> float | None:
     """The device-time witness (module docstring): the median device time of ``calls`` profiled
     calls, or None when the profiler cannot run here (no CUPTI, a profiler already active).

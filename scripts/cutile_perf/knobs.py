@@ -223,7 +223,7 @@ def child_env(**overrides: str) -> dict[str, str]:
 # module runs. The harness adds its own values on top (child/measure.py, child/runner.py):
 # CUTILE_PERF_REPORT, CUTILE_PERF_KEY_FD, CUTILE_PERF_GATE_FD, CUTILE_PERF_SHARD, CUTILE_PERF_SELECT,
 # CUTILE_PERF_DEFENCE, PYTHONPATH (the checkout's package roots, then the user's own PYTHONPATH),
-# PYTHONPYCACHEPREFIX, PYTHONNOUSERSITE, CUDA_TILE_CACHE_DIR (only the session cache the harness
+# PYTHONPYCACHEPREFIX or PYTHONDONTWRITEBYTECODE (pristine.child_env), PYTHONNOUSERSITE, CUDA_TILE_CACHE_DIR (only the session cache the harness
 # guards and binds writable; a cache dir of the user's own is not passed: the child could plant
 # kernels in it), and HOME/TMPDIR/TMP/TEMP pointing at the run's scratch folder.
 CHILD_ENV_ALLOWED: dict[str, str] = {

@@ -232,13 +232,17 @@ def _run_child(session, name, deadline, checkout, fenced_files, on_start, output
         overrides["CUTILE_PERF_SELECT"] = json.dumps(sorted(select))
     if checkout.compile_cache is not None:
         overrides[jitcache.ENV] = str(checkout.compile_cache)
-    env = pristine.child_env(checkout.root, fenced_files, private / "pycache",
+    boxed = box_why_not(session) is None
+    # Installed packages' own bytecode only for a boxed child alone in its checkout (``child_env``):
+    # the shares of a sharded stage run at once in one checkout, where one could plant bytecode
+    # for another after the sweep; an unboxed child could write into any __pycache__.
+    pycache = None if boxed and shard is None else private / "pycache"
+    env = pristine.child_env(checkout.root, fenced_files, pycache,
                              {**overrides, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
     argv = [*session.argv(name), *records.PYTEST_PLUGIN_ARGS]
     # In the box every value the harness sets is passed (its environment is an allow-list, not a
     # copy of ours); the paths in them are rewritten to the box's fixed paths by the runner.
-    the_box = None if box_why_not(session) else box.for_stage(session.repo, checkout.root, private,
-                                                              checkout.compile_cache)
+    the_box = box.for_stage(session.repo, checkout.root, private, checkout.compile_cache) if boxed else None
     result = runner.run(argv, cwd=checkout.root, timeout_s=deadline.left(), output_path=output,
                         env_overrides=env if the_box else {k: v for k, v in env.items() if v != os.environ.get(k)},
                         secret=key, on_start=on_start, gate=gate, box=the_box)
@@ -303,6 +307,7 @@ def _run_shards(session, name, deadline, checkout, fenced_files, on_start, outpu
 def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private,
                gate=None, select=None) -> Stage:
     guarded = protected_paths(session, tracked)
+    pristine.sweep(checkout)  # what an earlier child of this checkout left never reaches this one
     before_user = snapshot(session.repo, guarded)
     # The committed files only: caches and outputs the tests create (.pytest_cache, logs) are theirs.
     checkout_files = list(checkout.written)

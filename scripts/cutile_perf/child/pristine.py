@@ -14,8 +14,9 @@ commits can change what runs:
   committed sources;
 * a symlink is recreated only when it points inside the checkout.
 
-``child_env`` then puts the checkout's package roots first on ``PYTHONPATH`` and sends bytecode
-to a per-run prefix, so an editable install of the same package elsewhere is never imported.
+``child_env`` then puts the checkout's package roots first on ``PYTHONPATH``, so an editable
+install of the same package elsewhere is never imported, and keeps every child off bytecode it did
+not compile itself from a committed source (``child_env``, ``sweep``).
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ class Checkout:
     fenced_from: str
     skipped: tuple[str, ...]  # committed paths deliberately not written (start-up files, bytecode, links out)
     written: tuple[str, ...] = ()  # the committed files the checkout holds: what a child may not change
+    links: tuple[str, ...] = ()  # committed symlinks recreated in it (each points inside the checkout)
     # The cuTile compile cache its children use (jitcache.py); None: whatever the environment says.
     compile_cache: Path | None = None
 
@@ -103,7 +105,7 @@ def build(g, *, protected_from: str, fenced_from: str, fence: Iterable[str], roo
     entries = composed_entries(g, protected_from, fenced_from, fence)
     files = [e for e in entries if e.mode not in (_MODE_SUBMODULE,) and not skipped_by_rule(e.path)]
     skipped = [e.path for e in entries if e not in files]
-    written = []
+    written, links = [], []
     for entry in files:
         target = root / entry.path
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -115,12 +117,43 @@ def build(g, *, protected_from: str, fenced_from: str, fence: Iterable[str], roo
                 skipped.append(entry.path)
                 continue
             target.symlink_to(link)
+            links.append(entry.path)
             continue
         target.write_bytes(content)
         written.append(entry.path)
         if entry.mode == _MODE_EXEC:
             target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return Checkout(root, protected_from, fenced_from, tuple(sorted(skipped)), tuple(written))
+    return Checkout(root, protected_from, fenced_from, tuple(sorted(skipped)), tuple(written), tuple(links))
+
+
+def sweep(checkout: Checkout) -> list[str]:
+    """Remove from ``checkout`` every file and folder its build did not write, and return their
+    paths: each child starts from the checkout as built. What an earlier child of the same checkout
+    left (pytest's cache, a test's output, or a planted ``conftest.py`` or ``__pycache__``) never
+    reaches the next one, which is what lets a boxed child read installed packages' own bytecode
+    (``child_env``): the only writable place on its import path is this checkout."""
+    built = {*checkout.written, *checkout.links}
+    kept_dirs = {str(parent) for path in built for parent in PurePosixPath(path).parents}
+    removed: list[str] = []
+    for folder, subfolders, files in os.walk(checkout.root):
+        rel = PurePosixPath(os.path.relpath(folder, checkout.root))
+        for name in list(subfolders):
+            path, full = str(rel / name) if str(rel) != "." else name, os.path.join(folder, name)
+            if path in built:  # a committed link to a folder: kept, never followed
+                subfolders.remove(name)
+            elif path not in kept_dirs or os.path.islink(full):
+                subfolders.remove(name)
+                if os.path.islink(full):
+                    os.unlink(full)
+                else:
+                    shutil.rmtree(full, ignore_errors=True)
+                removed.append(path + "/")
+        for name in files:
+            path = str(rel / name) if str(rel) != "." else name
+            if path not in built:
+                os.unlink(os.path.join(folder, name))
+                removed.append(path)
+    return sorted(removed)
 
 
 def package_root(checkout_root: Path, rel: str) -> Path:
@@ -166,13 +199,21 @@ def import_path(checkout_root: Path, fenced_files: Iterable[str], inherited: str
     return {"PYTHONPATH": os.pathsep.join([*roots, *([inherited] if inherited else [])])}
 
 
-def child_env(checkout_root: Path, fenced_files: Iterable[str], pycache: Path, base_env: dict[str, str]) -> dict[str, str]:
-    """``base_env`` for a child running in the checkout: its package roots first, bytecode elsewhere."""
+def child_env(checkout_root: Path, fenced_files: Iterable[str], pycache: Path | None,
+              base_env: dict[str, str]) -> dict[str, str]:
+    """``base_env`` for a child running in the checkout: its package roots first, and its bytecode.
+
+    ``pycache``: a fresh per-run folder for all bytecode, so no ``__pycache__`` anywhere is read; the
+    price is every installed module (torch's thousands) compiled from source again in every child,
+    seconds each on a GPU host. ``None``: installed packages' own bytecode is read and nothing is
+    written. Only for a child that is boxed and alone in a swept checkout (``measure``): the box
+    makes everything but the checkout read-only, and ``sweep`` removed any bytecode an earlier
+    child left there, so every ``.pyc`` it can find was compiled by the package's installer."""
+    bytecode = {"PYTHONPYCACHEPREFIX": str(pycache)} if pycache is not None else {"PYTHONDONTWRITEBYTECODE": "1"}
     return {
         **base_env,
         **import_path(checkout_root, fenced_files, base_env.get("PYTHONPATH", "")),
-        # Bytecode goes to a fresh per-run folder: a forged or stale __pycache__ is never read.
-        "PYTHONPYCACHEPREFIX": str(pycache),
+        **bytecode,
         "PYTHONNOUSERSITE": "1",
     }
 

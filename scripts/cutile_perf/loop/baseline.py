@@ -13,6 +13,7 @@ from cutile_perf import knobs
 from cutile_perf.child import envcheck, measure
 from cutile_perf.errors import DirtyTree, IterationCrashed, Refused, UsageError
 from cutile_perf.judge import rules, stats, verdict
+from cutile_perf.judge.verdict import Stage
 from cutile_perf.loop import iteration
 from cutile_perf.loop.history import History
 from cutile_perf.loop.stages import Stages, StageRunner
@@ -22,13 +23,14 @@ from cutile_perf.store import session as session_mod
 
 
 def perf_repeats(runner: Stages, thresholds: rules.Thresholds, commit: str, repeats: int, test_ids: dict[str, str],
-                 names: dict[str, str]) -> dict[str, list[float]]:
-    """Per-case medians of ``repeats`` perf runs; a crashed run stops the baseline."""
+                 names: dict[str, str], first: Stage | None = None) -> dict[str, list[float]]:
+    """Per-case medians of ``repeats`` perf runs; a crashed run stops the baseline. ``first``: run 1,
+    already run by a perf child pre-started during the correctness run."""
     runs: dict[str, list[float]] = {}
     empty = verdict.Reference(commit=commit, medians={}, noise={})
     for k in range(repeats):
         say(f"perf run {k + 1}/{repeats}")
-        stage = runner.stage("perf", f"0-r{k + 1}", commit)
+        stage = first if k == 0 and first is not None else runner.stage("perf", f"0-r{k + 1}", commit)
         checked = verdict.judge_records(stage, empty, thresholds)
         if checked.final:
             raise IterationCrashed(f"baseline perf run failed: {checked.reason}", f"read {stage.output}")
@@ -67,15 +69,25 @@ def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outco
         runner = stages if stages is not None else StageRunner(session, g, measure.Deadline(session.timeout_s * repeats),
                                                                clock)
         with runner:
-            say("correctness")
-            corr = runner.stage("correctness", "0", head)
-            checked = verdict.judge_correctness(corr, verdict.Reference(commit=head, medians={}, noise={}))
+            empty = verdict.Reference(commit=head, medians={}, noise={})
+            # Perf run 1 starts with the correctness run and waits before its first test, as a
+            # try's perf run does (``Stages.correctness_then_perf``); runs 2 and up start alone.
+            refusal = runner.prestart_refusal() if session.prestart_perf else None
+            first = None
+            if session.prestart_perf and not refusal:
+                say("correctness (perf run 1 started, held before its first test)")
+                corr, first = runner.correctness_then_perf(
+                    "0", head, proceed=lambda c: not verdict.judge_correctness(c, empty).final, perf_tag="0-r1")
+            else:
+                say("correctness")
+                corr = runner.stage("correctness", "0", head)
+            checked = verdict.judge_correctness(corr, empty)
             if checked.final:
                 raise IterationCrashed(f"baseline {checked.reason}",
                                        f"read {corr.output}; fix the kernel or the commands in sandbox/session.yaml")
             test_ids: dict[str, str] = {}
             names: dict[str, str] = {}
-            runs = perf_repeats(runner, session.thresholds, head, repeats, test_ids, names)
+            runs = perf_repeats(runner, session.thresholds, head, repeats, test_ids, names, first)
             defined = runner.defined_names(head)
             fields_of_runner = runner.row_fields()
         if not runs:

@@ -31,8 +31,8 @@ class Stages(Protocol):
 
     def stage(self, name: str, tag: str, commit: str, cases: dict[str, str | None] | None = None) -> Stage: ...
 
-    def correctness_then_perf(self, tag: str, commit: str, proceed: Callable[[Stage], bool]
-                              ) -> tuple[Stage, Stage | None]: ...
+    def correctness_then_perf(self, tag: str, commit: str, proceed: Callable[[Stage], bool],
+                              perf_tag: str | None = None) -> tuple[Stage, Stage | None]: ...
 
     def prestart_refusal(self) -> str | None: ...
 
@@ -112,11 +112,13 @@ class StageRunner:
         self.clock.add_child(result.duration_s, f"{tag}-{name}")
         return replace(result, cases=tuple(sorted(cases))) if cases else result
 
-    def correctness_then_perf(self, tag: str, commit: str, proceed: Callable[[Any], bool]):
+    def correctness_then_perf(self, tag: str, commit: str, proceed: Callable[[Any], bool],
+                              perf_tag: str | None = None):
         """Correctness, then perf, of ``commit``, with the perf child started at once and held
         before its first test (``runner.Gate``): its start-up (interpreter, torch, imports,
-        collection) overlaps the correctness run. ``proceed(correctness_stage)`` says whether to
-        let it run; if not, it is killed. Returns ``(correctness, perf or None)``.
+        collection, the profiler's set-up) overlaps the correctness run. ``proceed(correctness_stage)``
+        says whether to let it run; if not, it is killed. Returns ``(correctness, perf or None)``;
+        ``perf_tag``: the perf run's tag when it is not ``tag`` (the baseline's first perf run).
 
         Only start-up overlaps: no perf test starts before the correctness child has ended. Each
         stage still snapshots the protected files before its child starts and compares them after
@@ -144,10 +146,11 @@ class StageRunner:
             if self.on_start is not None:
                 self.on_start(pgid)
 
+        perf_tag = perf_tag or tag
         checkout, fenced = self.checkout(commit, held=True), self.fenced_files(commit)
         self.checkout(commit)  # the correctness child's, built before either child starts
         with ThreadPoolExecutor(max_workers=1) as pool:
-            pending = pool.submit(measure.run_stage, self.session, "perf", tag, self.deadline, checkout=checkout,
+            pending = pool.submit(measure.run_stage, self.session, "perf", perf_tag, self.deadline, checkout=checkout,
                                   fenced_files=fenced, tracked=self.tracked, on_start=perf_started, gate=gate)
             try:
                 correctness = self.stage("correctness", tag, commit)
@@ -166,7 +169,7 @@ class StageRunner:
             perf = pending.result()
         if not go:
             return correctness, None
-        self.clock.add_child(perf.duration_s, f"{tag}-perf")
+        self.clock.add_child(perf.duration_s, f"{perf_tag}-perf")
         return correctness, perf
 
     def row_fields(self) -> dict:
@@ -236,9 +239,11 @@ class ScriptedStages:
             self.clock.add_child(stage.duration_s, f"{tag}-{name}")
         return stage
 
-    def correctness_then_perf(self, tag: str, commit: str, proceed):
+    def correctness_then_perf(self, tag: str, commit: str, proceed, perf_tag: str | None = None):
         correctness = self.stage("correctness", tag, commit)
-        return (correctness, self.stage("perf", tag, commit)) if proceed(correctness) else (correctness, None)
+        if not proceed(correctness):
+            return correctness, None
+        return correctness, self.stage("perf", perf_tag or tag, commit)
 
     def prestart_refusal(self) -> str | None:
         return self.no_prestart
