@@ -37,6 +37,18 @@ def test_cli_demo_without_gpu_exits_3_with_one_line(no_gpu, capsys):
     assert "demo measures kernels and cannot run here" in err
 
 
+def test_demo_whose_torch_sees_no_gpu_removes_its_copy(monkeypatch, tmp_path):
+    """nvidia-smi finds a GPU, so the copy and init start; torch's view (checked meanwhile, its
+    import is slow) then refuses, and the copy the demo made is removed again."""
+    smi_only = envcheck.Environment(gpu="NVIDIA H200", compute_capability="9.0", cuda_tile="1.7.0", tileiras="13.4")
+    no_torch_gpu = envcheck.Environment(problems=(envcheck.Problem("torch", "torch sees no CUDA GPU"),))
+    monkeypatch.setattr(envcheck, "check", lambda *, with_torch=True: no_torch_gpu if with_torch else smi_only)
+    dest = tmp_path / "demo"
+    with pytest.raises(EnvMissing, match="torch sees no CUDA GPU"):
+        demo_mod.demo(kernel="rmsnorm", dest=dest)
+    assert not dest.exists()
+
+
 @pytest.mark.skipif(gpu_skip_reason() is None, reason="this machine has a GPU: the demo would really run")
 def test_demo_on_this_cpu_machine_refuses(tmp_path):
     dest = tmp_path / "demo"

@@ -13,6 +13,7 @@ silently carrying on.
 from __future__ import annotations
 
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,9 +93,7 @@ def available_ops(suite: Path) -> list[str]:
     return sorted(p.parent.name for p in (suite / "optimizations").glob("*/steps.yaml"))
 
 
-def _require_gpu() -> None:
-
-    env = envcheck.check()
+def _require_gpu(env: envcheck.Environment) -> None:
     if not env.can_measure:
         problems = "; ".join(p.message for p in env.problems if p.fatal_for_measuring)
         raise EnvMissing(f"the demo measures kernels and cannot run here: {problems}",
@@ -131,12 +130,21 @@ def demo(*, kernel: str, dest: Path | None = None) -> Outcome:
     op = resolve_kernel(kernel, available_ops(suite))
     assets.refuse_if_withheld(op)  # the demo applies every prepared step: the answers of an evaluation on op
     kernel_file, steps = load_steps(suite / "optimizations" / op / "steps.yaml")
-    _require_gpu()  # before anything is copied: a refused demo leaves no trace
+    _require_gpu(envcheck.check(with_torch=False))  # before anything is copied: a refused demo leaves no trace
 
     dest = dest or default_dest()
-    say(f"copying the kernel suite to {dest}")
-    _fresh_copy(suite, dest)
-    lines = [init(repo=dest, kernel=op, test=None, branch=None, allow=[], timeout_s=600).text.splitlines()[0]]
+    # Torch's own view of the GPU (its import takes seconds on a GPU host) while the suite is copied
+    # and the session set up; a refusal then removes the copy, which only the demo made.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        torch_view = pool.submit(envcheck.check)
+        say(f"copying the kernel suite to {dest}")
+        _fresh_copy(suite, dest)
+        try:
+            lines = [init(repo=dest, kernel=op, test=None, branch=None, allow=[], timeout_s=600).text.splitlines()[0]]
+            _require_gpu(torch_view.result())
+        except EnvMissing:
+            shutil.rmtree(dest, ignore_errors=True)
+            raise
     say("baseline (3 perf runs for the noise floor)")
     lines.append(baseline(repo=dest, repeats=3).text)
     lines.append(f"the demo runs all {len(steps)} prepared steps, even once a stop rule holds, to show keeps and reverts")

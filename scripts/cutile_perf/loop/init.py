@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from cutile_perf.store import atomic, git_ops
@@ -118,8 +119,11 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
         timing=timing.to_dict(),
     )
     # Before anything is created: an empty selection would pass init and fail only at the baseline.
-    selections = check_selections(session, timeout_s=min(float(timeout_s), selection.COLLECT_TIMEOUT_S))
-    env = envcheck.check()
+    # The environment check (its torch import is seconds on a GPU host) runs while the collections do.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        probed = pool.submit(envcheck.check)
+        selections = check_selections(session, timeout_s=min(float(timeout_s), selection.COLLECT_TIMEOUT_S))
+        env = probed.result()
     git_ops.exclude_locally(g, f"/{session_mod.SANDBOX}/")
     # The session's files before the branch: a sandbox/ that cannot be written (full, read-only, a
     # file in its place) then stops init with nothing to undo in git, and what was made is removed.
@@ -232,11 +236,14 @@ def check_selections(session: session_mod.Session, *, timeout_s: float) -> list[
     and the line printed says the selection was not checked.
     """
     env = selection.import_env(session)
-    found = [selection.collect("correctness", session.argv("correctness"), cwd=session.repo, timeout_s=timeout_s,
-                               env=env)]
-    # A conftest that needs CUDA fails the perf collection alike: not run again for the same answer.
-    found.append(found[0].not_collected("perf") if found[0].needs_cuda else
-                 selection.collect("perf", session.argv("perf"), cwd=session.repo, timeout_s=timeout_s, env=env))
+    # The two collections are two children at once: each is seconds of interpreter, torch and test
+    # imports on a GPU host (5-7 s on the H200), and neither needs the other's answer.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        pending = {which: pool.submit(selection.collect, which, session.argv(which), cwd=session.repo,
+                                      timeout_s=timeout_s, env=env) for which in ("correctness", "perf")}
+        found = [pending["correctness"].result(), pending["perf"].result()]
+    if found[0].needs_cuda:  # one message for both: the same conftest stopped the perf collection
+        found[1] = found[0].not_collected("perf")
     by_name = {sel.which: sel for sel in found}
     if by_name["perf"].empty:
         raise Refused(f"the perf command selects no test in {session.test} ({session.perf_cmd})",
