@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from fixtures_repo import TEST_REL, allow_no_gpu, build_tilegym_like_repo, edit_kernel
-from test_redteam import FAST, append_to_kernel, assert_not_kept_nothing_lost, call, rows, snapshot
+from fixtures_repo import TEST_REL, build_tilegym_like_repo, edit_kernel
+from test_redteam import FAST, _start, append_to_kernel, assert_not_kept_nothing_lost, call, rows, snapshot
 
 from cutile_perf.child import runner
 
@@ -44,11 +44,7 @@ def test_opening_the_gate_of_a_child_that_already_ended_is_harmless(tmp_path):
 
 def _prestarted_session(tmp_path: Path) -> Path:
     repo = build_tilegym_like_repo(tmp_path)
-    code, data, _ = call(repo, "init", "--kernel", "rms_norm", "--timeout", "60", "--prestart-perf")
-    assert code == 0, data
-    allow_no_gpu(repo)
-    code, data, _ = call(repo, "baseline", "--repeats", "2")
-    assert code == 0, data
+    _start(repo, init_args=("--prestart-perf",))
     return repo
 
 

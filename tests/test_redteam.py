@@ -183,8 +183,8 @@ def git_blob(repo: Path, rev: str, rel: str) -> bytes:
 # --- repositories ---------------------------------------------------------------------------------
 
 
-def _start(repo: Path, *, repeats: int = 2, timeout: str = "60") -> None:
-    code, data, _ = call(repo, "init", "--kernel", "rms_norm", "--timeout", timeout)
+def _start(repo: Path, *, repeats: int = 2, timeout: str = "60", init_args: tuple[str, ...] = ()) -> None:
+    code, data, _ = call(repo, "init", "--kernel", "rms_norm", "--timeout", timeout, *init_args)
     assert code == 0, data
     allow_no_gpu(repo)
     code, data, _ = call(repo, "baseline", "--repeats", str(repeats))
@@ -432,11 +432,7 @@ def test_bytecode_planted_by_one_child_never_reaches_the_next_child_of_its_check
     planted .pyc could come from: without ``pristine.sweep`` between the children, the perf child
     loads the forged __init__ and a 3x slower kernel is kept as 2x faster."""
     repo = build_tilegym_like_repo(tmp_path)
-    code, data, _ = call(repo, "init", "--kernel", "rms_norm", "--timeout", "60", "--no-prestart-perf")
-    assert code == 0, data
-    allow_no_gpu(repo)
-    code, data, _ = call(repo, "baseline", "--repeats", "2")
-    assert code == 0, data
+    _start(repo, init_args=("--no-prestart-perf",))
     before = snapshot(repo)
     edit_kernel(repo, latency=SLOW)
     append_to_kernel(repo, PLANTED_BYTECODE)
