@@ -1,8 +1,10 @@
 """Sweep the launch and code knobs of the bundled matmul on a GPU, side by side with cuBLAS in one run.
 
-Issue 22, item 4a: the best prepared step (``examples/kernels/optimizations/matmul/03-occupancy-2.py``:
+Issue 22, item 4a: the best prepared step of the time (``examples/kernels/optimizations/matmul/03-occupancy-2.py``:
 128x128x64 tiles, grouped order GROUP_M=8, occupancy 2) reached 92.0 % of cuBLAS at 4096^3 bf16 and
-96.8 % at 8192^3 on the H200; the goal is >= 95 % on both. This script times one parameterized
+96.8 % at 8192^3 on the H200; the goal is >= 95 % on both. This sweep's best config became step 07
+(``07-two-warpgroups-128x256.py``), ``best:`` since ``benchmarks/kernels.py`` timed it at 95.8 % / 99.7 %
+(median of 3 runs, ``benchmarks/results/2026-12-02-h200/speed/``). This script times one parameterized
 kernel for each config of a hand-picked grid (CONFIGS below, each with the reason it is there) on
 both README matmul shapes of ``benchmarks/kernels.py`` (FULL_CASES), with that file's inputs,
 correctness check and timing (``cutile_perf.bench``: median of the samples, cold L2 unless
