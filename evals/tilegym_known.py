@@ -1,6 +1,7 @@
 """Measure the known speedup of the TileGym-op eval tasks whose faster version is ours.
 
     python evals/tilegym_known.py --tilegym <TileGym checkout or slice> --out <dir> [--budget 330] [--rounds 3]
+        [--task ID ...] [--reference ID=FILE ...]
 
 For each task (default: every `tilegym-*` task whose reference is a file of this checkout, not
 upstream TileGym), on the GPU machine:
@@ -16,7 +17,15 @@ upstream TileGym), on the GPU machine:
 
 The whole run is held to `--budget` seconds: a perf run is cut at the budget, and a round in which a
 task's cases were not recorded in both trees does not count for that task (each task says how many
-rounds it has). `results.json`, `results.md` and `logs.tar.gz`
+rounds it has). A round is not started when the time left is less than the last round took (times
+its margin): on the H200 (2026-12-02) one process over all four test files took 78-86 s of wall
+time (pytest's own clock: 71-80 s; the 27 perf tests, not start-up, are most of it), so a started
+round that cannot end only burns the budget. `--task` times fewer test files per process (the
+dropout file alone is 16 of the 27 perf tests; geglu and swiglu together 3).
+
+`--reference ID=FILE` times FILE instead of the task's reference (a candidate kept next to it, e.g.
+evals/fixtures/tilegym/dropout/faster2.py): the results name the file and its git blob hash, so
+a number always says which file it was measured with. `results.json`, `results.md` and `logs.tar.gz`
 (every pytest output and record file) in `--out`; the results hold
 per task: correct, per-case median ratio (base / reference), round geomeans, geomean speedup.
 Nothing here decides a number by itself: a task with no finished round reports none.
@@ -24,6 +33,7 @@ Nothing here decides a number by itself: a task with no finished round reports n
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import shutil
@@ -39,6 +49,7 @@ from cutile_perf.judge import stats  # noqa: E402
 from cutile_perf_evals import build, measure, tasks  # noqa: E402
 
 MIN_RUN_S = 20.0  # a perf run given less than this would only be cut: no round starts with less
+ROUND_MARGIN = 1.1  # a round starts only with this times the last round's wall time left
 
 
 def known_tasks(all_tasks: list[dict]) -> list[dict]:
@@ -47,11 +58,32 @@ def known_tasks(all_tasks: list[dict]) -> list[dict]:
             and not any(s.startswith("tilegym:") for s in tasks.reference(t).values())]
 
 
-def prepare(chosen: list[dict], tilegym: Path, work: Path) -> dict[str, Path]:
+def blob_hash(path: Path) -> str:
+    """Git's blob hash of a file's bytes (what `git hash-object` prints), computed without git."""
+    data = Path(path).read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def reference_overrides(chosen: list[dict], pairs: list[str]) -> dict[str, Path]:
+    """``{task id: file}`` from ``--reference ID=FILE`` (each ID one of ``chosen``, FILE readable)."""
+    found: dict[str, Path] = {}
+    ids = {t["id"] for t in chosen}
+    for pair in pairs:
+        task_id, sep, file = pair.partition("=")
+        if not sep or task_id not in ids or not Path(file).is_file():
+            raise ValueError(f"--reference {pair!r}: expected ID=FILE with ID one of the timed tasks "
+                             f"({', '.join(sorted(ids))}) and FILE an existing file")
+        found[task_id] = Path(file)
+    return found
+
+
+def prepare(chosen: list[dict], tilegym: Path, work: Path,
+            overrides: dict[str, Path] | None = None) -> dict[str, Path]:
     """{"base": tree, "reference": tree} under ``work``: the base is upstream TileGym as every one of
     these tasks starts (built as a trial's repository is), the reference the same tree with every
     task's faster file over it. Each op's tests call only that op, so one tree serves all of them and
-    one pytest process per variant and round times every op: 6 processes for 3 rounds instead of 24."""
+    one pytest process per variant and round times every op: 6 processes for 3 rounds instead of 24.
+    ``overrides``: ``{task id: file}`` put over that task's fenced file instead of its reference."""
     shutil.rmtree(work, ignore_errors=True)
     built = build.build(chosen[0], work / "repo", tilegym=tilegym)
     overlay: dict[str, bytes] = {}
@@ -59,7 +91,11 @@ def prepare(chosen: list[dict], tilegym: Path, work: Path) -> dict[str, Path]:
         setup = task.get("setup") or {}
         if setup.get("degrade") or setup.get("start") or setup.get("session"):
             raise build.BuildError(f"{task['id']} does not start from upstream TileGym")
-        overlay.update(build.reference_files(task, tilegym))
+        if overrides and task["id"] in overrides:
+            (fenced,) = tasks.fence(task)
+            overlay[fenced] = overrides[task["id"]].read_bytes()
+        else:
+            overlay.update(build.reference_files(task, tilegym))
     return {"base": measure.checkout(built.repo, built.base, work / "base"),
             "reference": measure.checkout(built.repo, built.base, work / "reference", overlay=overlay)}
 
@@ -85,23 +121,36 @@ def perf_run(tree: Path, tests_: list[str], *, tag: str, out_dir: Path, timeout_
 
 
 def time_rounds(trees: dict[str, Path], tests_: list[str], *, rounds: int, deadline: float,
-                out_dir: Path) -> tuple[dict[str, measure.Runs], dict[str, int], list[str]]:
+                out_dir: Path, walls: list[dict] | None = None) -> tuple[dict[str, measure.Runs], dict[str, int], list[str]]:
     """Interleaved rounds (order rotating) until ``rounds`` or ``deadline``. Per test file: its Runs
     and how many rounds paired a base and a reference run of it; an unpaired run is dropped, never
-    half-counted. Also the notes of rounds cut or not run."""
+    half-counted. Also the notes of rounds cut or not run. A round after the first starts only when
+    ``ROUND_MARGIN`` times the last round's wall time is left. ``walls`` (when given) gets one
+    ``{"tag", "wall_s", "files"}`` per perf process: what the next budget is planned from."""
     names = list(trees)
     runs = {t: measure.Runs({name: {} for name in names}) for t in tests_}
     paired = {t: 0 for t in tests_}
     notes: list[str] = []
+    last_round_s = 0.0
     for r in range(rounds):
         order = names[r % len(names):] + names[: r % len(names)]
         got: dict[str, dict[str, dict[str, float]]] = {}
+        round_start = time.monotonic()
+        if r and deadline - round_start < ROUND_MARGIN * last_round_s:
+            notes.append(f"round {r + 1}: not started, {deadline - round_start:.0f} s left and the last round "
+                         f"took {last_round_s:.0f} s")
+            break
         for name in order:
-            left = deadline - time.monotonic()
+            start = time.monotonic()
+            left = deadline - start
             if left < MIN_RUN_S:
                 notes.append(f"round {r + 1}: out of time before {name} ({left:.0f} s left)")
                 break
             got[name] = perf_run(trees[name], tests_, tag=f"round{r + 1}-{name}", out_dir=out_dir, timeout_s=left)
+            if walls is not None:
+                walls.append({"tag": f"round{r + 1}-{name}", "wall_s": round(time.monotonic() - start, 1),
+                              "files": len(got[name])})
+        last_round_s = time.monotonic() - round_start
         for test in tests_:
             if all(test in got.get(name, {}) for name in names) \
                     and len({frozenset(got[name][test]) for name in names}) == 1:
@@ -126,13 +175,14 @@ def summarize(runs: measure.Runs, rounds_done: int) -> dict:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| task | correct | rounds | geomean speedup | round geomeans | per case (base/reference) |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| task | reference (git blob) | correct | rounds | geomean speedup | round geomeans | per case (base/reference) |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         geo = f"{r['geomean']:.3f}" if r.get("geomean") and not math.isnan(r["geomean"]) else "-"
         rounds = ", ".join(f"{g:.3f}" for g in r.get("round_geomeans") or []) or "-"
         cases = ", ".join(f"{c} {v:.3f}" for c, v in (r.get("per_case") or {}).items()) or "; ".join(r.get("errors") or ["-"])
-        lines.append(f"| {r['task']} | {r['correct']} | {r.get('rounds_done', 0)} | {geo} | {rounds} | {cases} |")
+        ref = f"{Path(r['reference_file']).name} ({r['reference_blob'][:12]})" if r.get("reference_file") else "-"
+        lines.append(f"| {r['task']} | {ref} | {r['correct']} | {r.get('rounds_done', 0)} | {geo} | {rounds} | {cases} |")
     return "\n".join(lines) + "\n"
 
 
@@ -141,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tilegym", type=Path, required=True, help="TileGym checkout (src/ and tests/ at least)")
     p.add_argument("--out", type=Path, required=True, help="results.json, results.md and the logs go here")
     p.add_argument("--task", action="append", default=[], help="task id (repeatable; default: all known_tasks)")
+    p.add_argument("--reference", action="append", default=[], metavar="ID=FILE",
+                   help="time FILE as task ID's reference instead of its own (repeatable), e.g. "
+                        "tilegym-dropout=evals/fixtures/tilegym/dropout/faster2.py")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--budget", type=float, default=330.0, help="seconds for the whole run (default 330)")
     p.add_argument("--correctness-timeout", type=float, default=150.0)
@@ -151,9 +204,14 @@ def main(argv: list[str] | None = None) -> int:
     if not chosen:
         print("error: no task to measure", file=sys.stderr)
         return 2
+    try:
+        overrides = reference_overrides(chosen, a.reference)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     a.out.mkdir(parents=True, exist_ok=True)
     work = a.out / "work"
-    trees = prepare(chosen, a.tilegym.resolve(), work)
+    trees = prepare(chosen, a.tilegym.resolve(), work, overrides)
     print(f"built the base and reference trees in {time.monotonic() - start:.0f} s", flush=True)
 
     # Correctness of the reference is not timed: every task's selection at once, each its own process.
@@ -172,14 +230,17 @@ def main(argv: list[str] | None = None) -> int:
     # alone in their process, so a crash there cannot take the other ops' correctness with it.
     tests_ = [tasks.test_file(t) for t in chosen]
     t0 = time.monotonic()
+    walls: list[dict] = []
     runs, paired, notes = time_rounds(trees, tests_, rounds=a.rounds, deadline=start + a.budget,
-                                      out_dir=a.out / "logs" / "perf")
+                                      out_dir=a.out / "logs" / "perf", walls=walls)
     rows = []
     for task in chosen:
         test = tasks.test_file(task)
         v = verdicts[task["id"]]
+        ref_file = overrides.get(task["id"]) or build.resolve_source(next(iter(tasks.reference(task).values())), a.tilegym.resolve())
         row = {"task": task["id"], "test": test, "correct": v.passed, "correctness_crash": v.crash_class,
-               **summarize(runs[test], paired[test]), "errors": list(notes)}
+               "reference_file": str(ref_file), "reference_blob": blob_hash(ref_file),
+               **summarize(runs[test], paired[test]), "errors": list(notes), "processes": walls}
         if not paired[test]:
             row["errors"].append(f"no round recorded {test} in both trees; see logs/perf/")
         rows.append(row)
@@ -193,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(a.out / "logs")
     (a.out / "results.md").write_text(markdown(rows), encoding="utf-8")
     print(markdown(rows))
+    print("perf processes: " + ", ".join(f"{w['tag']} {w['wall_s']:.0f} s" for w in walls))
     print(f"total {time.monotonic() - start:.0f} s")
     return 0 if all(r["correct"] and r.get("geomean") for r in rows) else 1
 

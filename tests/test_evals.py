@@ -74,12 +74,18 @@ def test_measured_task_has_fence_test_reference_and_an_honest_known_speedup(item
     assert known["source"].strip()
     if known["value"] == tasks.TO_BE_MEASURED:
         return
-    assert known["value"] > 1.0
     # Every millisecond figure quoted as the source must be in the cited document, and the value must
     # follow from the quoted figures: no invented numbers.
     doc = (ROOT / known["source"].split(",")[0].split(" ")[0]).read_text(encoding="utf-8")
     for figure in re.findall(r"\d+\.\d{3,}", known["source"]):
         assert figure in doc, f"{figure} is not in {known['source'].split(',')[0]}"
+    if known["value"] == tasks.NOT_FASTER:
+        # Timed and not faster: what was measured, how often and where, and no yardstick for a grade.
+        assert isinstance(known["measured"], float) and known["rounds"] >= 1 and known["date"]
+        assert (ROOT / known["results"]).is_file() and f"{known['measured']:.3f}" in doc
+        assert not tasks.reference_is_yardstick(item) and tasks.cited_speedup(item) is None
+        return
+    assert known["value"] > 1.0
     pairs = re.findall(r"(\d+\.\d+)/(\d+\.\d+)", known["source"])
     if pairs:
         derived = math.exp(sum(math.log(float(a) / float(b)) for a, b in pairs) / len(pairs))
@@ -559,6 +565,23 @@ def test_prepare_only_then_grade_only(sim, capsys):
     assert code == 0 and printed["success"] and printed["speedup"] == pytest.approx(2.0, rel=0.03)
     assert printed["reference_speedup"] is None  # "to be measured" and not measured: no fraction
     assert json.loads((prompt.parent / "grade.json").read_text())["task"] == "sim-rmsnorm"
+
+
+def test_a_reference_marked_not_faster_is_not_timed_and_scores_no_fraction(sim, capsys):
+    task, tmp = sim
+    task["pass_criteria"]["known_speedup"] = {"value": tasks.NOT_FASTER, "measured": 0.8, "source": "simulated"}
+    tasks_file = _tasks_file(tmp, task)
+    assert cli.main(["--tasks-file", str(tasks_file), "--prepare-only", "--task", "sim-rmsnorm",
+                     "--out", str(tmp / "out")]) == 0
+    repo = Path(capsys.readouterr().out.strip()).parent / "repo"
+    _set_latency(repo, HALF_LATENCY)
+    build.git(repo, "commit", "-qam", "by hand")
+    # No --no-reference: the grade would time the reference, but this one is no yardstick.
+    code = cli.main(["grade", str(repo), "--tasks-file", str(tasks_file), "--rounds", "1", "--json"])
+    printed = json.loads(capsys.readouterr().out)
+    assert code == 0 and printed["success"] and printed["speedup"] == pytest.approx(2.0, rel=0.03)
+    assert printed["reference_speedup"] is None and printed["fraction"] is None and printed["score"] == 0.0
+    assert any(tasks.NOT_FASTER in n for n in printed["notes"])
 
 
 def test_usage_errors_exit_2(sim, capsys):

@@ -485,7 +485,7 @@ def _time_group(members: list[tuple[int, Trial, Grade, Path]], task: dict, work:
     first_trial, first = members[0][1], members[0][2]
     repo = Path(first_trial.repo).resolve()
     trees = {"base": measure.checkout(repo, first.base, work / "base")}
-    refs = build.reference_files(task, tilegym) if measure_reference else {}
+    refs = build.reference_files(task, tilegym) if measure_reference and tasks.reference_is_yardstick(task) else {}
     if refs:
         trees["reference"] = measure.checkout(repo, first.base, work / "reference", overlay=refs)
     heads = {f"head-{n}": (trial, g, tree) for n, trial, g, tree in members}
@@ -522,3 +522,7 @@ def _cited_reference(g: Grade, task: dict) -> None:
     g.reference_speedup = g.reference_cited
     if g.reference_cited is not None:
         g.reference_source = tasks.known_speedup(task).get("source")
+    elif not tasks.reference_is_yardstick(task):
+        g.reference_source = tasks.known_speedup(task).get("source")
+        g.notes.append(f"the task's reference is '{tasks.NOT_FASTER}' (known_speedup): it was not timed, "
+                       "and no fraction is scored; success (faster than the start in every round) still counts")

@@ -16,6 +16,9 @@ SOURCES = ("bundled", "fixture", "tilegym", "copy", "none")
 # Kinds graded by measured speedup against a reference (a recovery task continues an optimization).
 MEASURED_KINDS = ("optimization", "recovery")
 TO_BE_MEASURED = "to be measured"
+# A reference that was timed and was not faster than the task's start: no yardstick to grade a
+# fraction against (the grade reports success only) until a faster reference is measured.
+NOT_FASTER = "reference not faster"
 
 
 class TaskError(ValueError):
@@ -87,6 +90,12 @@ def reference(task: dict) -> dict[str, str]:
 def known_speedup(task: dict) -> dict:
     """``{"value": float | "to be measured", "source": str, ...}``; empty when the task has none."""
     return dict((task.get("pass_criteria") or {}).get("known_speedup") or {})
+
+
+def reference_is_yardstick(task: dict) -> bool:
+    """False when the task's reference was measured not faster than its start (``NOT_FASTER``): the
+    grade then neither times it nor scores a fraction of it."""
+    return known_speedup(task).get("value") != NOT_FASTER
 
 
 def cited_speedup(task: dict) -> float | None:
