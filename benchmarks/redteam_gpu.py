@@ -146,18 +146,23 @@ def cutile_perf(repo: Path, *args: str, timeout: float = 600) -> tuple[int, dict
     return proc.returncode, data, proc.stderr[-2000:]
 
 
-def make_repo(parent: Path) -> Path:
-    """The bundled suite as a fresh git repository (one commit on main)."""
-    repo = parent / "tilesuite"
-    shutil.copytree(SUITE, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "sandbox", ".pytest_cache",
-                                                                "optimizations"))
+def committed_copy(source: Path, repo: Path, message: str, *skipped: str) -> Path:
+    """``source`` copied to ``repo`` (without caches, git data, a session or ``skipped``) as a fresh
+    git repository with one commit on main."""
+    shutil.copytree(source, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git", "sandbox",
+                                                                ".pytest_cache", *skipped))
     (repo / ".gitignore").write_text("__pycache__/\n*.pyc\n.pytest_cache/\n")
-    git(parent, "init", "-q", "-b", "main", str(repo))
+    git(repo.parent, "init", "-q", "-b", "main", str(repo))
     git(repo, "config", "user.email", "redteam@localhost")
     git(repo, "config", "user.name", "redteam")
     git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "bundled kernel suite")
+    git(repo, "commit", "-qm", message)
     return repo
+
+
+def make_repo(parent: Path) -> Path:
+    """The bundled suite as a fresh git repository (one commit on main)."""
+    return committed_copy(SUITE, parent / "tilesuite", "bundled kernel suite", "optimizations")
 
 
 def start_session(repo: Path) -> None:

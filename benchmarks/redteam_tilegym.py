@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from redteam_gpu import cutile_perf as cli, git, last_row  # the softmax red team's CLI driver and helpers
+from redteam_gpu import committed_copy, cutile_perf as cli, git, last_row  # the softmax red team's CLI driver and helpers
 
 KERNEL_REL = "src/tilegym/ops/cutile/rms_norm.py"
 TEST_REL = "tests/ops/test_rms_norm.py"
@@ -105,15 +105,7 @@ MUST_NOT_KEEP = {("own", "timer"), ("checked", "shrink")}
 
 
 def make_repo(source: Path, parent: Path) -> Path:
-    repo = parent / "tilegym"
-    shutil.copytree(source, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git", "sandbox"))
-    (repo / ".gitignore").write_text("__pycache__/\n*.pyc\n.pytest_cache/\n")
-    git(parent, "init", "-q", "-b", "main", str(repo))
-    git(repo, "config", "user.email", "redteam@localhost")
-    git(repo, "config", "user.name", "redteam")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "TileGym copy")
-    return repo
+    return committed_copy(source, parent / "tilegym", "TileGym copy")
 
 
 def start_session(repo: Path, session: str, repeats: int) -> dict:
