@@ -42,11 +42,4 @@ t0=$SECONDS
 python -m cutile_perf batch sandbox/plan.yaml --baseline 3 --job-seconds "$LEFT"
 echo "[batch: $((SECONDS - t0)) s, exit $?; whole job so far: ${SECONDS} s]"
 cp sandbox/experiments.jsonl sandbox/perf_results.md "$OUT/" 2>/dev/null
-python - "$OUT/experiments.jsonl" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    t = r.get("timings", {})
-    print(f"row {r['iteration']}: {r['status']} {r.get('crash_class') or ''} total {t.get('total_s')} s, "
-          f"timings {json.dumps({k: v for k, v in t.items() if k != 'total_s'})}; {r.get('reason', '')[:160]}")
-PY
+python "$CP/benchmarks/log_rows.py" "$OUT/experiments.jsonl"

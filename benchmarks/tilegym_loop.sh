@@ -25,11 +25,4 @@ git diff --stat
 run try "static persistent grid: 2 CTAs per SM instead of 1"
 run status
 cp sandbox/experiments.jsonl sandbox/perf_results.md "$OUT/" 2>/dev/null
-python - "$OUT/experiments.jsonl" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    t = r.get("timings", {})
-    print(f"row {r['iteration']}: {r['status']} {r.get('crash_class') or ''} total {t.get('total_s')} s, "
-          f"pytest children {t.get('children_s')} s, harness {t.get('harness_s')} s; {r.get('reason', '')[:160]}")
-PY
+python "$CP/benchmarks/log_rows.py" "$OUT/experiments.jsonl"
