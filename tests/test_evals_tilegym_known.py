@@ -192,18 +192,23 @@ def _has_tileiras() -> bool:
     return shutil.which("tileiras") is not None or importlib.util.find_spec("cuda.tile") is not None
 
 
+def _compile_check_as_the_fenced_file(task_id: str, op: str, kernel: str, spec: str, tmp_path: Path):
+    """``compile-check`` of the fixture file ``kernel`` as the task's fenced file, in a built task repo."""
+    task = tasks.by_id(tasks.load_tasks(), task_id)
+    built = build.build(task, tmp_path / "repo", tilegym=TILEGYM)
+    (rel,) = tasks.fence(task)
+    fixture = ROOT / "evals" / "fixtures" / "tilegym" / op
+    return subprocess.run([sys.executable, "-m", "cutile_perf", "compile-check", "--repo", str(built.repo),
+                           "--kernel", str(fixture / kernel), "--as", rel, "--arch", "sm_90",
+                           "--spec", str(fixture / spec)],
+                          capture_output=True, text=True, cwd=built.repo)
+
+
 @needs_tilegym
 @pytest.mark.skipif(not _has_tileiras(), reason="no cuda-tile compiler here")
 @pytest.mark.parametrize("task_id", list(OPS))
 def test_the_faster_file_compiles_for_sm90(task_id, tmp_path):
-    task = tasks.by_id(tasks.load_tasks(), task_id)
-    built = build.build(task, tmp_path / "repo", tilegym=TILEGYM)
-    (rel,) = tasks.fence(task)
-    fixture = ROOT / "evals" / "fixtures" / "tilegym" / OPS[task_id]
-    proc = subprocess.run([sys.executable, "-m", "cutile_perf", "compile-check", "--repo", str(built.repo),
-                           "--kernel", str(fixture / "faster.py"), "--as", rel, "--arch", "sm_90",
-                           "--spec", str(fixture / "compile-check.yaml")],
-                          capture_output=True, text=True, cwd=built.repo)
+    proc = _compile_check_as_the_fenced_file(task_id, OPS[task_id], "faster.py", "compile-check.yaml", tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert " 0 failed, 0 without a signature" in proc.stdout
 
@@ -215,13 +220,7 @@ CANDIDATES = {"tilegym-dropout": "dropout", "tilegym-silu-and-mul": "silu_and_mu
 @pytest.mark.skipif(not _has_tileiras(), reason="no cuda-tile compiler here")
 @pytest.mark.parametrize("task_id", list(CANDIDATES))
 def test_the_candidate_file_compiles_for_sm90(task_id, tmp_path):
-    task = tasks.by_id(tasks.load_tasks(), task_id)
-    built = build.build(task, tmp_path / "repo", tilegym=TILEGYM)
-    (rel,) = tasks.fence(task)
-    fixture = ROOT / "evals" / "fixtures" / "tilegym" / CANDIDATES[task_id]
-    proc = subprocess.run([sys.executable, "-m", "cutile_perf", "compile-check", "--repo", str(built.repo),
-                           "--kernel", str(fixture / "faster2.py"), "--as", rel, "--arch", "sm_90",
-                           "--spec", str(fixture / "compile-check2.yaml")],
-                          capture_output=True, text=True, cwd=built.repo)
+    proc = _compile_check_as_the_fenced_file(task_id, CANDIDATES[task_id], "faster2.py", "compile-check2.yaml",
+                                             tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert " 0 failed, 0 without a signature" in proc.stdout
