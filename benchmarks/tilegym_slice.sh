@@ -6,7 +6,8 @@
 #   bash benchmarks/tilegym_slice.sh TILEGYM DEST OP...       # e.g. .tilegym .tg-rms rms_norm
 #
 # Keeps pyproject.toml, src/tilegym without its C++ and Rust backends and without its transformers
-# integration (`import tilegym` does not need them: those backends report themselves unavailable),
+# integration, its third-party suites and its kernel inventory (`import tilegym` needs none of them:
+# those backends report themselves unavailable, and nothing under ops/ imports the other three),
 # and of tests/ only the shared modules plus tests/ops/**/test_<op>.py for each OP (with the
 # __init__.py files on their way). DEST is replaced. Prints DEST's size in bytes.
 set -eu
@@ -33,6 +34,7 @@ done
 rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
 # shellcheck disable=SC2086 - $files is a list of paths without spaces
 tar cf - --exclude=__pycache__ --exclude=src/tilegym/ops/tilecpp --exclude=src/tilegym/ops/cutile_rs \
-  --exclude=src/tilegym/transformers $files | tar xf - -C "$dest.tmp"
+  --exclude=src/tilegym/transformers --exclude=src/tilegym/suites --exclude=src/tilegym/kernel_inventory \
+  $files | tar xf - -C "$dest.tmp"
 rm -rf "$dest" && mv "$dest.tmp" "$dest"
 du -sb "$dest" | cut -f1

@@ -10,6 +10,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "tilegym_slice.sh"
 def _fake_tilegym(root: Path) -> Path:
     files = ["pyproject.toml", "src/tilegym/__init__.py", "src/tilegym/ops/cutile/rms_norm.py",
              "src/tilegym/ops/tilecpp/big.cpp", "src/tilegym/ops/cutile_rs/lib.rs", "src/tilegym/transformers/m.py",
+             "src/tilegym/suites/liger/cutile/grpo_loss.py", "src/tilegym/kernel_inventory/launch.py",
              "src/tilegym/ops/cutile/__pycache__/rms_norm.cpython-312.pyc",
              "tests/__init__.py", "tests/common.py", "tests/config.py", "tests/conftest.py", "tests/ops/__init__.py",
              "tests/ops/test_rms_norm.py", "tests/ops/test_softmax.py",
