@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from fixtures_repo import TEST_REL, build_tilegym_like_repo, edit_kernel
+from fixtures_repo import TEST_REL, build_tilegym_like_repo, edit_kernel, git
 from test_redteam import FAST, _start, append_to_kernel, assert_not_kept_nothing_lost, call, rows, snapshot
 
-from cutile_perf.child import runner
+from cutile_perf.child import box, runner
 
 READ_GATE = "import os; print(repr(os.read(int(os.environ['CUTILE_PERF_GATE_FD']), 1)))"
 
@@ -172,3 +172,84 @@ def test_init_pre_starts_the_perf_child_by_default(tmp_path, flags, written):
     (repo / "sandbox/session.yaml").write_text("".join(line for line in text.splitlines(keepends=True)
                                                        if not line.startswith("prestart_perf:")))
     assert session_mod.load(repo).prestart_perf is False
+
+
+# --- runs started ahead of their turn (``child.warmstart``) ----------------------------------------
+
+# The candidate's kernel module, at import, writes the time into the perf log it runs under (an
+# attacker finds the file through its open descriptors, spelling the folder so that the static scan
+# of `try` does not see it): when its code first ran, as the log records it.
+IMPORT_TIME_TO_LOG = '''
+import os as _os, time as _time
+_fds = bytes([47, 112, 114, 111, 99, 47, 115, 101, 108, 102, 47, 102, 100]).decode()
+for _fd in _os.listdir(_fds):
+    try:
+        _target = _os.readlink(_fds + "/" + _fd)
+    except OSError:
+        continue
+    if _target.endswith("-perf.log"):
+        _os.write(int(_fd), f"\\nKERNEL-IMPORTED-AT {_time.time()!r}\\n".encode())
+'''
+BORDERLINE = {"256x1024": 1.01, "4096x1024": 2.0}  # +1 % on one case: inside the gate, past the re-check bound
+
+
+def _slow_tests_session(tmp_path: Path) -> Path:
+    """A session whose perf tests each sleep 1 s after collection, so that a timed run lasts well
+    beyond the start-up of a child started beside it."""
+    repo = build_tilegym_like_repo(tmp_path)
+    edit_kernel(repo, sleep=1.0)
+    git(repo, "commit", "-q", "-am", "tests take a second each")
+    _start(repo, repeats=3)
+    return repo
+
+
+def _import_times(log: Path) -> list[float]:
+    return [float(line.split()[1]) for line in log.read_text().splitlines() if line.startswith("KERNEL-IMPORTED-AT")]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(box.available() is not None, reason="runs start ahead of their turn only in the box")
+def test_each_run_of_the_recheck_after_the_first_starts_ahead_and_the_verdict_comes_as_before(tmp_path):
+    repo = _slow_tests_session(tmp_path)
+    runs = repo / "sandbox" / "runs"
+    assert "(started ahead of its turn)" in (runs / "0-r3-perf.log").read_text().splitlines()[0]
+    assert "(started ahead of its turn)" not in (runs / "0-r2-perf.log").read_text().splitlines()[0]
+    edit_kernel(repo, latency=BORDERLINE)
+    code, data, _ = call(repo, "try", "one case 1 % slower: the re-check decides")
+    row = rows(repo)[-1]
+    assert row["iteration"] == 1 and row.get("confirm"), row  # the interleaved re-check ran
+    confirm = sorted(runs.glob("1-confirm*-perf.log"))
+    assert len(confirm) == 6, confirm
+    ahead = {log.name for log in confirm if "(started ahead of its turn)" in log.read_text().splitlines()[0]}
+    assert ahead == {log.name for log in confirm} - {"1-confirm1-base-perf.log"}
+    assert row["status"] == "revert", row["reason"]  # 1 % slower in every pair: the slowdown test says so
+    assert row["timings"]["recheck_runs"] == 6
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(box.available() is not None, reason="runs start ahead of their turn only in the box")
+@pytest.mark.parametrize("guarded", [True, False], ids=["warmstart", "without-warmstart"])
+def test_a_candidate_started_ahead_runs_none_of_its_code_while_the_baseline_is_timed(tmp_path, monkeypatch, guarded):
+    """Red team. The interleaved re-check starts the candidate's child while the baseline's run
+    times. Had the candidate's code run then (its kernel module imports at collection), it could
+    load the machine to slow the baseline down and look faster in every pair. Its first line of
+    code must run only after the baseline's child has ended.
+
+    ``without-warmstart`` shows what the test sees when the guard is gone: the child started ahead
+    runs plain ``python -m pytest``, held only before its first test (after collection)."""
+    repo = _slow_tests_session(tmp_path)
+    edit_kernel(repo, latency=BORDERLINE)
+    append_to_kernel(repo, IMPORT_TIME_TO_LOG)
+    if not guarded:
+        monkeypatch.setattr(runner.warmstart, "warm_argv", lambda argv: list(argv))
+        monkeypatch.setattr(runner.StartGate, "wait_ready", lambda self, timeout_s, ended: True)
+    code, data, _ = call(repo, "try", "borderline, and its module runs at import")
+    assert code in (0, 1), data
+    runs = repo / "sandbox" / "runs"
+    assert rows(repo)[-1].get("confirm"), rows(repo)[-1]  # the re-check ran
+    base_ended = (runs / "1-confirm1-base-perf.log").stat().st_mtime
+    first_code = min(_import_times(runs / "1-confirm1-cand-perf.log"))
+    if guarded:
+        assert first_code >= base_ended, f"candidate code ran {base_ended - first_code:.2f} s before the baseline ended"
+    else:
+        assert first_code < base_ended - 0.5  # beside the baseline's timed tests: what the guard prevents

@@ -20,6 +20,9 @@ OWN_ENV_VARS: dict[str, str] = {
     "CUTILE_PERF_SHARD": "INDEX/COUNT: the pytest plugin keeps one share of the selected tests (every COUNT-th in node-id order, from INDEX); set by the harness when session.yaml has correctness_jobs > 1",
     "CUTILE_PERF_SELECT": "JSON list of pytest node ids: the pytest plugin runs only these of the tests the command selects; set by the harness for an interleaved re-check run of the cases in doubt",
     "CUTILE_PERF_GATE_FD": "file descriptor a pre-started perf child waits on before its first test (one byte: go; end of file: cancelled); set by the harness when session.yaml has prestart_perf: true",
+    "CUTILE_PERF_START_FD": "file descriptor a perf child started ahead of its turn (cutile_perf.child.warmstart) waits on before it runs any code of the repository (one byte: go; end of file: cancelled); set by the harness",
+    "CUTILE_PERF_READY_FD": "file descriptor a perf child started ahead of its turn writes one byte to once its early imports are done and it waits; set by the harness",
+    "CUTILE_PERF_LATE_PYTHONPATH": "the whole PYTHONPATH of a perf child started ahead of its turn, restored when it is let go (it starts without the checkout's entries); set by the harness",
     "CUTILE_PERF_KEY_FD": "file descriptor the pytest plugin reads the run report's signing key from, once; set by the harness",
     "CUTILE_PERF_TUNE_CACHE_DIR": "directory of the persistent tuning cache (default: the user cache dir)",
     "CUTILE_PERF_BENCH_MODE": "timing mode of cutile_perf.bench in perf tests: cold (default), warm, graph, graph-warm, cupti or cupti-warm",
@@ -158,6 +161,33 @@ def take_gate_fd() -> int | None:
     return _take_fd("CUTILE_PERF_GATE_FD")
 
 
+def take_start_fds() -> tuple[int, int]:
+    """``(ready, start)``: the descriptors of a child started ahead of its turn (``CUTILE_PERF_READY_FD``,
+    ``CUTILE_PERF_START_FD``); both must be set (``child.warmstart`` runs only so)."""
+    ready, start = _take_fd("CUTILE_PERF_READY_FD"), _take_fd("CUTILE_PERF_START_FD")
+    if ready is None or start is None:
+        raise BadEnvValue("CUTILE_PERF_READY_FD and CUTILE_PERF_START_FD: both must be set "
+                          "(cutile_perf.child.warmstart is started by the harness only)")
+    return ready, start
+
+
+def take_late_pythonpath() -> str:
+    """The whole PYTHONPATH a child started ahead of its turn gets back when let go."""
+    return os.environ.pop("CUTILE_PERF_LATE_PYTHONPATH", "")
+
+
+def pythonpath() -> str:
+    return os.environ.get("PYTHONPATH", "")
+
+
+def set_pythonpath(value: str) -> None:
+    """Set this process's PYTHONPATH (inherited by its subprocesses); unset when empty."""
+    if value:
+        os.environ["PYTHONPATH"] = value
+    else:
+        os.environ.pop("PYTHONPATH", None)
+
+
 def take_report_key() -> bytes | None:
     """Read the signing key from ``CUTILE_PERF_KEY_FD`` once and close the descriptor.
 
@@ -221,7 +251,8 @@ def child_env(**overrides: str) -> dict[str, str]:
 # copied: whatever else the harness's user set (PYTEST_ADDOPTS, PYTEST_PLUGINS, LD_PRELOAD,
 # PYTHONSTARTUP, PYTHONHOME, BASH_ENV, tokens, ssh-agent sockets...) does not reach code the kernel
 # module runs. The harness adds its own values on top (child/measure.py, child/runner.py):
-# CUTILE_PERF_REPORT, CUTILE_PERF_KEY_FD, CUTILE_PERF_GATE_FD, CUTILE_PERF_SHARD, CUTILE_PERF_SELECT,
+# CUTILE_PERF_REPORT, CUTILE_PERF_KEY_FD, CUTILE_PERF_GATE_FD, CUTILE_PERF_START_FD, CUTILE_PERF_READY_FD,
+# CUTILE_PERF_LATE_PYTHONPATH, CUTILE_PERF_SHARD, CUTILE_PERF_SELECT,
 # CUTILE_PERF_DEFENCE, PYTHONPATH (the checkout's package roots, then the user's own PYTHONPATH),
 # PYTHONPYCACHEPREFIX or PYTHONDONTWRITEBYTECODE (pristine.child_env), PYTHONNOUSERSITE, CUDA_TILE_CACHE_DIR (only the session cache the harness
 # guards and binds writable; a cache dir of the user's own is not passed: the child could plant

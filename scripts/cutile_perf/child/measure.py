@@ -196,9 +196,12 @@ def _rel(session: Session, path: Path) -> str:
 
 def run_stage(session: Session, name: str, tag: str, deadline: Deadline, *, checkout: pristine.Checkout,
               fenced_files: list[str], tracked: list[str], on_start: Callable[[int], None] | None = None,
-              gate: runner.Gate | None = None, select: list[str] | None = None) -> Stage:
+              gate: runner.Gate | None = None, select: list[str] | None = None,
+              start: runner.StartGate | None = None) -> Stage:
     """Run the ``name`` command ("correctness" or "perf") once in ``checkout``; with ``gate``, the
     child waits on it before its first test (a perf child started during the correctness run);
+    with ``start``, it is started ahead of its turn and waits on it before any code of the
+    repository runs (``child.warmstart``; the stage is then timed from ``start.open()``);
     with ``select``, it runs only those node ids of the command's selection (``CUTILE_PERF_SELECT``:
     an interleaved re-check run of the cases in doubt)."""
     runs = session.sandbox / "runs"
@@ -206,19 +209,22 @@ def run_stage(session: Session, name: str, tag: str, deadline: Deadline, *, chec
     if deadline.left() <= 0:
         if gate is not None:
             gate.unused()
+        if start is not None:
+            start.unused()
         return Stage(name, CrashClass.TIMEOUT, 0.0, _rel(session, output), detail="no time left in the iteration budget",
                      ended=False)
     private = Path(tempfile.mkdtemp(prefix="cutile-perf-run-"))
     try:
         return _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private,
-                          gate, select)
+                          gate, select, start)
     finally:
         shutil.rmtree(private, ignore_errors=True)
 
 
 def _run_child(session, name, deadline, checkout, fenced_files, on_start, output: Path, private: Path,
                shard: tuple[int, int] | None = None, gate: runner.Gate | None = None,
-               select: list[str] | None = None) -> tuple[runner.RunResult, runreport.RunReport, Path]:
+               select: list[str] | None = None,
+               start: runner.StartGate | None = None) -> tuple[runner.RunResult, runreport.RunReport, Path]:
     """One pytest child of the stage (one share of the tests when ``shard`` is given): its result,
     its verified run report, and the report file (kept next to the log by the caller)."""
     report_file = private / "report.jsonl"
@@ -245,7 +251,7 @@ def _run_child(session, name, deadline, checkout, fenced_files, on_start, output
     the_box = box.for_stage(session.repo, checkout.root, private, checkout.compile_cache) if boxed else None
     result = runner.run(argv, cwd=checkout.root, timeout_s=deadline.left(), output_path=output,
                         env_overrides=env if the_box else {k: v for k, v in env.items() if v != os.environ.get(k)},
-                        secret=key, on_start=on_start, gate=gate, box=the_box)
+                        secret=key, on_start=on_start, gate=gate, box=the_box, start=start)
     report = runreport.read(report_file, key)
     if the_box is not None:
         # The child names its modules' files by their box paths: the origin check wants the host's.
@@ -305,7 +311,7 @@ def _run_shards(session, name, deadline, checkout, fenced_files, on_start, outpu
 
 
 def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private,
-               gate=None, select=None) -> Stage:
+               gate=None, select=None, start=None) -> Stage:
     guarded = protected_paths(session, tracked)
     pristine.sweep(checkout)  # what an earlier child of this checkout left never reaches this one
     before_user = snapshot(session.repo, guarded)
@@ -320,11 +326,13 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
         report_file = None
     else:
         result, report, report_file = _run_child(session, name, deadline, checkout, fenced_files, on_start,
-                                                 output, private, gate=gate, select=select)
-        if gate is not None and gate.opened_at is not None:
-            # A pre-started child's own stage begins when the gate opens; its start-up overlapped
-            # the correctness run and is not counted twice.
-            result = replace(result, duration_s=max(time.monotonic() - gate.opened_at, 0.0))
+                                                 output, private, gate=gate, select=select, start=start)
+        # A pre-started child's own stage begins when it is let go; its start-up overlapped another
+        # run (the correctness run, or the run before it) and is not counted twice.
+        begun = start.opened_at if start is not None else (
+            gate.opened_at if gate is not None and gate.hides_start_up else None)
+        if begun is not None:
+            result = replace(result, duration_s=max(time.monotonic() - begun, 0.0))
 
     after_user = snapshot(session.repo, guarded)
     touched_user = sorted(p for p in guarded if after_user[p] != before_user[p])

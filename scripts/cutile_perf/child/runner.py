@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import select
 import signal
 import subprocess
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from cutile_perf import knobs
 from cutile_perf.child import box as boxmod
+from cutile_perf.child import warmstart
 from cutile_perf.child.box import Box
 from cutile_perf.judge.crash import CrashClass
 
@@ -124,9 +126,12 @@ class Gate:
     ended (never earlier: the number could be reused before the child has inherited it); a caller
     that never calls ``run`` closes it with ``unused()``."""
 
-    def __init__(self) -> None:
+    def __init__(self, hides_start_up: bool = True) -> None:
+        """``hides_start_up``: the child's stage is timed from ``open()`` (its start-up overlapped
+        another run and is not counted twice); False: from its start, as for a child not held."""
         self.read_fd, self._write_fd = os.pipe()
         self.opened_at: float | None = None
+        self.hides_start_up = hides_start_up
 
     def open(self) -> None:
         if self._write_fd is not None:
@@ -144,16 +149,60 @@ class Gate:
         os.close(self.read_fd)
 
 
+class StartGate:
+    """What holds a child started ahead of its turn (``child.warmstart``) before any code of the
+    repository runs in it: ``wait_ready`` returns once it has made its early imports and waits,
+    ``open()`` lets it go on, ``close()`` (or the harness dying) cancels it.
+
+    ``run`` hands the child the gate's read end and the ready pipe's write end and closes both when
+    the child has ended; the caller closes the ready pipe's read end with ``done()``."""
+
+    def __init__(self) -> None:
+        self.gate = Gate()
+        self._ready_read, self.ready_write = os.pipe()
+
+    @property
+    def opened_at(self) -> float | None:
+        return self.gate.opened_at
+
+    def open(self) -> None:
+        self.gate.open()
+
+    def close(self) -> None:
+        self.gate.close()
+
+    def wait_ready(self, timeout_s: float, ended: Callable[[], bool]) -> bool:
+        """True once the child waits at the gate, or has ended (either way nothing of it runs
+        beside the caller's next step); False when neither happened within ``timeout_s``."""
+        end = time.monotonic() + timeout_s
+        while True:
+            readable, _, _ = select.select([self._ready_read], [], [], 0.2)
+            if readable or ended():
+                return True
+            if time.monotonic() >= end:
+                return False
+
+    def unused(self) -> None:
+        """For a caller that never called ``run``: close the child's ends too."""
+        self.gate.unused()
+        os.close(self.ready_write)
+
+    def done(self) -> None:
+        os.close(self._ready_read)
+
+
 def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
         env_overrides: dict[str, str] | None = None, secret: bytes | None = None,
         on_start: Callable[[int], None] | None = None, gate: Gate | None = None,
-        box: Box | None = None) -> RunResult:
+        box: Box | None = None, start: StartGate | None = None) -> RunResult:
     """Run ``argv`` in ``cwd`` with its own process group; output goes to ``output_path``.
 
     ``secret`` reaches the child through a pipe whose descriptor is named by ``CUTILE_PERF_KEY_FD``
     (never through the environment). ``on_start(pgid)`` is called as soon as the child exists, so
     the caller can persist the group and a later ``resume`` can end it after a ``kill -9``.
     ``gate``: the child waits on it before its first test (the read end is the child's alone).
+    ``start``: start it ahead of its turn (``child.warmstart``; ``argv`` must be a
+    ``<python> -m pytest`` command): it imports what needs no repository, then waits on ``start``.
     ``box``: run it in that sandbox (``box.py``): its environment from the allow-list instead of a
     copy of ours, paths in it rewritten to the box's, the group led by ``unshare``.
     Never raises for a failing or hanging child; KeyboardInterrupt kills the group, then propagates.
@@ -177,21 +226,31 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
         pass_fds = (*pass_fds, gate.read_fd)
         env["CUTILE_PERF_GATE_FD"] = str(gate.read_fd)
     command = argv
+    if start is not None:
+        command = warmstart.warm_argv(argv)
+        if command is None:
+            raise ValueError(f"only a '<python> -m pytest' command can start ahead of its turn, not {argv[:3]}")
+        # No folder of the checkout on its path until it is let go (the box rewrites both values).
+        env["PYTHONPATH"], env["CUTILE_PERF_LATE_PYTHONPATH"] = warmstart.split_pythonpath(env.get("PYTHONPATH", ""),
+                                                                                           cwd)
+        pass_fds = (*pass_fds, start.ready_write, start.gate.read_fd)
+        env["CUTILE_PERF_READY_FD"], env["CUTILE_PERF_START_FD"] = str(start.ready_write), str(start.gate.read_fd)
     if box is not None:
         env = box.env(env)
-        command = box.wrap(argv, cwd)
-    start = time.monotonic()
+        command = box.wrap(command, cwd)
+    began = time.monotonic()
     try:
         with output_path.open("wb") as out:
-            out.write(("$ " + " ".join(argv) + (" (in the sandbox)" if box else "") + "\n").encode())
+            out.write(("$ " + " ".join(argv) + (" (in the sandbox)" if box else "")
+                       + (" (started ahead of its turn)" if start else "") + "\n").encode())
             out.flush()
             try:
                 proc = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         env=env, start_new_session=True, pass_fds=pass_fds)
             except OSError as exc:  # the interpreter or command does not exist
                 out.write(f"cannot start: {exc}\n".encode())
-                return RunResult(tuple(argv), 127, False, time.monotonic() - start, output_path)
-            result = _wait(proc, argv, timeout_s, output_path, start, on_start)
+                return RunResult(tuple(argv), 127, False, time.monotonic() - began, output_path)
+            result = _wait(proc, argv, timeout_s, output_path, began, on_start)
             if box is not None:
                 result = replace(result, returncode=boxmod.returncode(result.returncode))
             return result

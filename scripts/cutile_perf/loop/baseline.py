@@ -16,7 +16,7 @@ from cutile_perf.judge import rules, stats, verdict
 from cutile_perf.judge.verdict import Stage
 from cutile_perf.loop import iteration
 from cutile_perf.loop.history import History
-from cutile_perf.loop.stages import Stages, StageRunner
+from cutile_perf.loop.stages import NextRun, Stages, StageRunner
 from cutile_perf.output import Outcome, say
 from cutile_perf.store import git_ops
 from cutile_perf.store import session as session_mod
@@ -30,7 +30,10 @@ def perf_repeats(runner: Stages, thresholds: rules.Thresholds, commit: str, repe
     empty = verdict.Reference(commit=commit, medians={}, noise={})
     for k in range(repeats):
         say(f"perf run {k + 1}/{repeats}")
-        stage = first if k == 0 and first is not None else runner.stage("perf", f"0-r{k + 1}", commit)
+        # A run's successor starts ahead of its turn (``Stages.stage``); run 1, pre-started during
+        # the correctness run, is already timing by then, so run 2 starts fresh.
+        then = NextRun("perf", f"0-r{k + 2}", commit) if k + 1 < repeats else None
+        stage = first if k == 0 and first is not None else runner.stage("perf", f"0-r{k + 1}", commit, then=then)
         checked = verdict.judge_records(stage, empty, thresholds)
         if checked.final:
             raise IterationCrashed(f"baseline perf run failed: {checked.reason}", f"read {stage.output}")

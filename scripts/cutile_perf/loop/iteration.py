@@ -50,7 +50,7 @@ from cutile_perf.judge.verdict import (Evidence, Reference, Stage, Verdict, corr
                                        stopped)
 from cutile_perf.loop.budget import Budget, BudgetSpent, DoesNotFit
 from cutile_perf.loop.history import History
-from cutile_perf.loop.stages import Stages, StageRunner
+from cutile_perf.loop.stages import NextRun, Stages, StageRunner
 from cutile_perf.output import Outcome, say
 from cutile_perf.skill.install import is_installed_skill_path
 from cutile_perf.store import atomic, git_ops, session as session_mod
@@ -483,11 +483,12 @@ class Iteration:
 
     # -- measuring --------------------------------------------------------------------------------
 
-    def _stage(self, stages: Stages, name: str, tag: str, commit: str, cases: dict | None = None) -> Stage:
+    def _stage(self, stages: Stages, name: str, tag: str, commit: str, cases: dict | None = None,
+               then: NextRun | None = None) -> Stage:
         say(f"iteration {self.state.iteration}: {name}" + (f" ({tag.split('-', 1)[1]})" if "-" in tag else "")
             + (f", {len(cases)} case(s) in doubt" if cases else ""))
         self._within_budget(f"before the {name} run")
-        stage = stages.stage(name, tag, commit, cases=cases)
+        stage = stages.stage(name, tag, commit, cases=cases, then=then)
         self._within_budget(f"during the {name} run")
         return stage
 
@@ -531,12 +532,17 @@ class Iteration:
             k = len(evidence.pairs) + 1
             # Only the cases in doubt, selected by the node ids their records came from.
             doubt = {case: perf.test_ids.get(case) for case in verdict.cases} or None
-            base_run = self._stage(stages, "perf", f"{number}-confirm{k}-base", ref.commit, doubt)
+            # Each run's successor starts ahead of its turn (``Stages.stage``): used if the verdict
+            # goes on with the same cases, cancelled otherwise.
+            cand_next = NextRun("perf", f"{number}-confirm{k}-cand", cand, doubt)
+            base_next = NextRun("perf", f"{number}-confirm{k + 1}-base", ref.commit, doubt)
+            base_run = self._stage(stages, "perf", f"{number}-confirm{k}-base", ref.commit, doubt, then=cand_next)
             evidence = evidence.add(pairs=(*evidence.pairs, (base_run, None)))
             verdict = judge(ref, t, evidence)
             if verdict.final:
                 break
-            cand_run = self._stage(stages, "perf", f"{number}-confirm{k}-cand", cand, doubt)
+            cand_run = self._stage(stages, "perf", cand_next.tag, cand, doubt,
+                                   then=base_next if k < t.max_confirm_pairs else None)
             evidence = evidence.add(pairs=(*evidence.pairs[:-1], (base_run, cand_run)))
             verdict = judge(ref, t, evidence)
         return evidence, verdict

@@ -17,11 +17,47 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from cutile_perf.child import measure, pristine, runner
+from cutile_perf.child import measure, pristine, runner, warmstart
 from cutile_perf.judge.verdict import Stage
 from cutile_perf.output import say
 from cutile_perf.store import git_ops, jitcache
 from cutile_perf.store.session import Session
+
+
+AHEAD_READY_S = 60.0  # how long a run's first test waits for the next child's early imports
+
+
+@dataclass(frozen=True)
+class NextRun:
+    """A run the loop may ask for next: started ahead of its turn, it is used only if the next
+    request is this very run (same stage, tag, commit and cases); otherwise it is cancelled."""
+
+    name: str
+    tag: str
+    commit: str
+    cases: dict[str, str | None] | None = field(default=None, compare=False)
+    case_key: tuple = field(default=(), init=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "case_key", tuple(sorted((self.cases or {}).items())))
+
+    @property
+    def select(self) -> list[str] | None:
+        """The node ids to run alone (``measure.run_stage``'s ``select``), or None: the whole selection."""
+        cases = self.cases
+        return sorted(set(cases.values())) if cases and all(cases.values()) else None
+
+
+@dataclass
+class _Child:
+    """A perf child running in a worker thread: its gates, its checkout, its process groups."""
+
+    run: NextRun
+    checkout: Any
+    tests: Any  # runner.Gate: its first test waits on it
+    start: Any  # runner.StartGate when it was started ahead of its turn
+    groups: list[int] = field(default_factory=list)
+    future: Any = None
 
 
 class Stages(Protocol):
@@ -29,7 +65,8 @@ class Stages(Protocol):
 
     clock: Any  # the command's ``iteration.Clock``: each stage's duration goes into the row's timings
 
-    def stage(self, name: str, tag: str, commit: str, cases: dict[str, str | None] | None = None) -> Stage: ...
+    def stage(self, name: str, tag: str, commit: str, cases: dict[str, str | None] | None = None,
+              then: NextRun | None = None) -> Stage: ...
 
     def correctness_then_perf(self, tag: str, commit: str, proceed: Callable[[Stage], bool],
                               perf_tag: str | None = None) -> tuple[Stage, Stage | None]: ...
@@ -66,6 +103,8 @@ class StageRunner:
         self.compile_cache: Path | None = None  # set on entry when the session keeps a JIT cache
         self.dropped_compiled: list[str] = []  # cache entries no earlier command recorded, dropped on entry
         self._exits = contextlib.ExitStack()
+        self._ahead: _Child | None = None  # the perf child started ahead of its turn (``stage``'s ``then``)
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cutile-perf-child")
 
     def fenced_files(self, commit: str) -> list[str]:
         # Asked for by every stage of a commit: list its tree once.
@@ -97,20 +136,101 @@ class StageRunner:
         return f"its children run without the sandbox ({why})" if why else None
 
     def stage(self, name: str, tag: str, commit: str, cases: dict[str, str | None] | None = None,
-              session: Session | None = None):
+              session: Session | None = None, then: NextRun | None = None):
         """``cases``: only these cases, ``{case: pytest node id}`` (the interleaved re-check's cases
         in doubt); the child runs their node ids alone (``measure.run_stage``'s ``select``), or the
         whole selection when a case has no node id. ``session``: another command set for this one
         stage (``verify --full-tests``); the checkouts, fence and protected files stay the runner's.
+        ``then``: the run the caller will ask for next unless the judge's verdict is final first;
+        it is started ahead of its turn (``ahead_refusal``), and this run's first test waits
+        until that child waits before any code of the repository (``child.warmstart``).
 
-        Every run starts a fresh child and runs alone, never a warm one held beside a timed run:
-        see ``correctness_then_perf`` for the one overlap that is safe."""
-        select = sorted(set(cases.values())) if cases and all(cases.values()) else None
-        result = measure.run_stage(session or self.session, name, tag, self.deadline, checkout=self.checkout(commit),
-                                        fenced_files=self.fenced_files(commit), tracked=self.tracked,
-                                        on_start=self.on_start, select=select)
+        Every run is a fresh child, and no other child does anything while it times: see
+        ``correctness_then_perf`` for the one overlap of two working children that is safe."""
+        run = NextRun(name, tag, commit, cases)
+        current = self._claim_ahead(run)
+        if then is not None and (session is not None or self.ahead_refusal(then)):
+            then = None
+        if current is None and then is None:
+            result = measure.run_stage(session or self.session, name, tag, self.deadline,
+                                       checkout=self.checkout(commit), fenced_files=self.fenced_files(commit),
+                                       tracked=self.tracked, on_start=self.on_start, select=run.select)
+        else:
+            if current is None:
+                current = self._launch(run, self.checkout(commit), start=None)
+            else:
+                current.start.open()
+            if then is not None:
+                busy = current.checkout
+                other = self.checkout(then.commit)
+                self._ahead = self._launch(then, other if other is not busy else self.checkout(then.commit, held=True),
+                                           start=runner.StartGate())
+                if not self._ahead.start.wait_ready(min(AHEAD_READY_S, max(self.deadline.left(), 0.0)),
+                                                    ended=self._ahead.future.done):
+                    say(f"{then.tag}: the child started ahead of its turn was not ready in time; it is stopped "
+                        "and will start fresh")
+                    self._cancel_ahead()
+            current.tests.open()  # nothing else runs any more: the next child, if any, waits
+            result = current.future.result()
+            if current.start is not None:
+                current.start.done()
         self.clock.add_child(result.duration_s, f"{tag}-{name}")
         return replace(result, cases=tuple(sorted(cases))) if cases else result
+
+    def ahead_refusal(self, run: NextRun) -> str | None:
+        """Why ``run`` may not start ahead of its turn here, or None. Only a perf run, only in the
+        box (the running child must not find the waiting one's checkout, nor its process: the box
+        has its own file view and process namespace), only where the session pre-starts at all
+        (``prestart_perf``), and only a ``python -m pytest`` command (``child.warmstart``)."""
+        if run.name != "perf":
+            return "only perf runs start ahead of their turn"
+        if not self.session.prestart_perf:
+            return "session.yaml has prestart_perf: false"
+        if warmstart.warm_argv(self.session.argv("perf")) is None:
+            return "the perf command is not '{python} -m pytest ...'"
+        return self.prestart_refusal()
+
+    def _launch(self, run: NextRun, checkout, start: runner.StartGate | None) -> _Child:
+        """Start ``run``'s child in ``checkout``; its first test waits on the returned child's ``tests``
+        gate (timed from its start, or from ``start``'s opening when given)."""
+        tests = runner.Gate(hides_start_up=False)
+        child = _Child(run, checkout, tests, start)
+
+        def started(pgid: int) -> None:
+            child.groups.append(pgid)
+            if self.on_start is not None:
+                self.on_start(pgid)
+
+        child.future = self._pool.submit(
+            measure.run_stage, self.session, run.name, run.tag, self.deadline, checkout=checkout,
+            fenced_files=self.fenced_files(run.commit), tracked=self.tracked, on_start=started, gate=tests,
+            select=run.select, start=start)
+        return child
+
+    def _claim_ahead(self, run: NextRun) -> _Child | None:
+        """The child started ahead for ``run``, if one waits for it; any other is cancelled. One that
+        ended before it was let go (it crashed while importing) is no run of ``run``'s: dropped."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return None
+        if ahead.run != run or ahead.future.done():
+            self._ahead = ahead
+            self._cancel_ahead()
+            return None
+        return ahead
+
+    def _cancel_ahead(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return
+        ahead.start.close()
+        ahead.tests.close()
+        for pgid in ahead.groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        with contextlib.suppress(Exception):  # its stage is no evidence of anything: never read
+            ahead.future.result()
+        ahead.start.done()
 
     def correctness_then_perf(self, tag: str, commit: str, proceed: Callable[[Any], bool],
                               perf_tag: str | None = None):
@@ -182,6 +302,8 @@ class StageRunner:
 
     def close(self) -> None:
         try:
+            self._cancel_ahead()
+            self._pool.shutdown(wait=True)
             for checkout in self.checkouts.values():
                 checkout.remove()
             self.checkouts.clear()
@@ -218,14 +340,17 @@ class ScriptedStages:
     defined: set[str] = field(default_factory=set)
     calls: list[tuple[str, str, str]] = field(default_factory=list)
     selected: list[tuple[str, ...]] = field(default_factory=list)  # the cases of each run of cases in doubt
+    ahead: list[NextRun | None] = field(default_factory=list)  # each request's ``then``, in order
     on_stage: Callable[[str, str, str], None] | None = None  # called before each stage (a test's side effect)
     no_prestart: str | None = None  # what prestart_refusal says (a test of the unboxed fallback)
     # Set by the command that runs it (``try_change``): each scripted ``duration_s`` goes into the
     # row's timings as a child's would, so budget estimates read scripted sessions like real ones.
     clock: Any = None
 
-    def stage(self, name: str, tag: str, commit: str, cases: dict[str, str | None] | None = None) -> Stage:
+    def stage(self, name: str, tag: str, commit: str, cases: dict[str, str | None] | None = None,
+              then: NextRun | None = None) -> Stage:
         self.calls.append((name, tag, commit))
+        self.ahead.append(then)
         if self.on_stage is not None:
             self.on_stage(name, tag, commit)
         role = "base" if commit == self.reference_commit else "candidate"

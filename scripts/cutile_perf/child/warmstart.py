@@ -1,0 +1,119 @@
+"""A pytest child started ahead of its turn, held before it runs any code of the repository.
+
+The interleaved re-check and the baseline run perf children one after another, each fresh (runs
+in one process would share its state, so the samples would not be independent). Most of a fresh
+child's start-up is the same in every run and belongs to no repository: the interpreter, torch,
+cuda.tile and pytest (about 5 s on the H200; ``benchmarks/child_profile.py``). This module lets the
+next run pay that while the current one starts, and nothing more:
+
+    python -P -m cutile_perf.child.warmstart <pytest arguments>
+
+1. It starts with no folder of the checkout on ``sys.path``: ``-P`` leaves out the working
+   directory, and the harness moves the checkout's own ``PYTHONPATH`` entries (and any empty or
+   relative one, which means the working directory) into ``CUTILE_PERF_LATE_PYTHONPATH``.
+   So the imports below can only find installed code, which the box keeps read-only.
+2. It imports ``WARM_MODULES``, says so on ``CUTILE_PERF_READY_FD``, and blocks on
+   ``CUTILE_PERF_START_FD`` (one byte: go; end of file: cancelled). It has touched no GPU: none of
+   those imports makes a CUDA context.
+3. Let go, it puts the path back as ``python -m pytest`` would have had it (the working directory
+   first, then the whole ``PYTHONPATH``) and runs pytest in this process. If a module it already
+   imported would now be found in the checkout instead (a repository that ships its own
+   ``numpy.py``), the warm process is not what a fresh one would be: it re-executes itself as the
+   plain ``python -m pytest`` command, which a fresh child would have run.
+
+The harness (``loop.stages``) lets the current run's first test start only once the next child
+is blocked here, so a timed run never has a neighbour doing anything. Cancelled, it exits with
+``CANCELLED`` without having run anything of the repository.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+
+# Imported before the gate: everything a perf child of any cuTile repository imports first. Not the
+# record plugin: it must load as pytest loads it, after the gate (it takes its descriptors then).
+WARM_MODULES = ("torch", "cuda.tile", "pytest")
+CANCELLED = 75  # EX_TEMPFAIL: the run it was started for did not happen
+
+
+def warm_argv(argv: list[str]) -> list[str] | None:
+    """The command that starts ``argv`` ahead of its turn, or None when it cannot be: only a
+    ``<python> -m pytest ...`` command is run by this module (``session.argv`` fills ``{python}``)."""
+    if len(argv) >= 3 and argv[1:3] == ["-m", "pytest"] and Path(argv[0]).name.startswith("python"):
+        return [argv[0], "-P", "-m", "cutile_perf.child.warmstart", *argv[3:]]
+    return None
+
+
+def split_pythonpath(value: str, cwd: str | os.PathLike) -> tuple[str, str]:
+    """``(early, late)``: the ``PYTHONPATH`` the child starts with (its entries outside ``cwd``),
+    and the whole value, restored once it is let go. Empty and relative entries name the working
+    directory, so they stay out of the early one too."""
+    root = os.path.realpath(cwd)
+    early = []
+    for entry in value.split(os.pathsep):
+        if not entry or not os.path.isabs(entry):
+            continue
+        real = os.path.realpath(entry)
+        if real == root or real.startswith(root + os.sep):
+            continue
+        early.append(entry)
+    return os.pathsep.join(early), value
+
+
+def shadowed(modules: dict, entries: list[str]) -> list[str]:
+    """Top-level modules already imported that ``entries`` (the folders put back on the path) would
+    now provide instead: a ``name.py``, ``name/`` or extension module ``name.*.so`` there."""
+    found = []
+    for name in sorted(n for n in modules if "." not in n):
+        for entry in entries:
+            folder = Path(entry)
+            if (folder / f"{name}.py").exists() or (folder / name).is_dir() or any(folder.glob(f"{name}.*.so")):
+                found.append(name)
+                break
+    return found
+
+
+def _wait(ready_fd: int, start_fd: int) -> bool:
+    os.write(ready_fd, b"1")
+    os.close(ready_fd)
+    try:
+        go = os.read(start_fd, 1) == b"1"
+    except OSError:
+        go = False
+    os.close(start_fd)
+    return go
+
+
+def main(args: list[str]) -> int:
+    from cutile_perf import knobs  # noqa: PLC0415 - this module is the child's entry point
+
+    ready_fd, start_fd = knobs.take_start_fds()
+    late = knobs.take_late_pythonpath()
+    early = [e for e in knobs.pythonpath().split(os.pathsep) if e]
+    for name in WARM_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001, S110 - pytest, run as a fresh child would, reports it with its test
+            pass
+    if not _wait(ready_fd, start_fd):
+        return CANCELLED
+    cwd = os.getcwd()
+    entries = [e for e in late.split(os.pathsep) if e]
+    knobs.set_pythonpath(late)  # what the tests' own subprocesses inherit, as in a fresh child
+    inside = set(entries) - set(early)  # the checkout's entries (and any relative one)
+    if shadowed(sys.modules, [cwd, *(os.path.join(cwd, e) for e in inside)]):
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "pytest", *args])
+    # ``python -m pytest``'s path: the working directory, the whole PYTHONPATH, then what the
+    # interpreter added (stdlib, site-packages); the early entries come back in their places.
+    sys.path[:] = [cwd, *entries, *(p for p in sys.path if p not in early)]
+    import pytest  # noqa: PLC0415
+
+    sys.argv = ["pytest", *args]
+    return pytest.console_main()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

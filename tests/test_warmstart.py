@@ -1,0 +1,155 @@
+"""A perf child started ahead of its turn (``child.warmstart``), on CPU with plain pytest children.
+
+The guarantee: until the harness lets it go, the child runs no code of the repository (nothing of
+the checkout is on its path), and once let go it runs exactly what ``python -m pytest`` would.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cutile_perf.child import runner, warmstart
+
+PY = sys.executable
+
+
+# --- the pure parts --------------------------------------------------------------------------------
+
+
+def test_only_a_python_dash_m_pytest_command_can_start_ahead():
+    assert warmstart.warm_argv([PY, "-m", "pytest", "-q", "tests"]) == [
+        PY, "-P", "-m", "cutile_perf.child.warmstart", "-q", "tests"]
+    assert warmstart.warm_argv(["pytest", "-q"]) is None
+    assert warmstart.warm_argv(["bash", "-m", "pytest"]) is None
+    assert warmstart.warm_argv([PY, "-m", "xdist"]) is None
+
+
+def test_the_early_path_leaves_out_the_checkout_and_every_entry_that_means_the_working_directory(tmp_path):
+    checkout, other = tmp_path / "checkout", tmp_path / "site"
+    (checkout / "src").mkdir(parents=True)
+    other.mkdir()
+    (tmp_path / "link").symlink_to(checkout / "src")  # a path outside that resolves inside
+    value = os.pathsep.join([str(checkout / "src"), "", "relative/dir", str(other), str(tmp_path / "link"),
+                             str(checkout)])
+    early, late = warmstart.split_pythonpath(value, checkout)
+    assert early == str(other)
+    assert late == value
+
+
+def test_a_module_the_checkout_would_shadow_is_found(tmp_path):
+    (tmp_path / "numpy.py").write_text("")
+    (tmp_path / "pluggy").mkdir()
+    (tmp_path / "fast.cpython-312-x86_64-linux-gnu.so").write_text("")
+    modules = {"numpy": object(), "pluggy": object(), "fast": object(), "torch": object(), "torch.nn": object()}
+    assert warmstart.shadowed(modules, [str(tmp_path)]) == ["fast", "numpy", "pluggy"]
+
+
+# --- a real child ------------------------------------------------------------------------------------
+
+REPO_TEST = """\
+import os
+from pathlib import Path
+
+import mypkg
+
+
+def test_it():
+    Path(os.environ["MARK"]).open("a").write(f"test {mypkg.WHERE}\\n")
+"""
+
+
+def _repo(root: Path, mark: Path) -> Path:
+    """A repository whose package (under src/, on PYTHONPATH as a checkout's package roots are)
+    writes a line to ``mark`` the moment it is imported."""
+    repo = root / "repo"
+    (repo / "src" / "mypkg").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "src" / "mypkg" / "__init__.py").write_text(
+        "import os\nfrom pathlib import Path\nWHERE = 'src'\n"
+        "Path(os.environ['MARK']).open('a').write('imported\\n')\n")
+    (repo / "conftest.py").write_text("import os\nfrom pathlib import Path\n"
+                                      "Path(os.environ['MARK']).open('a').write('conftest\\n')\n")
+    (repo / "tests" / "test_repo.py").write_text(REPO_TEST)
+    return repo
+
+
+def _start_ahead(repo: Path, mark: Path, log: Path, start: runner.StartGate, extra_path: str = ""):
+    done: dict = {}
+    env = {"MARK": str(mark), "PYTHONPATH": os.pathsep.join(p for p in (str(repo / "src"), extra_path) if p),
+           "PYTHONDONTWRITEBYTECODE": "1"}
+
+    def go():
+        done["result"] = runner.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=repo,
+                                    timeout_s=120, output_path=log, env_overrides=env, start=start)
+
+    thread = threading.Thread(target=go)
+    thread.start()
+    return thread, done
+
+
+def test_a_child_started_ahead_runs_no_repository_code_until_it_is_let_go(tmp_path):
+    mark, log = tmp_path / "mark.txt", tmp_path / "child.log"
+    repo = _repo(tmp_path, mark)
+    start = runner.StartGate()
+    thread, done = _start_ahead(repo, mark, log, start)
+    try:
+        assert start.wait_ready(120, ended=lambda: not thread.is_alive())
+        assert thread.is_alive(), log.read_text()  # it waits, having imported torch, cuda.tile, pytest
+        time.sleep(0.5)
+        assert not mark.exists(), mark.read_text()  # not the conftest, not the package
+        start.open()
+    finally:
+        start.close()
+        thread.join(120)
+        start.done()
+    result = done["result"]
+    assert result.ok, log.read_text()
+    # As `python -m pytest` would: the rootdir conftest, the package from src/ (whole PYTHONPATH back).
+    assert mark.read_text().splitlines() == ["conftest", "imported", "test src"]
+    assert "(started ahead of its turn)" in log.read_text().splitlines()[0]
+
+
+def test_a_cancelled_child_ends_without_running_anything_of_the_repository(tmp_path):
+    mark, log = tmp_path / "mark.txt", tmp_path / "child.log"
+    repo = _repo(tmp_path, mark)
+    start = runner.StartGate()
+    thread, done = _start_ahead(repo, mark, log, start)
+    try:
+        assert start.wait_ready(120, ended=lambda: not thread.is_alive())
+    finally:
+        start.close()
+        thread.join(120)
+        start.done()
+    assert done["result"].returncode == warmstart.CANCELLED
+    assert not mark.exists()
+
+
+def test_a_module_the_repository_shadows_is_imported_from_the_repository_as_in_a_fresh_child(tmp_path):
+    """pytest imports pluggy before any test. A repository with its own ``pluggy.py`` at its root
+    gets that one under ``python -m pytest``; the warm child had already imported the installed one,
+    so it re-executes itself as the plain command and the repository's copy is used, as it would be."""
+    mark, log = tmp_path / "mark.txt", tmp_path / "child.log"
+    repo = _repo(tmp_path, mark)
+    (repo / "pluggy.py").write_text(
+        "import os, sys\nfrom pathlib import Path\n"
+        "Path(os.environ['MARK']).open('a').write('shadow\\n')\n"
+        "here = os.path.dirname(os.path.abspath(__file__))\n"
+        "sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != here]\n"
+        "del sys.modules['pluggy']\nimport pluggy as _real\nsys.modules['pluggy'] = _real\n")
+    start = runner.StartGate()
+    thread, done = _start_ahead(repo, mark, log, start)
+    try:
+        assert start.wait_ready(120, ended=lambda: not thread.is_alive())
+        assert not mark.exists()
+        start.open()
+    finally:
+        start.close()
+        thread.join(120)
+        start.done()
+    assert done["result"].ok, log.read_text()
+    assert mark.read_text().splitlines()[0] == "shadow"
