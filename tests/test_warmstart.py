@@ -5,6 +5,7 @@ the checkout is on its path), and once let go it runs exactly what ``python -m p
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -78,10 +79,14 @@ def _repo(root: Path, mark: Path) -> Path:
     return repo
 
 
-def _start_ahead(repo: Path, mark: Path, log: Path, start: runner.StartGate, extra_path: str = ""):
+@contextlib.contextmanager
+def _started_ahead(repo: Path, mark: Path, log: Path):
+    """Start the repository's tests ahead of their turn (the package root src/ on PYTHONPATH, as a
+    checkout's is) and yield ``(start, done)`` once the child waits; on leaving, close the gate (a
+    no-op after ``start.open()``) and wait for the child: ``done["result"]`` is its ``RunResult``."""
     done: dict = {}
-    env = {"MARK": str(mark), "PYTHONPATH": os.pathsep.join(p for p in (str(repo / "src"), extra_path) if p),
-           "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {"MARK": str(mark), "PYTHONPATH": str(repo / "src"), "PYTHONDONTWRITEBYTECODE": "1"}
+    start = runner.StartGate()
 
     def go():
         done["result"] = runner.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=repo,
@@ -89,24 +94,23 @@ def _start_ahead(repo: Path, mark: Path, log: Path, start: runner.StartGate, ext
 
     thread = threading.Thread(target=go)
     thread.start()
-    return thread, done
+    try:
+        assert start.wait_ready(120, ended=lambda: not thread.is_alive())
+        assert thread.is_alive(), log.read_text()  # it waits, having imported torch, cuda.tile, pytest
+        yield start, done
+    finally:
+        start.close()
+        thread.join(120)
+        start.done()
 
 
 def test_a_child_started_ahead_runs_no_repository_code_until_it_is_let_go(tmp_path):
     mark, log = tmp_path / "mark.txt", tmp_path / "child.log"
     repo = _repo(tmp_path, mark)
-    start = runner.StartGate()
-    thread, done = _start_ahead(repo, mark, log, start)
-    try:
-        assert start.wait_ready(120, ended=lambda: not thread.is_alive())
-        assert thread.is_alive(), log.read_text()  # it waits, having imported torch, cuda.tile, pytest
+    with _started_ahead(repo, mark, log) as (start, done):
         time.sleep(0.5)
         assert not mark.exists(), mark.read_text()  # not the conftest, not the package
         start.open()
-    finally:
-        start.close()
-        thread.join(120)
-        start.done()
     result = done["result"]
     assert result.ok, log.read_text()
     # As `python -m pytest` would: the rootdir conftest, the package from src/ (whole PYTHONPATH back).
@@ -117,14 +121,8 @@ def test_a_child_started_ahead_runs_no_repository_code_until_it_is_let_go(tmp_pa
 def test_a_cancelled_child_ends_without_running_anything_of_the_repository(tmp_path):
     mark, log = tmp_path / "mark.txt", tmp_path / "child.log"
     repo = _repo(tmp_path, mark)
-    start = runner.StartGate()
-    thread, done = _start_ahead(repo, mark, log, start)
-    try:
-        assert start.wait_ready(120, ended=lambda: not thread.is_alive())
-    finally:
-        start.close()
-        thread.join(120)
-        start.done()
+    with _started_ahead(repo, mark, log) as (_, done):
+        pass  # leaving closes the gate: cancelled
     assert done["result"].returncode == warmstart.CANCELLED
     assert not mark.exists()
 
@@ -141,15 +139,8 @@ def test_a_module_the_repository_shadows_is_imported_from_the_repository_as_in_a
         "here = os.path.dirname(os.path.abspath(__file__))\n"
         "sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != here]\n"
         "del sys.modules['pluggy']\nimport pluggy as _real\nsys.modules['pluggy'] = _real\n")
-    start = runner.StartGate()
-    thread, done = _start_ahead(repo, mark, log, start)
-    try:
-        assert start.wait_ready(120, ended=lambda: not thread.is_alive())
+    with _started_ahead(repo, mark, log) as (start, done):
         assert not mark.exists()
         start.open()
-    finally:
-        start.close()
-        thread.join(120)
-        start.done()
     assert done["result"].ok, log.read_text()
     assert mark.read_text().splitlines()[0] == "shadow"
