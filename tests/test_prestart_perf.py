@@ -5,7 +5,9 @@ TileGym-shaped repository of ``fixtures_repo`` (its fake tests need no GPU).
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
 import threading
 import time
@@ -13,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from fixtures_repo import TEST_REL, build_tilegym_like_repo, edit_kernel, git
-from test_redteam import FAST, _start, append_to_kernel, assert_not_kept_nothing_lost, call, rows, snapshot
+from test_redteam import (FAST, _start, append_to_kernel, assert_not_kept_nothing_lost, call, reap, rows, snapshot,  # noqa: F401 - reap: a fixture
+                          spawn, wait_until)
 
 from cutile_perf.child import box, runner
 
@@ -253,3 +256,70 @@ def test_a_candidate_started_ahead_runs_none_of_its_code_while_the_baseline_is_t
         assert first_code >= base_ended, f"candidate code ran {base_ended - first_code:.2f} s before the baseline ended"
     else:
         assert first_code < base_ended - 0.5  # beside the baseline's timed tests: what the guard prevents
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (by parent links; Linux only)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
+# The candidate's re-check runs hang (its module finds its own log through its open descriptors,
+# as IMPORT_TIME_TO_LOG does): only an interrupt ends them before their time limit.
+HANG_IN_RECHECK = '''
+import os as _os
+_fds = bytes([47, 112, 114, 111, 99, 47, 115, 101, 108, 102, 47, 102, 100]).decode()
+for _fd in _os.listdir(_fds):
+    try:
+        if "-confirm" in _os.readlink(_fds + "/" + _fd):
+            SLEEP_S = 300.0
+    except OSError:
+        pass
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(box.available() is not None, reason="runs start ahead of their turn only in the box")
+def test_ctrl_c_during_a_recheck_run_ends_the_running_child_and_the_one_started_ahead(tmp_path, reap):
+    """The running child and the one started ahead live in worker threads: an interrupt of the main
+    thread must end both at once (as it ends a child run in the main thread), not wait for the
+    running one to finish, and leave nothing kept."""
+    repo = _slow_tests_session(tmp_path)
+    before = snapshot(repo)
+    edit_kernel(repo, latency=BORDERLINE)
+    append_to_kernel(repo, HANG_IN_RECHECK)
+    proc = spawn(repo, "try", "interrupted during the re-check")
+    # confirm2-base starts ahead while the candidate's first re-check run (hanging) runs
+    ahead_log = repo / "sandbox" / "runs" / "1-confirm2-base-perf.log"
+    deadline = time.monotonic() + 120
+    while not ahead_log.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    children = _descendants(proc.pid)
+    reap.extend(children)
+    assert proc.poll() is None and ahead_log.exists() and len(children) >= 2, proc.poll()
+    interrupted = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)  # not the 300 s the running child would take
+    assert proc.returncode in (130, -signal.SIGINT), proc.returncode
+    assert time.monotonic() - interrupted < 30
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: not any(_alive(p) for p in children), 5.0)
+    assert not [p for p in children if _alive(p)], "children left running after Ctrl-C"
+    call(repo, "resume")
+    assert_not_kept_nothing_lost(repo, before, marker="SLEEP_S = 300.0")

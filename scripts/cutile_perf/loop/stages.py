@@ -60,6 +60,21 @@ class _Child:
     future: Any = None
 
 
+def _end(child: _Child) -> None:
+    """Cancel ``child`` wherever it is (waiting at a gate or running), kill its process groups and
+    wait for its worker thread; what it measured is no evidence of anything and is never read."""
+    for gate in (child.start, child.tests):
+        if gate is not None:
+            gate.close()
+    for pgid in child.groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    with contextlib.suppress(BaseException):
+        child.future.result()
+    if child.start is not None:
+        child.start.done()
+
+
 class Stages(Protocol):
     """Runs one iteration's stages; a context manager around all of them."""
 
@@ -171,7 +186,11 @@ class StageRunner:
                         "and will start fresh")
                     self._cancel_ahead()
             current.tests.open()  # nothing else runs any more: the next child, if any, waits
-            result = current.future.result()
+            try:
+                result = current.future.result()
+            except BaseException:  # Ctrl-C or a signal: the child runs in a worker thread, so end it here
+                _end(current)
+                raise
             if current.start is not None:
                 current.start.done()
         self.clock.add_child(result.duration_s, f"{tag}-{name}")
@@ -221,16 +240,8 @@ class StageRunner:
 
     def _cancel_ahead(self) -> None:
         ahead, self._ahead = self._ahead, None
-        if ahead is None:
-            return
-        ahead.start.close()
-        ahead.tests.close()
-        for pgid in ahead.groups:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
-        with contextlib.suppress(Exception):  # its stage is no evidence of anything: never read
-            ahead.future.result()
-        ahead.start.done()
+        if ahead is not None:
+            _end(ahead)
 
     def correctness_then_perf(self, tag: str, commit: str, proceed: Callable[[Any], bool],
                               perf_tag: str | None = None):
