@@ -58,6 +58,7 @@ class _Child:
     start: Any  # runner.StartGate when it was started ahead of its turn
     groups: list[int] = field(default_factory=list)
     future: Any = None
+    ended: bool = False  # ``_end`` ran (its ready pipe is closed)
 
 
 def _end(child: _Child) -> None:
@@ -66,13 +67,16 @@ def _end(child: _Child) -> None:
     for gate in (child.start, child.tests):
         if gate is not None:
             gate.close()
-    for pgid in child.groups:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-    with contextlib.suppress(BaseException):
-        child.future.result()
-    if child.start is not None:
+    if child.future is None or not child.future.done():  # an ended child's group id may be reused
+        for pgid in child.groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+    if child.future is not None:
+        with contextlib.suppress(BaseException):
+            child.future.result()
+    if child.start is not None and not child.ended:
         child.start.done()
+    child.ended = True
 
 
 class Stages(Protocol):
@@ -119,6 +123,7 @@ class StageRunner:
         self.dropped_compiled: list[str] = []  # cache entries no earlier command recorded, dropped on entry
         self._exits = contextlib.ExitStack()
         self._ahead: _Child | None = None  # the perf child started ahead of its turn (``stage``'s ``then``)
+        self._children: list[_Child] = []  # every child run in a worker thread, for ``close``
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cutile-perf-child")
 
     def fenced_files(self, commit: str) -> list[str]:
@@ -163,8 +168,12 @@ class StageRunner:
         Every run is a fresh child, and no other child does anything while it times: see
         ``correctness_then_perf`` for the one overlap of two working children that is safe."""
         run = NextRun(name, tag, commit, cases)
-        current = self._claim_ahead(run)
-        if then is not None and (session is not None or self.ahead_refusal(then)):
+        if session is not None:  # another command: nothing started ahead runs it, nor is started for it
+            self._cancel_ahead()
+            current, then = None, None
+        else:
+            current = self._claim_ahead(run)
+        if then is not None and self.ahead_refusal(then):
             then = None
         if current is None and then is None:
             result = measure.run_stage(session or self.session, name, tag, self.deadline,
@@ -175,24 +184,17 @@ class StageRunner:
                 current = self._launch(run, self.checkout(commit), start=None)
             else:
                 current.start.open()
-            if then is not None:
-                busy = current.checkout
-                other = self.checkout(then.commit)
-                self._ahead = self._launch(then, other if other is not busy else self.checkout(then.commit, held=True),
-                                           start=runner.StartGate())
-                if not self._ahead.start.wait_ready(min(AHEAD_READY_S, max(self.deadline.left(), 0.0)),
-                                                    ended=self._ahead.future.done):
-                    say(f"{then.tag}: the child started ahead of its turn was not ready in time; it is stopped "
-                        "and will start fresh")
-                    self._cancel_ahead()
-            current.tests.open()  # nothing else runs any more: the next child, if any, waits
             try:
+                if then is not None:
+                    self._start_ahead(then, busy=current.checkout)
+                current.tests.open()  # nothing else runs any more: the next child, if any, waits
                 result = current.future.result()
             except BaseException:  # Ctrl-C or a signal: the child runs in a worker thread, so end it here
                 _end(current)
                 raise
             if current.start is not None:
                 current.start.done()
+            current.ended = True
         self.clock.add_child(result.duration_s, f"{tag}-{name}")
         return replace(result, cases=tuple(sorted(cases))) if cases else result
 
@@ -209,11 +211,24 @@ class StageRunner:
             return "the perf command is not '{python} -m pytest ...'"
         return self.prestart_refusal()
 
+    def _start_ahead(self, run: NextRun, busy) -> None:
+        """Start ``run``'s child ahead of its turn, in a checkout other than ``busy`` (the running
+        child's), and return once it waits; one not ready in time is stopped (it will start fresh)."""
+        other = self.checkout(run.commit)
+        self._ahead = self._launch(run, other if other is not busy else self.checkout(run.commit, held=True),
+                                   start=runner.StartGate())
+        if not self._ahead.start.wait_ready(min(AHEAD_READY_S, max(self.deadline.left(), 0.0)),
+                                            ended=self._ahead.future.done):
+            say(f"{run.tag}: the child started ahead of its turn was not ready in time; it is stopped and will "
+                "start fresh")
+            self._cancel_ahead()
+
     def _launch(self, run: NextRun, checkout, start: runner.StartGate | None) -> _Child:
         """Start ``run``'s child in ``checkout``; its first test waits on the returned child's ``tests``
         gate (timed from its start, or from ``start``'s opening when given)."""
         tests = runner.Gate(hides_start_up=False)
         child = _Child(run, checkout, tests, start)
+        self._children.append(child)  # before it exists: an interrupt from here on still ends it (close)
 
         def started(pgid: int) -> None:
             child.groups.append(pgid)
@@ -313,7 +328,11 @@ class StageRunner:
 
     def close(self) -> None:
         try:
-            self._cancel_ahead()
+            self._ahead = None
+            for child in self._children:  # an interrupt can leave one running: none outlives the runner
+                if not child.ended:
+                    _end(child)
+            self._children.clear()
             self._pool.shutdown(wait=True)
             for checkout in self.checkouts.values():
                 checkout.remove()
