@@ -16,7 +16,7 @@ from cutile_perf.judge import rules, stats, verdict
 from cutile_perf.judge.verdict import Stage
 from cutile_perf.loop import iteration
 from cutile_perf.loop.history import History
-from cutile_perf.loop.stages import NextRun, Stages, StageRunner
+from cutile_perf.loop.stages import NextRun, Stages, StageRunner, may_prestart
 from cutile_perf.output import Outcome, say
 from cutile_perf.store import git_ops
 from cutile_perf.store import session as session_mod
@@ -74,10 +74,13 @@ def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outco
         with runner:
             empty = verdict.Reference(commit=head, medians={}, noise={})
             # Perf run 1 starts with the correctness run and waits before its first test, as a
-            # try's perf run does (``Stages.correctness_then_perf``); runs 2 and up start alone.
-            refusal = runner.prestart_refusal() if session.prestart_perf else None
+            # try's perf run does (``Stages.correctness_then_perf``); run 2 starts alone, and each
+            # later one ahead of its turn (``perf_repeats``).
+            prestart, why_not = may_prestart(runner, session)
+            if why_not:
+                say(f"perf run 1 not started during the correctness run: {why_not}")
             first = None
-            if session.prestart_perf and not refusal:
+            if prestart:
                 say("correctness (perf run 1 started, held before its first test)")
                 corr, first = runner.correctness_then_perf(
                     "0", head, proceed=lambda c: not verdict.judge_correctness(c, empty).final, perf_tag="0-r1")

@@ -50,7 +50,7 @@ from cutile_perf.judge.verdict import (Evidence, Reference, Stage, Verdict, corr
                                        stopped)
 from cutile_perf.loop.budget import Budget, BudgetSpent, DoesNotFit
 from cutile_perf.loop.history import History
-from cutile_perf.loop.stages import NextRun, Stages, StageRunner
+from cutile_perf.loop.stages import NextRun, Stages, StageRunner, may_prestart
 from cutile_perf.output import Outcome, say
 from cutile_perf.skill.install import is_installed_skill_path
 from cutile_perf.store import atomic, git_ops, session as session_mod
@@ -504,10 +504,10 @@ class Iteration:
         ref, t = self.ref, self.session.thresholds
         number, cand = self.state.iteration, self.state.candidate
         tag = f"{number}"
-        refusal = stages.prestart_refusal() if self.session.prestart_perf else None
-        if refusal:
-            say(f"iteration {number}: perf child not started during the correctness run: {refusal}")
-        if self.session.prestart_perf and not refusal:
+        prestart, why_not = may_prestart(stages, self.session)
+        if why_not:
+            say(f"iteration {number}: perf child not started during the correctness run: {why_not}")
+        if prestart:
             say(f"iteration {number}: correctness (perf child started, held before its first test)")
             self._within_budget("before the correctness run")
             corr, perf = stages.correctness_then_perf(

@@ -79,6 +79,14 @@ def _end(child: _Child) -> None:
     child.ended = True
 
 
+def may_prestart(stages: Stages, session: Session) -> tuple[bool, str | None]:
+    """``(go, why_not)``: whether the perf child starts together with the correctness run
+    (``Stages.correctness_then_perf``), and why not when the session asks for it but this runner
+    refuses (``prestart_refusal``); ``why_not`` is None when it goes or was not asked for."""
+    why_not = stages.prestart_refusal() if session.prestart_perf else None
+    return bool(session.prestart_perf) and why_not is None, why_not
+
+
 class Stages(Protocol):
     """Runs one iteration's stages; a context manager around all of them."""
 
