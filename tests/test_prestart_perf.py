@@ -196,6 +196,8 @@ for _fd in _os.listdir(_fds):
         _os.write(int(_fd), f"\\nKERNEL-IMPORTED-AT {_time.time()!r}\\n".encode())
 '''
 BORDERLINE = {"256x1024": 1.01, "4096x1024": 2.0}  # +1 % on one case: inside the gate, past the re-check bound
+AHEAD = pytest.mark.skipif(box.available() is not None or sys.version_info < (3, 11),
+                           reason="runs start ahead of their turn only in the box, on Python 3.11 or later (-P)")
 
 
 def _slow_tests_session(tmp_path: Path) -> Path:
@@ -213,7 +215,7 @@ def _import_times(log: Path) -> list[float]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(box.available() is not None, reason="runs start ahead of their turn only in the box")
+@AHEAD
 def test_each_run_of_the_recheck_after_the_first_starts_ahead_and_the_verdict_comes_as_before(tmp_path):
     repo = _slow_tests_session(tmp_path)
     runs = repo / "sandbox" / "runs"
@@ -232,7 +234,7 @@ def test_each_run_of_the_recheck_after_the_first_starts_ahead_and_the_verdict_co
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(box.available() is not None, reason="runs start ahead of their turn only in the box")
+@AHEAD
 @pytest.mark.parametrize("guarded", [True, False], ids=["warmstart", "without-warmstart"])
 def test_a_candidate_started_ahead_runs_none_of_its_code_while_the_baseline_is_timed(tmp_path, monkeypatch, guarded):
     """Red team. The interleaved re-check starts the candidate's child while the baseline's run
@@ -296,7 +298,7 @@ for _fd in _os.listdir(_fds):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(box.available() is not None, reason="runs start ahead of their turn only in the box")
+@AHEAD
 def test_ctrl_c_during_a_recheck_run_ends_the_running_child_and_the_one_started_ahead(tmp_path, reap):
     """The running child and the one started ahead live in worker threads: an interrupt of the main
     thread must end both at once (as it ends a child run in the main thread), not wait for the

@@ -22,12 +22,21 @@ PY = sys.executable
 # --- the pure parts --------------------------------------------------------------------------------
 
 
-def test_only_a_python_dash_m_pytest_command_can_start_ahead():
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="-P (no working directory on the path) is Python 3.11's")
+def test_only_this_interpreter_running_pytest_can_start_ahead(tmp_path):
     assert warmstart.warm_argv([PY, "-m", "pytest", "-q", "tests"]) == [
         PY, "-P", "-m", "cutile_perf.child.warmstart", "-q", "tests"]
     assert warmstart.warm_argv(["pytest", "-q"]) is None
     assert warmstart.warm_argv(["bash", "-m", "pytest"]) is None
     assert warmstart.warm_argv([PY, "-m", "xdist"]) is None
+    other = tmp_path / "python3"
+    other.symlink_to("/bin/true")
+    assert warmstart.warm_argv([str(other), "-m", "pytest"]) is None  # another interpreter
+
+
+def test_python_3_10_never_starts_a_child_ahead(monkeypatch):
+    monkeypatch.setattr(warmstart.sys, "version_info", (3, 10, 14))
+    assert warmstart.warm_argv([PY, "-m", "pytest"]) is None
 
 
 def test_the_early_path_leaves_out_the_checkout_and_every_entry_that_means_the_working_directory(tmp_path):

@@ -40,10 +40,13 @@ CANCELLED = 75  # EX_TEMPFAIL: the run it was started for did not happen
 
 def warm_argv(argv: list[str]) -> list[str] | None:
     """The command that starts ``argv`` ahead of its turn, or None when it cannot be: only a
-    ``<python> -m pytest ...`` command is run by this module (``session.argv`` fills ``{python}``)."""
-    if len(argv) >= 3 and argv[1:3] == ["-m", "pytest"] and Path(argv[0]).name.startswith("python"):
-        return [argv[0], "-P", "-m", "cutile_perf.child.warmstart", *argv[3:]]
-    return None
+    ``{python} -m pytest ...`` command (``session.argv`` fills ``{python}`` with this interpreter),
+    and only on Python 3.11 or later, whose ``-P`` keeps the working directory off the path."""
+    if sys.version_info < (3, 11) or len(argv) < 3 or argv[1:3] != ["-m", "pytest"]:
+        return None
+    if os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
+        return None  # another interpreter: it may not have -P, nor this package
+    return [argv[0], "-P", "-m", "cutile_perf.child.warmstart", *argv[3:]]
 
 
 def split_pythonpath(value: str, cwd: str | os.PathLike) -> tuple[str, str]:
