@@ -248,7 +248,9 @@ def test_a_candidate_started_ahead_runs_none_of_its_code_while_the_baseline_is_t
     edit_kernel(repo, latency=BORDERLINE)
     append_to_kernel(repo, IMPORT_TIME_TO_LOG)
     if not guarded:
-        monkeypatch.setattr(runner.warmstart, "warm_argv", lambda argv: list(argv))
+        # plain pytest in the checkout (a child started ahead begins in "/" and is told where to go)
+        monkeypatch.setattr(runner.warmstart, "warm_argv",
+                            lambda argv: ["/bin/sh", "-c", 'cd "$CUTILE_PERF_LATE_CWD" && exec "$@"', "sh", *argv])
         monkeypatch.setattr(runner.StartGate, "wait_ready", lambda self, timeout_s, ended: True)
     code, data, _ = call(repo, "try", "borderline, and its module runs at import")
     assert code in (0, 1), data

@@ -69,7 +69,8 @@ import mypkg
 
 
 def test_it():
-    Path(os.environ["MARK"]).open("a").write(f"test {mypkg.WHERE}\\n")
+    with Path(os.environ["MARK"]).open("a") as fh:
+        fh.write(f"test {mypkg.WHERE}\\n")
 """
 
 
@@ -80,10 +81,9 @@ def _repo(root: Path, mark: Path) -> Path:
     (repo / "src" / "mypkg").mkdir(parents=True)
     (repo / "tests").mkdir()
     (repo / "src" / "mypkg" / "__init__.py").write_text(
-        "import os\nfrom pathlib import Path\nWHERE = 'src'\n"
-        "Path(os.environ['MARK']).open('a').write('imported\\n')\n")
-    (repo / "conftest.py").write_text("import os\nfrom pathlib import Path\n"
-                                      "Path(os.environ['MARK']).open('a').write('conftest\\n')\n")
+        "import os\nWHERE = 'src'\nwith open(os.environ['MARK'], 'a') as fh:\n    fh.write('imported\\n')\n")
+    (repo / "conftest.py").write_text("import os\nwith open(os.environ['MARK'], 'a') as fh:\n"
+                                      "    fh.write('conftest\\n')\n")
     (repo / "tests" / "test_repo.py").write_text(REPO_TEST)
     return repo
 
@@ -99,7 +99,8 @@ def _started_ahead(repo: Path, mark: Path, log: Path):
 
     def go():
         done["result"] = runner.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=repo,
-                                    timeout_s=120, output_path=log, env_overrides=env, start=start)
+                                    timeout_s=120, output_path=log, env_overrides=env, start=start,
+                                    on_start=lambda pid: done.setdefault("pid", pid))
 
     thread = threading.Thread(target=go)
     thread.start()
@@ -119,6 +120,9 @@ def test_a_child_started_ahead_runs_no_repository_code_until_it_is_let_go(tmp_pa
     with _started_ahead(repo, mark, log) as (start, done):
         time.sleep(0.5)
         assert not mark.exists(), mark.read_text()  # not the conftest, not the package
+        # It waits in "/", not in the checkout: no empty or relative LD_LIBRARY_PATH or PATH entry
+        # can reach the checkout's files before it is let go.
+        assert os.readlink(f"/proc/{done['pid']}/cwd") == "/"
         start.open()
     result = done["result"]
     assert result.ok, log.read_text()
@@ -143,8 +147,8 @@ def test_a_module_the_repository_shadows_is_imported_from_the_repository_as_in_a
     mark, log = tmp_path / "mark.txt", tmp_path / "child.log"
     repo = _repo(tmp_path, mark)
     (repo / "pluggy.py").write_text(
-        "import os, sys\nfrom pathlib import Path\n"
-        "Path(os.environ['MARK']).open('a').write('shadow\\n')\n"
+        "import os, sys\n"
+        "with open(os.environ['MARK'], 'a') as fh:\n    fh.write('shadow\\n')\n"
         "here = os.path.dirname(os.path.abspath(__file__))\n"
         "sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != here]\n"
         "del sys.modules['pluggy']\nimport pluggy as _real\nsys.modules['pluggy'] = _real\n")
@@ -153,3 +157,15 @@ def test_a_module_the_repository_shadows_is_imported_from_the_repository_as_in_a
         start.open()
     assert done["result"].ok, log.read_text()
     assert mark.read_text().splitlines()[0] == "shadow"
+
+
+def test_a_repository_that_turns_warnings_into_errors_runs_as_under_python_dash_m_pytest(tmp_path):
+    """The warm child imported this package before pytest; pytest, loading it as a plugin, would
+    warn that it cannot rewrite its asserts, and ``filterwarnings = error`` makes that an error."""
+    mark, log = tmp_path / "mark.txt", tmp_path / "child.log"
+    repo = _repo(tmp_path, mark)
+    (repo / "pytest.ini").write_text("[pytest]\nfilterwarnings =\n    error\n")
+    with _started_ahead(repo, mark, log) as (start, done):
+        start.open()
+    assert done["result"].ok, log.read_text()[-2000:]
+    assert mark.read_text().splitlines() == ["conftest", "imported", "test src"]

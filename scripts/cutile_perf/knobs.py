@@ -23,6 +23,7 @@ OWN_ENV_VARS: dict[str, str] = {
     "CUTILE_PERF_START_FD": "file descriptor a perf child started ahead of its turn (cutile_perf.child.warmstart) waits on before it runs any code of the repository (one byte: go; end of file: cancelled); set by the harness",
     "CUTILE_PERF_READY_FD": "file descriptor a perf child started ahead of its turn writes one byte to once its early imports are done and it waits; set by the harness",
     "CUTILE_PERF_LATE_PYTHONPATH": "the whole PYTHONPATH of a perf child started ahead of its turn, restored when it is let go (it starts without the checkout's entries); set by the harness",
+    "CUTILE_PERF_LATE_CWD": "the checkout a perf child started ahead of its turn moves to when let go (it starts in /); set by the harness",
     "CUTILE_PERF_KEY_FD": "file descriptor the pytest plugin reads the run report's signing key from, once; set by the harness",
     "CUTILE_PERF_TUNE_CACHE_DIR": "directory of the persistent tuning cache (default: the user cache dir)",
     "CUTILE_PERF_BENCH_MODE": "timing mode of cutile_perf.bench in perf tests: cold (default), warm, graph, graph-warm, cupti or cupti-warm",
@@ -176,6 +177,14 @@ def take_late_pythonpath() -> str:
     return os.environ.pop("CUTILE_PERF_LATE_PYTHONPATH", "")
 
 
+def take_late_cwd() -> str:
+    """The folder a child started ahead of its turn moves to when let go (it starts in "/")."""
+    value = os.environ.pop("CUTILE_PERF_LATE_CWD", "")
+    if not value:
+        raise BadEnvValue("CUTILE_PERF_LATE_CWD: not set (cutile_perf.child.warmstart is started by the harness only)")
+    return value
+
+
 def pythonpath() -> str:
     return os.environ.get("PYTHONPATH", "")
 
@@ -252,7 +261,7 @@ def child_env(**overrides: str) -> dict[str, str]:
 # PYTHONSTARTUP, PYTHONHOME, BASH_ENV, tokens, ssh-agent sockets...) does not reach code the kernel
 # module runs. The harness adds its own values on top (child/measure.py, child/runner.py):
 # CUTILE_PERF_REPORT, CUTILE_PERF_KEY_FD, CUTILE_PERF_GATE_FD, CUTILE_PERF_START_FD, CUTILE_PERF_READY_FD,
-# CUTILE_PERF_LATE_PYTHONPATH, CUTILE_PERF_SHARD, CUTILE_PERF_SELECT,
+# CUTILE_PERF_LATE_PYTHONPATH, CUTILE_PERF_LATE_CWD, CUTILE_PERF_SHARD, CUTILE_PERF_SELECT,
 # CUTILE_PERF_DEFENCE, PYTHONPATH (the checkout's package roots, then the user's own PYTHONPATH),
 # PYTHONPYCACHEPREFIX or PYTHONDONTWRITEBYTECODE (pristine.child_env), PYTHONNOUSERSITE, CUDA_TILE_CACHE_DIR (only the session cache the harness
 # guards and binds writable; a cache dir of the user's own is not passed: the child could plant

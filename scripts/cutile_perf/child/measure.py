@@ -217,6 +217,10 @@ def run_stage(session: Session, name: str, tag: str, deadline: Deadline, *, chec
     try:
         return _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private,
                           gate, select, start)
+    except BaseException:
+        if start is not None and not start.handed:  # it never reached the runner, which closes them
+            start.unused()
+        raise
     finally:
         shutil.rmtree(private, ignore_errors=True)
 

@@ -133,12 +133,16 @@ class Gate:
         self.opened_at: float | None = None
         self.hides_start_up = hides_start_up
 
-    def open(self) -> None:
+    def open(self) -> bool:
+        """Let the child go; False when it had already ended (nobody read the pipe any more)."""
+        delivered = False
         if self._write_fd is not None:
             with contextlib.suppress(OSError):  # BrokenPipeError: the child has already ended
                 os.write(self._write_fd, b"1")
+                delivered = True
             self.opened_at = time.monotonic()
         self.close()
+        return delivered
 
     def close(self) -> None:
         if self._write_fd is not None:
@@ -160,13 +164,14 @@ class StartGate:
     def __init__(self) -> None:
         self.gate = Gate()
         self._ready_read, self.ready_write = os.pipe()
+        self.handed = False  # ``run`` took the child's ends (and closes them)
 
     @property
     def opened_at(self) -> float | None:
         return self.gate.opened_at
 
-    def open(self) -> None:
-        self.gate.open()
+    def open(self) -> bool:
+        return self.gate.open()
 
     def close(self) -> None:
         self.gate.close()
@@ -235,9 +240,14 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
                                                                                            cwd)
         pass_fds = (*pass_fds, start.ready_write, start.gate.read_fd)
         env["CUTILE_PERF_READY_FD"], env["CUTILE_PERF_START_FD"] = str(start.ready_write), str(start.gate.read_fd)
+        # It starts in "/" and moves to the checkout when let go: an empty or relative entry of
+        # LD_LIBRARY_PATH or PATH then finds nothing of the checkout while it waits.
+        env["CUTILE_PERF_LATE_CWD"] = str(cwd)
+        start.handed = True
+    start_dir = "/" if start is not None else cwd
     if box is not None:
         env = box.env(env)
-        command = box.wrap(command, cwd)
+        command = box.wrap(command, start_dir)
     began = time.monotonic()
     try:
         with output_path.open("wb") as out:
@@ -245,8 +255,8 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
                        + (" (started ahead of its turn)" if start else "") + "\n").encode())
             out.flush()
             try:
-                proc = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        env=env, start_new_session=True, pass_fds=pass_fds)
+                proc = subprocess.Popen(command, cwd=start_dir, stdout=out, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, env=env, start_new_session=True, pass_fds=pass_fds)
             except OSError as exc:  # the interpreter or command does not exist
                 out.write(f"cannot start: {exc}\n".encode())
                 return RunResult(tuple(argv), 127, False, time.monotonic() - began, output_path)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import runpy
 import sys
 from pathlib import Path
 
@@ -54,28 +55,46 @@ def split_pythonpath(value: str, cwd: str | os.PathLike) -> tuple[str, str]:
     and the whole value, restored once it is let go. Empty and relative entries name the working
     directory, so they stay out of the early one too."""
     root = os.path.realpath(cwd)
+    plain_root = os.path.abspath(cwd)
     early = []
     for entry in value.split(os.pathsep):
         if not entry or not os.path.isabs(entry):
             continue
-        real = os.path.realpath(entry)
-        if real == root or real.startswith(root + os.sep):
+        # Inside by its name or by where it leads: the box rewrites the name, the host resolves links.
+        if any(p == r or p.startswith(r + os.sep)
+               for p in (os.path.abspath(entry), os.path.realpath(entry)) for r in (root, plain_root)):
             continue
         early.append(entry)
     return os.pathsep.join(early), value
 
 
-def shadowed(modules: dict, entries: list[str]) -> list[str]:
-    """Top-level modules already imported that ``entries`` (the folders put back on the path) would
-    now provide instead: a ``name.py``, ``name/`` or extension module ``name.*.so`` there."""
+def shadowed(names, entries: list[str]) -> list[str]:
+    """Those of the top-level module ``names`` (imported, or looked for and not found, before the
+    gate) that ``entries`` (the folders put back on the path) would provide: a ``name.py``,
+    ``name.pyc``, ``name/`` or extension module ``name.so`` / ``name.*.so`` there."""
     found = []
-    for name in sorted(n for n in modules if "." not in n):
+    for name in sorted({n for n in names if "." not in n}):
         for entry in entries:
             folder = Path(entry)
-            if (folder / f"{name}.py").exists() or (folder / name).is_dir() or any(folder.glob(f"{name}.*.so")):
+            if any((folder / f).exists() for f in (f"{name}.py", f"{name}.pyc", f"{name}.so")) \
+                    or (folder / name).is_dir() or any(folder.glob(f"{name}.*.so")):
                 found.append(name)
                 break
     return found
+
+
+class _NotFound:
+    """Last on ``sys.meta_path`` during the early imports: notes every top-level module they looked
+    for and nobody found (optional dependencies: ``import opt_einsum`` inside torch), which a
+    fresh child could have found in its checkout."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def find_spec(self, name, path=None, target=None):
+        if path is None:
+            self.names.add(name)
+        return None
 
 
 def _wait(ready_fd: int, start_fd: int) -> bool:
@@ -93,29 +112,43 @@ def main(args: list[str]) -> int:
     from cutile_perf import knobs  # noqa: PLC0415 - this module is the child's entry point
 
     ready_fd, start_fd = knobs.take_start_fds()
-    late = knobs.take_late_pythonpath()
+    late, late_cwd = knobs.take_late_pythonpath(), knobs.take_late_cwd()
     early = [e for e in knobs.pythonpath().split(os.pathsep) if e]
+    not_found = _NotFound()
+    sys.meta_path.append(not_found)
+    failed = False
     for name in WARM_MODULES:
         try:
             importlib.import_module(name)
-        except Exception:  # noqa: BLE001, S110 - pytest, run as a fresh child would, reports it with its test
-            pass
+        except Exception:  # noqa: BLE001 - a fresh child reports it: the plain command runs below
+            failed = True
+    sys.meta_path.remove(not_found)
     if not _wait(ready_fd, start_fd):
         return CANCELLED
+    # Started in "/" (runner.run): nothing the loader or Python looks up relative to the working
+    # directory before the gate could come from the checkout.
+    os.chdir(late_cwd)
     cwd = os.getcwd()
     entries = [e for e in late.split(os.pathsep) if e]
     knobs.set_pythonpath(late)  # what the tests' own subprocesses inherit, as in a fresh child
     inside = set(entries) - set(early)  # the checkout's entries (and any relative one)
-    if shadowed(sys.modules, [cwd, *(os.path.join(cwd, e) for e in inside)]):
+    plain = [sys.executable, "-m", "pytest", *args]
+    if failed or shadowed({*sys.modules, *not_found.names}, [cwd, *(os.path.join(cwd, e) for e in inside)]):
+        # Not what a fresh child would be: become one.
         sys.stdout.flush()
-        os.execv(sys.executable, [sys.executable, "-m", "pytest", *args])
+        sys.stderr.flush()
+        os.execv(sys.executable, plain)
     # ``python -m pytest``'s path: the working directory, the whole PYTHONPATH, then what the
     # interpreter added (stdlib, site-packages); the early entries come back in their places.
     sys.path[:] = [cwd, *entries, *(p for p in sys.path if p not in early)]
-    import pytest  # noqa: PLC0415
-
+    # This package was imported before pytest; a pytest that loads it as a plugin would find it
+    # already imported and warn that it cannot rewrite its asserts. Forget it, as a fresh child has
+    # never seen it, and run pytest as `-m` runs it (its __main__, its argv[0]).
+    for name in [n for n in sys.modules if n == "cutile_perf" or n.startswith("cutile_perf.")]:
+        del sys.modules[name]
     sys.argv = ["pytest", *args]
-    return pytest.console_main()
+    runpy.run_module("pytest", run_name="__main__", alter_sys=True)
+    return 0  # pytest's __main__ ends with SystemExit; reached only if it did not
 
 
 if __name__ == "__main__":

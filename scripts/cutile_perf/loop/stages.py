@@ -59,11 +59,13 @@ class _Child:
     groups: list[int] = field(default_factory=list)
     future: Any = None
     ended: bool = False  # ``_end`` ran (its ready pipe is closed)
+    cancelled: bool = False  # ``_end`` began: a process that starts now is killed at once
 
 
 def _end(child: _Child) -> None:
     """Cancel ``child`` wherever it is (waiting at a gate or running), kill its process groups and
     wait for its worker thread; what it measured is no evidence of anything and is never read."""
+    child.cancelled = True
     for gate in (child.start, child.tests):
         if gate is not None:
             gate.close()
@@ -72,7 +74,7 @@ def _end(child: _Child) -> None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
     if child.future is not None:
-        with contextlib.suppress(BaseException):
+        with contextlib.suppress(Exception):  # a second Ctrl-C still interrupts the wait
             child.future.result()
     if child.start is not None and not child.ended:
         child.start.done()
@@ -188,10 +190,11 @@ class StageRunner:
                                        checkout=self.checkout(commit), fenced_files=self.fenced_files(commit),
                                        tracked=self.tracked, on_start=self.on_start, select=run.select)
         else:
+            if current is not None and not current.start.open():  # it died while it waited
+                _end(current)
+                current = None
             if current is None:
                 current = self._launch(run, self.checkout(commit), start=None)
-            else:
-                current.start.open()
             try:
                 if then is not None:
                     self._start_ahead(then, busy=current.checkout)
@@ -242,6 +245,9 @@ class StageRunner:
             child.groups.append(pgid)
             if self.on_start is not None:
                 self.on_start(pgid)
+            if child.cancelled:  # cancelled before its process existed
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGKILL)
 
         child.future = self._pool.submit(
             measure.run_stage, self.session, run.name, run.tag, self.deadline, checkout=checkout,
