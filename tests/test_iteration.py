@@ -126,6 +126,13 @@ def test_the_re_check_re_measures_only_the_case_in_doubt_and_its_timings_show_it
     timings = row["timings"]
     assert timings["recheck_runs"] == 6 and timings["perf_s"] == pytest.approx(60.0)
     assert timings["recheck_s"] == pytest.approx(3 * 12.0 + 3 * 60.0)  # total_s / perf_s: the try in perf runs
+    # Each re-check run names its successor, to be started ahead of its turn; the last names none.
+    recheck = [(tag, then) for (_, tag, _), then in zip(stages.calls, stages.ahead) if "confirm" in tag]
+    assert [(tag, then.tag if then else None) for tag, then in recheck] == [
+        ("1-confirm1-base", "1-confirm1-cand"), ("1-confirm1-cand", "1-confirm2-base"),
+        ("1-confirm2-base", "1-confirm2-cand"), ("1-confirm2-cand", "1-confirm3-base"),
+        ("1-confirm3-base", "1-confirm3-cand"), ("1-confirm3-cand", None)]
+    assert all(then.cases == {"a": then.cases["a"]} for _, then in recheck if then)  # the same case in doubt
 
 
 def test_a_crashed_baseline_run_of_the_re_check_ends_the_iteration_before_the_candidate_run(repo):

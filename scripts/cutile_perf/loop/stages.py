@@ -35,11 +35,7 @@ class NextRun:
     name: str
     tag: str
     commit: str
-    cases: dict[str, str | None] | None = field(default=None, compare=False)
-    case_key: tuple = field(default=(), init=False)
-
-    def __post_init__(self):
-        object.__setattr__(self, "case_key", tuple(sorted((self.cases or {}).items())))
+    cases: dict[str, str | None] | None = None
 
     @property
     def select(self) -> list[str] | None:
