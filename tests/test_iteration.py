@@ -52,6 +52,19 @@ def _template(tmp_path_factory):
     return repo
 
 
+def test_the_baseline_names_its_later_perf_runs_to_start_ahead_with_the_correctness_run(tmp_path):
+    repo = build_tilegym_like_repo(tmp_path)
+    assert main(["init", "--repo", str(repo), "--kernel", "rms_norm"]) == 0
+    allow_no_gpu(repo)
+    stages = ScriptedStages({("correctness", "candidate"): [passed()],
+                             ("perf", "candidate"): [perf({"a": 1.0, "b": 2.0})]}, defined={KERNEL})
+    assert baseline(repo=repo, repeats=4, stages=stages).exit_code == 0
+    named = [(tag, [run.tag for run in then]) for (_, tag, _), then in zip(stages.calls, stages.ahead)]
+    # run 1 is held beside the correctness run (correctness_then_perf), the later ones start with it
+    assert named == [("0", ["0-r2", "0-r3", "0-r4"]), ("0-r1", []), ("0-r2", ["0-r3", "0-r4"]),
+                     ("0-r3", ["0-r4"]), ("0-r4", [])]
+
+
 @pytest.fixture
 def repo(_template, tmp_path):
     import shutil
@@ -126,13 +139,15 @@ def test_the_re_check_re_measures_only_the_case_in_doubt_and_its_timings_show_it
     timings = row["timings"]
     assert timings["recheck_runs"] == 6 and timings["perf_s"] == pytest.approx(60.0)
     assert timings["recheck_s"] == pytest.approx(3 * 12.0 + 3 * 60.0)  # total_s / perf_s: the try in perf runs
-    # Each re-check run names its successor, to be started ahead of its turn; the last names none.
+    # Each re-check run names the runs still to come, in order, to be started ahead of their turn.
     recheck = [(tag, then) for (_, tag, _), then in zip(stages.calls, stages.ahead) if "confirm" in tag]
-    assert [(tag, then.tag if then else None) for tag, then in recheck] == [
-        ("1-confirm1-base", "1-confirm1-cand"), ("1-confirm1-cand", "1-confirm2-base"),
-        ("1-confirm2-base", "1-confirm2-cand"), ("1-confirm2-cand", "1-confirm3-base"),
-        ("1-confirm3-base", "1-confirm3-cand"), ("1-confirm3-cand", None)]
-    assert all(then.cases == {"a": then.cases["a"]} for _, then in recheck if then)  # the same case in doubt
+    tags = [tag for tag, _ in recheck]
+    assert tags == ["1-confirm1-base", "1-confirm1-cand", "1-confirm2-base", "1-confirm2-cand",
+                    "1-confirm3-base", "1-confirm3-cand"]
+    assert [[run.tag for run in then] for _, then in recheck] == [tags[i + 1:] for i in range(6)]
+    base, cand = stages.calls[-2][2], stages.calls[-1][2]
+    assert all(run.commit == (base if "base" in run.tag else cand) for _, then in recheck for run in then)
+    assert all(run.cases == {"a": run.cases["a"]} for _, then in recheck for run in then)  # the same case in doubt
 
 
 def test_a_crashed_baseline_run_of_the_re_check_ends_the_iteration_before_the_candidate_run(repo):

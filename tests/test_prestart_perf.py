@@ -181,19 +181,26 @@ def test_init_pre_starts_the_perf_child_by_default(tmp_path, flags, written):
 
 # --- runs started ahead of their turn (``child.warmstart``) ----------------------------------------
 
-# The candidate's kernel module, at import, writes the time into the perf log it runs under (an
-# attacker finds the file through its open descriptors, spelling the folder so that the static scan
-# of `try` does not see it): when its code first ran, as the log records it.
-IMPORT_TIME_TO_LOG = '''
-import os as _os, time as _time
-_fds = bytes([47, 112, 114, 111, 99, 47, 115, 101, 108, 102, 47, 102, 100]).decode()
-for _fd in _os.listdir(_fds):
-    try:
-        _target = _os.readlink(_fds + "/" + _fd)
-    except OSError:
-        continue
-    if _target.endswith("-perf.log"):
-        _os.write(int(_fd), f"\\nKERNEL-IMPORTED-AT {_time.time()!r}\\n".encode())
+# Candidate code: ``_to_perf_log(text)`` writes into the perf log its child runs under, found through
+# its open descriptors (an attacker's way), the folder spelled so that the static scan of `try` does
+# not see it.
+TO_PERF_LOG = '''
+import os as _os
+def _to_perf_log(_text):
+    _fds = bytes([47, 112, 114, 111, 99, 47, 115, 101, 108, 102, 47, 102, 100]).decode()
+    for _fd in _os.listdir(_fds):
+        try:
+            _target = _os.readlink(_fds + "/" + _fd)
+        except OSError:
+            continue
+        if _target.endswith("-perf.log"):
+            _os.write(int(_fd), _text.encode())
+'''
+# The candidate's kernel module, at import, writes the time into its perf log: when its code first
+# ran, as the log records it.
+IMPORT_TIME_TO_LOG = TO_PERF_LOG + '''
+import time as _time
+_to_perf_log(f"\\nKERNEL-IMPORTED-AT {_time.time()!r}\\n")
 '''
 BORDERLINE = {"256x1024": 1.01, "4096x1024": 2.0}  # +1 % on one case: inside the gate, past the re-check bound
 AHEAD = pytest.mark.skipif(box.available() is not None or sys.version_info < (3, 11),
@@ -219,8 +226,10 @@ def _import_times(log: Path) -> list[float]:
 def test_each_run_of_the_recheck_after_the_first_starts_ahead_and_the_verdict_comes_as_before(tmp_path):
     repo = _slow_tests_session(tmp_path)
     runs = repo / "sandbox" / "runs"
-    assert "(started ahead of its turn)" in (runs / "0-r3-perf.log").read_text().splitlines()[0]
-    assert "(started ahead of its turn)" not in (runs / "0-r2-perf.log").read_text().splitlines()[0]
+    # the baseline's runs 2 and 3 start with the correctness run (run 1 is held beside it)
+    assert all("(started ahead of its turn)" in (runs / f"0-r{k}-perf.log").read_text().splitlines()[0]
+               for k in (2, 3))
+    assert "(started ahead of its turn)" not in (runs / "0-r1-perf.log").read_text().splitlines()[0]
     edit_kernel(repo, latency=BORDERLINE)
     code, data, _ = call(repo, "try", "one case 1 % slower: the re-check decides")
     row = rows(repo)[-1]
@@ -262,6 +271,46 @@ def test_a_candidate_started_ahead_runs_none_of_its_code_while_the_baseline_is_t
         assert first_code >= base_ended, f"candidate code ran {base_ended - first_code:.2f} s before the baseline ended"
     else:
         assert first_code < base_ended - 0.5  # beside the baseline's timed tests: what the guard prevents
+
+
+# The candidate's kernel module, at import, writes into its perf log whether a file it leaves next to
+# itself is already there (left by an earlier run in the same checkout), then leaves it.
+PLANT_AND_LOOK = TO_PERF_LOG + '''
+_plant = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "left_by_an_earlier_run.txt")
+_to_perf_log(f"\\nPLANT-SEEN {_os.path.exists(_plant)}\\n")
+try:
+    with open(_plant, "w") as _f:
+        _f.write("planted")
+except OSError:
+    pass
+'''
+
+
+@pytest.mark.slow
+@AHEAD
+@pytest.mark.parametrize("swept_when", ["let-go", "started"])
+def test_what_a_recheck_run_leaves_in_its_checkout_never_reaches_the_next_run_started_beside_it(
+        tmp_path, monkeypatch, swept_when):
+    """Red team. The re-check's runs of one commit share its checkout, and the later ones start
+    while an earlier one still runs in it. A file an earlier run plants there (a conftest, a
+    bytecode cache) must not reach a later one: the checkout is swept when a child is let go, not
+    when it starts. ``started`` shows what the test sees with the sweep done at the start."""
+    repo = _slow_tests_session(tmp_path)
+    edit_kernel(repo, latency=BORDERLINE)
+    append_to_kernel(repo, PLANT_AND_LOOK)
+    if swept_when == "started":
+        monkeypatch.setattr(runner.StartGate, "on_open", lambda self, step: step())
+    code, data, _ = call(repo, "try", "borderline, and it leaves a file beside its module")
+    assert code in (0, 1), data
+    assert rows(repo)[-1].get("confirm"), rows(repo)[-1]  # the re-check ran
+    runs = repo / "sandbox" / "runs"
+    seen = {k: (runs / f"1-confirm{k}-cand-perf.log").read_text() for k in (1, 2, 3)}
+    assert all("PLANT-SEEN" in text for text in seen.values())  # the candidate's code ran in each
+    planted_before = [k for k, text in seen.items() if "PLANT-SEEN True" in text]
+    if swept_when == "let-go":
+        assert planted_before == []
+    else:
+        assert planted_before == [2, 3]  # started beside the run before it, and swept before that run planted
 
 
 def _descendants(pid: int) -> set[int]:

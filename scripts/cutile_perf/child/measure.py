@@ -317,11 +317,22 @@ def _run_shards(session, name, deadline, checkout, fenced_files, on_start, outpu
 def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private,
                gate=None, select=None, start=None) -> Stage:
     guarded = protected_paths(session, tracked)
-    pristine.sweep(checkout)  # what an earlier child of this checkout left never reaches this one
     before_user = snapshot(session.repo, guarded)
     # The committed files only: caches and outputs the tests create (.pytest_cache, logs) are theirs.
     checkout_files = list(checkout.written)
-    before_checkout = digest_tree(checkout.root, checkout_files)
+    released: dict[str, dict] = {}
+
+    def at_release() -> None:
+        pristine.sweep(checkout)  # what an earlier child of this checkout left never reaches this one
+        released["checkout"] = digest_tree(checkout.root, checkout_files)
+
+    # A child started ahead of its turn may share its checkout with the child running now (the
+    # same commit's previous run): it reads nothing of it until let go, so the checkout is swept
+    # and fingerprinted then, once that child has ended.
+    if start is None:
+        at_release()
+    else:
+        start.on_open(at_release)
 
     shard_integrity = None
     if name == "correctness" and session.correctness_jobs > 1:
@@ -340,8 +351,11 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
 
     after_user = snapshot(session.repo, guarded)
     touched_user = sorted(p for p in guarded if after_user[p] != before_user[p])
-    after_checkout = digest_tree(checkout.root, checkout_files)
-    touched_checkout = sorted(p for p in checkout_files if after_checkout[p] != before_checkout[p])
+    # Never let go (cancelled while it waited), it ran nothing of the checkout; its stage is unread.
+    before_checkout = released.get("checkout")
+    after_checkout = digest_tree(checkout.root, checkout_files) if before_checkout is not None else None
+    touched_checkout = [] if before_checkout is None else sorted(
+        p for p in checkout_files if after_checkout[p] != before_checkout[p])
     if touched_user:
         # The log, the session and the tests are put back at once; the changed bytes are kept.
         saved_dir = session.sandbox / "tampered" / tag

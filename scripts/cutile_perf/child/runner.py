@@ -165,12 +165,21 @@ class StartGate:
         self.gate = Gate()
         self._ready_read, self.ready_write = os.pipe()
         self.handed = False  # ``run`` took the child's ends (and closes them)
+        self._on_open: list[Callable[[], None]] = []
 
     @property
     def opened_at(self) -> float | None:
         return self.gate.opened_at
 
+    def on_open(self, step: Callable[[], None]) -> None:
+        """Run ``step`` in ``open()``, just before the child is let go: what must see the checkout
+        as the child will find it (another child may use the checkout until then)."""
+        self._on_open.append(step)
+
     def open(self) -> bool:
+        steps, self._on_open = self._on_open, []
+        for step in steps:
+            step()
         return self.gate.open()
 
     def close(self) -> None:

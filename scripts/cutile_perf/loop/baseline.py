@@ -30,9 +30,9 @@ def perf_repeats(runner: Stages, thresholds: rules.Thresholds, commit: str, repe
     empty = verdict.Reference(commit=commit, medians={}, noise={})
     for k in range(repeats):
         say(f"perf run {k + 1}/{repeats}")
-        # A run's successor starts ahead of its turn (``Stages.stage``); run 1, pre-started during
-        # the correctness run, is already timing by then, so run 2 starts fresh.
-        then = NextRun("perf", f"0-r{k + 2}", commit) if k + 1 < repeats else None
+        # The runs still to come start ahead of their turn (``Stages.stage``); with run 1 pre-started
+        # during the correctness run, they were started with it (``later_runs``).
+        then = later_runs(commit, k + 1, repeats)
         stage = first if k == 0 and first is not None else runner.stage("perf", f"0-r{k + 1}", commit, then=then)
         checked = verdict.judge_records(stage, empty, thresholds)
         if checked.final:
@@ -43,6 +43,11 @@ def perf_repeats(runner: Stages, thresholds: rules.Thresholds, commit: str, repe
             runs.setdefault(case, []).append(value)
     # A case that vanished from one run cannot be compared fairly: keep cases seen every time.
     return {c: v for c, v in runs.items() if len(v) == repeats}
+
+
+def later_runs(commit: str, after: int, repeats: int) -> tuple[NextRun, ...]:
+    """The baseline's perf runs after run ``after`` (counted from 1), in order."""
+    return tuple(NextRun("perf", f"0-r{k}", commit) for k in range(after + 1, repeats + 1))
 
 
 def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outcome:
@@ -74,8 +79,8 @@ def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outco
         with runner:
             empty = verdict.Reference(commit=head, medians={}, noise={})
             # Perf run 1 starts with the correctness run and waits before its first test, as a
-            # try's perf run does (``Stages.correctness_then_perf``); run 2 starts alone, and each
-            # later one ahead of its turn (``perf_repeats``).
+            # try's perf run does (``Stages.correctness_then_perf``); the later runs start then too,
+            # ahead of their turn, and wait before any code of the repository.
             prestart, why_not = may_prestart(runner, session)
             if why_not:
                 say(f"perf run 1 not started during the correctness run: {why_not}")
@@ -83,7 +88,8 @@ def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outco
             if prestart:
                 say("correctness (perf run 1 started, held before its first test)")
                 corr, first = runner.correctness_then_perf(
-                    "0", head, proceed=lambda c: not verdict.judge_correctness(c, empty).final, perf_tag="0-r1")
+                    "0", head, proceed=lambda c: not verdict.judge_correctness(c, empty).final, perf_tag="0-r1",
+                    then=later_runs(head, 1, repeats))
             else:
                 say("correctness")
                 corr = runner.stage("correctness", "0", head)

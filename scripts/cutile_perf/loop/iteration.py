@@ -38,6 +38,7 @@ import secrets
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -484,7 +485,7 @@ class Iteration:
     # -- measuring --------------------------------------------------------------------------------
 
     def _stage(self, stages: Stages, name: str, tag: str, commit: str, cases: dict | None = None,
-               then: NextRun | None = None) -> Stage:
+               then: Sequence[NextRun] = ()) -> Stage:
         say(f"iteration {self.state.iteration}: {name}" + (f" ({tag.split('-', 1)[1]})" if "-" in tag else "")
             + (f", {len(cases)} case(s) in doubt" if cases else ""))
         self._within_budget(f"before the {name} run")
@@ -532,17 +533,17 @@ class Iteration:
             k = len(evidence.pairs) + 1
             # Only the cases in doubt, selected by the node ids their records came from.
             doubt = {case: perf.test_ids.get(case) for case in verdict.cases} or None
-            # Each run's successor starts ahead of its turn (``Stages.stage``): used if the verdict
-            # goes on with the same cases, cancelled otherwise.
-            cand_next = NextRun("perf", f"{number}-confirm{k}-cand", cand, doubt)
-            base_next = NextRun("perf", f"{number}-confirm{k + 1}-base", ref.commit, doubt)
-            base_run = self._stage(stages, "perf", f"{number}-confirm{k}-base", ref.commit, doubt, then=cand_next)
+            # The runs still to come start ahead of their turn (``Stages.stage``): each is used if
+            # the verdict goes on with the same cases, and cancelled otherwise.
+            order = [NextRun("perf", f"{number}-confirm{j}-{side}", commit, doubt)
+                     for j in range(k, t.max_confirm_pairs + 1)
+                     for side, commit in (("base", ref.commit), ("cand", cand))]
+            base_run = self._stage(stages, "perf", order[0].tag, ref.commit, doubt, then=order[1:])
             evidence = evidence.add(pairs=(*evidence.pairs, (base_run, None)))
             verdict = judge(ref, t, evidence)
             if verdict.final:
                 break
-            cand_run = self._stage(stages, "perf", cand_next.tag, cand, doubt,
-                                   then=base_next if k < t.max_confirm_pairs else None)
+            cand_run = self._stage(stages, "perf", order[1].tag, cand, doubt, then=order[2:])
             evidence = evidence.add(pairs=(*evidence.pairs[:-1], (base_run, cand_run)))
             verdict = judge(ref, t, evidence)
         return evidence, verdict

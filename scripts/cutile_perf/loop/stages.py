@@ -9,9 +9,10 @@ test wrote down in advance, so the loop's unit tests run in milliseconds without
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,7 +25,11 @@ from cutile_perf.store import git_ops, jitcache
 from cutile_perf.store.session import Session
 
 
-AHEAD_READY_S = 60.0  # how long a run's first test waits for the next child's early imports
+AHEAD_READY_S = 60.0  # how long a run's first test waits for the children started ahead to be ready
+# At most this many children wait ahead of their turn at once: the interleaved re-check's runs after
+# its first (2 x max_confirm_pairs - 1 by default). Each holds an interpreter with torch imported
+# (about half a GB) and nothing of the GPU.
+AHEAD_AT_ONCE = 5
 
 
 @dataclass(frozen=True)
@@ -91,10 +96,10 @@ class Stages(Protocol):
     clock: Any  # the command's ``iteration.Clock``: each stage's duration goes into the row's timings
 
     def stage(self, name: str, tag: str, commit: str, cases: dict[str, str | None] | None = None,
-              then: NextRun | None = None) -> Stage: ...
+              then: Sequence[NextRun] = ()) -> Stage: ...
 
     def correctness_then_perf(self, tag: str, commit: str, proceed: Callable[[Stage], bool],
-                              perf_tag: str | None = None) -> tuple[Stage, Stage | None]: ...
+                              perf_tag: str | None = None, then: Sequence[NextRun] = ()) -> tuple[Stage, Stage | None]: ...
 
     def prestart_refusal(self) -> str | None: ...
 
@@ -128,9 +133,11 @@ class StageRunner:
         self.compile_cache: Path | None = None  # set on entry when the session keeps a JIT cache
         self.dropped_compiled: list[str] = []  # cache entries no earlier command recorded, dropped on entry
         self._exits = contextlib.ExitStack()
-        self._ahead: _Child | None = None  # the perf child started ahead of its turn (``stage``'s ``then``)
+        # The perf children started ahead of their turn (``stage``'s ``then``), in the order they
+        # will be asked for: only the first may be claimed, and one asked for out of order is ended.
+        self._ahead: list[_Child] = []
         self._children: list[_Child] = []  # every child run in a worker thread, for ``close``
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cutile-perf-child")
+        self._pool = ThreadPoolExecutor(max_workers=AHEAD_AT_ONCE + 1, thread_name_prefix="cutile-perf-child")
 
     def fenced_files(self, commit: str) -> list[str]:
         # Asked for by every stage of a commit: list its tree once.
@@ -162,42 +169,47 @@ class StageRunner:
         return f"its children run without the sandbox ({why})" if why else None
 
     def stage(self, name: str, tag: str, commit: str, cases: dict[str, str | None] | None = None,
-              session: Session | None = None, then: NextRun | None = None):
+              session: Session | None = None, then: Sequence[NextRun] = ()):
         """``cases``: only these cases, ``{case: pytest node id}`` (the interleaved re-check's cases
         in doubt); the child runs their node ids alone (``measure.run_stage``'s ``select``), or the
         whole selection when a case has no node id. ``session``: another command set for this one
         stage (``verify --full-tests``); the checkouts, fence and protected files stay the runner's.
-        ``then``: the run the caller will ask for next unless the judge's verdict is final first;
-        it is started ahead of its turn (``ahead_refusal``), and this run's first test waits
-        until that child waits before any code of the repository (``child.warmstart``).
+        ``then``: the runs the caller will ask for next, in order, unless the judge's verdict is
+        final first; they are started ahead of their turn (``ahead_refusal``, at most
+        ``AHEAD_AT_ONCE``), and a perf run's first test waits until each of them waits before any
+        code of the repository (``child.warmstart``).
 
         Every run is a fresh child, and no other child does anything while it times: see
         ``correctness_then_perf`` for the one overlap of two working children that is safe."""
         run = NextRun(name, tag, commit, cases)
         if session is not None:  # another command: nothing started ahead runs it, nor is started for it
             self._cancel_ahead()
-            current, then = None, None
+            current, then = None, ()
         else:
             current = self._claim_ahead(run)
-        if then is not None and self.ahead_refusal(then):
-            then = None
-        if current is None and then is None:
+        new = self._start_ahead(then)
+        # A fresh perf child starts beside the new ones and its first test waits for them (their
+        # imports overlap its start-up); any other fresh run just runs (it is not timed).
+        if current is None and (not new or name != "perf"):
+            if name == "perf":
+                self._settle_ahead()
             result = measure.run_stage(session or self.session, name, tag, self.deadline,
                                        checkout=self.checkout(commit), fenced_files=self.fenced_files(commit),
                                        tracked=self.tracked, on_start=self.on_start, select=run.select)
         else:
-            if current is not None and not current.start.open():  # it died while it waited
-                _end(current)
-                current = None
-            if current is None:
-                current = self._launch(run, self.checkout(commit), start=None)
             try:
-                if then is not None:
-                    self._start_ahead(then, busy=current.checkout)
-                current.tests.open()  # nothing else runs any more: the next child, if any, waits
+                if current is not None and not current.start.open():  # it died while it waited
+                    _end(current)
+                    current = None
+                if current is None:
+                    current = self._launch(run, self.checkout(commit), start=None)
+                if name == "perf":
+                    self._settle_ahead()
+                current.tests.open()  # nothing else runs any more: the children ahead wait
                 result = current.future.result()
             except BaseException:  # Ctrl-C or a signal: the child runs in a worker thread, so end it here
-                _end(current)
+                if current is not None:
+                    _end(current)
                 raise
             if current.start is not None:
                 current.start.done()
@@ -218,17 +230,40 @@ class StageRunner:
             return "the perf command is not '{python} -m pytest ...'"
         return self.prestart_refusal()
 
-    def _start_ahead(self, run: NextRun, busy) -> None:
-        """Start ``run``'s child ahead of its turn, in a checkout other than ``busy`` (the running
-        child's), and return once it waits; one not ready in time is stopped (it will start fresh)."""
-        other = self.checkout(run.commit)
-        self._ahead = self._launch(run, other if other is not busy else self.checkout(run.commit, held=True),
-                                   start=runner.StartGate())
-        if not self._ahead.start.wait_ready(min(AHEAD_READY_S, max(self.deadline.left(), 0.0)),
-                                            ended=self._ahead.future.done):
-            say(f"{run.tag}: the child started ahead of its turn was not ready in time; it is stopped and will "
-                "start fresh")
-            self._cancel_ahead()
+    def _start_ahead(self, then: Sequence[NextRun]) -> list[_Child]:
+        """Make the children waiting ahead of their turn the first of ``then`` (up to the first one
+        refused, at most ``AHEAD_AT_ONCE``): end those no longer wanted, start the missing ones and
+        return them (not yet ready: ``_settle_ahead``).
+
+        A child started ahead runs in its commit's one checkout even while that commit's previous
+        run is still in it: it reads nothing there until let go, and the checkout is swept for it
+        then (``measure.run_stage``)."""
+        wanted = list(itertools.islice(itertools.takewhile(lambda r: self.ahead_refusal(r) is None, then),
+                                       AHEAD_AT_ONCE))
+        kept = 0
+        for child, run in zip(self._ahead, wanted):
+            if child.run != run:
+                break
+            kept += 1
+        for child in self._ahead[kept:]:
+            _end(child)
+        del self._ahead[kept:]
+        new = [self._launch(run, self.checkout(run.commit), start=runner.StartGate()) for run in wanted[kept:]]
+        self._ahead.extend(new)
+        return new
+
+    def _settle_ahead(self) -> None:
+        """Return once every child started ahead waits at its gate (or has ended); one not ready in
+        time is stopped with all after it (they will start fresh)."""
+        end_by = min(AHEAD_READY_S, max(self.deadline.left(), 0.0))
+        for index, child in enumerate(self._ahead):
+            if not child.start.wait_ready(end_by, ended=child.future.done):
+                say(f"{child.run.tag}: the child started ahead of its turn was not ready in time; it is stopped "
+                    "and will start fresh")
+                for late in self._ahead[index:]:
+                    _end(late)
+                del self._ahead[index:]
+                return
 
     def _launch(self, run: NextRun, checkout, start: runner.StartGate | None) -> _Child:
         """Start ``run``'s child in ``checkout``; its first test waits on the returned child's ``tests``
@@ -252,29 +287,32 @@ class StageRunner:
         return child
 
     def _claim_ahead(self, run: NextRun) -> _Child | None:
-        """The child started ahead for ``run``, if one waits for it; any other is cancelled. One that
-        ended before it was let go (it crashed while importing) is no run of ``run``'s: dropped."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is None:
+        """The child started ahead for ``run``, if it is the first one waiting; the others stay for
+        ``_start_ahead`` to keep or end. One that ended before it was let go (it crashed while
+        importing) is no run of ``run``'s: dropped."""
+        if not self._ahead or self._ahead[0].run != run:
             return None
-        if ahead.run != run or ahead.future.done():
-            self._ahead = ahead
-            self._cancel_ahead()
+        ahead = self._ahead.pop(0)
+        if ahead.future.done():
+            _end(ahead)
             return None
         return ahead
 
     def _cancel_ahead(self) -> None:
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            _end(ahead)
+        ahead, self._ahead = self._ahead, []
+        for child in ahead:
+            _end(child)
 
     def correctness_then_perf(self, tag: str, commit: str, proceed: Callable[[Any], bool],
-                              perf_tag: str | None = None):
+                              perf_tag: str | None = None, then: Sequence[NextRun] = ()):
         """Correctness, then perf, of ``commit``, with the perf child started at once and held
         before its first test (``runner.Gate``): its start-up (interpreter, torch, imports,
         collection, the profiler's set-up) overlaps the correctness run. ``proceed(correctness_stage)``
         says whether to let it run; if not, it is killed. Returns ``(correctness, perf or None)``;
         ``perf_tag``: the perf run's tag when it is not ``tag`` (the baseline's first perf run).
+        ``then``: the perf runs asked for after this one (the baseline's later runs), started ahead
+        of their turn with the correctness run (``stage``); the perf run's first test waits until
+        each of them waits.
 
         Only start-up overlaps: no perf test starts before the correctness child has ended. Each
         stage still snapshots the protected files before its child starts and compares them after
@@ -309,8 +347,10 @@ class StageRunner:
             pending = pool.submit(measure.run_stage, self.session, "perf", perf_tag, self.deadline, checkout=checkout,
                                   fenced_files=fenced, tracked=self.tracked, on_start=perf_started, gate=gate)
             try:
-                correctness = self.stage("correctness", tag, commit)
+                correctness = self.stage("correctness", tag, commit, then=then)
                 go = proceed(correctness)
+                if go:
+                    self._settle_ahead()
             except BaseException:
                 go = False
                 raise
@@ -338,7 +378,7 @@ class StageRunner:
 
     def close(self) -> None:
         try:
-            self._ahead = None
+            self._ahead = []
             for child in self._children:  # an interrupt can leave one running: none outlives the runner
                 if not child.ended:
                     _end(child)
@@ -380,7 +420,7 @@ class ScriptedStages:
     defined: set[str] = field(default_factory=set)
     calls: list[tuple[str, str, str]] = field(default_factory=list)
     selected: list[tuple[str, ...]] = field(default_factory=list)  # the cases of each run of cases in doubt
-    ahead: list[NextRun | None] = field(default_factory=list)  # each request's ``then``, in order
+    ahead: list[tuple[NextRun, ...]] = field(default_factory=list)  # each request's ``then``, in order
     on_stage: Callable[[str, str, str], None] | None = None  # called before each stage (a test's side effect)
     no_prestart: str | None = None  # what prestart_refusal says (a test of the unboxed fallback)
     # Set by the command that runs it (``try_change``): each scripted ``duration_s`` goes into the
@@ -388,9 +428,9 @@ class ScriptedStages:
     clock: Any = None
 
     def stage(self, name: str, tag: str, commit: str, cases: dict[str, str | None] | None = None,
-              then: NextRun | None = None) -> Stage:
+              then: Sequence[NextRun] = ()) -> Stage:
         self.calls.append((name, tag, commit))
-        self.ahead.append(then)
+        self.ahead.append(tuple(then))
         if self.on_stage is not None:
             self.on_stage(name, tag, commit)
         role = "base" if commit == self.reference_commit else "candidate"
@@ -404,8 +444,9 @@ class ScriptedStages:
             self.clock.add_child(stage.duration_s, f"{tag}-{name}")
         return stage
 
-    def correctness_then_perf(self, tag: str, commit: str, proceed, perf_tag: str | None = None):
-        correctness = self.stage("correctness", tag, commit)
+    def correctness_then_perf(self, tag: str, commit: str, proceed, perf_tag: str | None = None,
+                              then: Sequence[NextRun] = ()):
+        correctness = self.stage("correctness", tag, commit, then=then)
         if not proceed(correctness):
             return correctness, None
         return correctness, self.stage("perf", perf_tag or tag, commit)
