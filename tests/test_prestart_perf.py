@@ -19,6 +19,7 @@ from test_redteam import (FAST, _start, append_to_kernel, assert_not_kept_nothin
                           spawn, wait_until)
 
 from cutile_perf.child import box, runner
+from cutile_perf.loop import stages
 
 READ_GATE = "import os; print(repr(os.read(int(os.environ['CUTILE_PERF_GATE_FD']), 1)))"
 
@@ -240,6 +241,21 @@ def test_each_run_of_the_recheck_after_the_first_starts_ahead_and_the_verdict_co
     assert ahead == {log.name for log in confirm} - {"1-confirm1-base-perf.log"}
     assert row["status"] == "revert", row["reason"]  # 1 % slower in every pair: the slowdown test says so
     assert row["timings"]["recheck_runs"] == 6
+
+
+@pytest.mark.slow
+@AHEAD
+def test_children_not_ready_in_time_are_stopped_and_each_run_starts_fresh(tmp_path, monkeypatch, capsys):
+    repo = _slow_tests_session(tmp_path)
+    monkeypatch.setattr(stages, "AHEAD_READY_S", 0.0)  # no child imports torch in no time
+    edit_kernel(repo, latency=BORDERLINE)
+    code, data, _ = call(repo, "try", "one case 1 % slower, nothing started ahead is ready")
+    row = rows(repo)[-1]
+    assert row["status"] == "revert" and row["timings"]["recheck_runs"] == 6, row  # the same verdict
+    runs = repo / "sandbox" / "runs"
+    assert not [log.name for log in runs.glob("1-confirm*-perf.log")
+                if "(started ahead of its turn)" in log.read_text().splitlines()[0]]
+    assert "was not ready in time; it is stopped and will start fresh" in capsys.readouterr().err
 
 
 @pytest.mark.slow

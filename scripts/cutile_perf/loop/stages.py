@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import os
 import signal
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -255,9 +256,10 @@ class StageRunner:
     def _settle_ahead(self) -> None:
         """Return once every child started ahead waits at its gate (or has ended); one not ready in
         time is stopped with all after it (they will start fresh)."""
-        end_by = min(AHEAD_READY_S, max(self.deadline.left(), 0.0))
+        # One window for all of them: they started together and import side by side.
+        end_by = time.monotonic() + min(AHEAD_READY_S, max(self.deadline.left(), 0.0))
         for index, child in enumerate(self._ahead):
-            if not child.start.wait_ready(end_by, ended=child.future.done):
+            if not child.start.wait_ready(max(end_by - time.monotonic(), 0.0), ended=child.future.done):
                 say(f"{child.run.tag}: the child started ahead of its turn was not ready in time; it is stopped "
                     "and will start fresh")
                 for late in self._ahead[index:]:
