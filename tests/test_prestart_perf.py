@@ -46,6 +46,50 @@ def test_opening_the_gate_of_a_child_that_already_ended_is_harmless(tmp_path):
     gate.close()
 
 
+# A child whose profiler warm-up takes 1 s and whose collection takes 0.5 s, each noting when.
+WARM_UP_CONFTEST = """
+import os, time
+from cutile_perf import bench
+
+def _note(what):
+    with open(os.environ["PHASES_LOG"], "a") as fh:
+        fh.write(f"{what} {time.time()!r}\\n")
+
+def _slow_warm_up():
+    _note("warm-up-start")
+    time.sleep(1.0)
+    _note("warm-up-end")
+    return True
+
+bench.warm_up_profiler = _slow_warm_up
+"""
+WARM_UP_TEST = """
+import time
+from conftest import _note
+
+_note("collected")
+time.sleep(0.5)
+
+def test_first():
+    _note("first-test")
+"""
+
+
+def test_the_profiler_warm_up_runs_beside_collection_and_the_first_test_waits_for_it(tmp_path):
+    (tmp_path / "conftest.py").write_text(WARM_UP_CONFTEST)
+    (tmp_path / "test_phases.py").write_text(WARM_UP_TEST)
+    log = tmp_path / "phases.log"
+    gate = runner.Gate()
+    gate.open()  # the byte waits in the pipe: the child goes on as soon as it reads it
+    result = runner.run([sys.executable, "-m", "pytest", "-q", "-p", "cutile_perf.pytest_plugin", "test_phases.py"],
+                        cwd=tmp_path, timeout_s=120, output_path=tmp_path / "out.log", gate=gate,
+                        env_overrides={"PHASES_LOG": str(log)})
+    assert result.ok, result.tail()
+    at = {line.split()[0]: float(line.split()[1]) for line in log.read_text().splitlines()}
+    assert at["warm-up-start"] < at["collected"] < at["warm-up-end"]  # beside collection
+    assert at["first-test"] >= at["warm-up-end"]  # and over before the first test
+
+
 def _prestarted_session(tmp_path: Path) -> Path:
     repo = build_tilegym_like_repo(tmp_path)
     _start(repo, init_args=("--prestart-perf",))

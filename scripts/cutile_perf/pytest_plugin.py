@@ -95,6 +95,7 @@ import json
 import os
 import statistics  # noqa: F401
 import sys
+import threading
 import time  # noqa: F401
 from typing import Any
 
@@ -379,20 +380,38 @@ def pytest_configure(config: pytest.Config) -> None:
                                       REPORTER_NAME)
 
 
+# How long the first test waits for the profiler's warm-up (``Gate``); past it the test runs and its
+# record's witness pays what is left of the set-up, as it would without the warm-up.
+WARM_UP_WAIT_S = 120.0
+
+
 class Gate:
     """Holds a pre-started perf child between collection and its first test.
 
     Start-up (interpreter, torch, the repository's imports, collection) overlaps the correctness
-    run; no test, and so no timing, starts before the harness says the correctness run passed."""
+    run, or the run before it for a child started ahead of its turn; no test, and so no timing,
+    starts before the harness says so.
+
+    The profiler's one-off set-up (about 4 s on the H200: CUPTI and Kineto) would otherwise be paid
+    inside the first record's witness. It runs in a thread from the moment the plugin is configured,
+    beside collection (torch's profiler preparation releases the GIL), and the first test waits for
+    it: it runs no test, times nothing, and is over before anything is timed."""
 
     def __init__(self, fd: int):
         self.fd = fd
+        self._warm_up: threading.Thread | None = None
+        try:
+            import torch  # noqa: F401, PLC0415 - in this thread: two threads importing torch at once can deadlock
+        except ImportError:
+            return
+        self._warm_up = threading.Thread(target=bench.warm_up_profiler, name="cutile-perf-profiler-warm-up",
+                                         daemon=True)
+        self._warm_up.start()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> None:
-        # The profiler's one-off set-up (seconds) is paid here, during the correctness run, instead
-        # of inside the first record's witness; it runs no test and times nothing.
-        bench.warm_up_profiler()
+        if self._warm_up is not None:
+            self._warm_up.join(WARM_UP_WAIT_S)
         try:
             go = os.read(self.fd, 1)
         except OSError:

@@ -323,8 +323,10 @@ class StageRunner:
         own, and each runs in its box (``prestart_refusal``), so neither can change a file the
         other reads and put it back before its own stage's check.
 
-        This is the only warm child the loop holds. A child held beside a *timed* run would not be
-        isolated from it: the candidate's code runs at import and could load the GPU while the
+        This is the only child the loop holds after it has collected (run code of the repository).
+        Children started ahead of their turn (``then``) hold only an interpreter with torch,
+        cuda.tile and pytest imported, no CUDA context. A child held beside a *timed* run after
+        collection would not be isolated from it: the candidate's code runs at import and could load the GPU while the
         baseline is timed, and even an idle baseline child holds a CUDA context the baseline was not
         measured beside. Nor does a perf child run a second time for the interleaved re-check:
         runs in one process share its state (autotuner choices, allocations), so the pairs would not
