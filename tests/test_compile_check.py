@@ -177,6 +177,18 @@ def test_spec_file_errors_name_the_entry(tmp_path):
         compilecheck.load_spec(bad)
 
 
+def test_an_unquoted_array_type_in_flow_style_is_one_line_that_says_how_to_write_it(tmp_path):
+    # What an agent wrote (the eval rehearsal of session 19): YAML's [...] inside {...} is a list.
+    bad = tmp_path / "s.yaml"
+    bad.write_text("k:\n  signatures:\n    - {input: float16[2], TILE: 4}\n")
+    with pytest.raises(UsageError) as caught:
+        compilecheck.load_spec(bad)
+    message = str(caught.value)
+    assert "\n" not in message and "line 3, column" in message and 'input: "float16[2]"' in message
+    bad.write_text('k:\n  signatures:\n    - {input: "float16[2]", TILE: 4}\n')
+    assert compilecheck.load_spec(bad)["k"].signatures  # quoted, the same line is read
+
+
 def test_write_spec_for_the_session_then_refuses_to_overwrite(tilegym_like_repo, capsys):
     repo = tilegym_like_repo
     assert main(["init", "--repo", str(repo), "--kernel", "rms_norm"]) == 0

@@ -137,6 +137,19 @@ _LINE_BREAKS = re.compile("[\t\n\v\f\r\x1c-\x1e\x85\u2028\u2029]")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
+def yaml_problem(exc: Exception) -> str:
+    """PyYAML's error as one line: where (line, column) and what, instead of its multi-line text
+    with the source quoted. An array type such as ``float16[2]`` inside ``{...}`` flow style is the
+    usual cause of "expected ',' or '}', but got '['": the hint says to quote it."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    hint = ""
+    if "but got '['" in problem:
+        hint = ' (inside {...} a value with brackets must be quoted: input: "float16[2]"; or use block style)'
+    return f"{where}{problem}{hint}"
+
+
 def not_utf8(text: str) -> bool:
     """True when ``text`` carries bytes that were not UTF-8 (lone surrogates from surrogateescape)."""
     return bool(_SURROGATE.search(text))

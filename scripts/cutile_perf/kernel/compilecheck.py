@@ -9,7 +9,7 @@ from one of two sources, and every result names its source:
       _silu_and_mul_kernel_row_wise:         # the @ct.kernel function's name
         hints: {occupancy: 2}                # optional: kernel.replace_hints(...)
         signatures:                          # one or more; parameters by name
-          - input: float16[2]                # block style: YAML's {...} flow style cannot hold "[2]"
+          - input: float16[2]                # block style; inside {...} quote it: "float16[2]"
             output: float16[2]
             TILE_SIZE: 4096
             TOTAL_HIDDEN_SIZE: 4096
@@ -51,7 +51,7 @@ from typing import Any
 import yaml
 
 from cutile_perf.kernel.compile_report import inspect_cubin, summarize_remarks
-from cutile_perf.errors import EnvMissing, UsageError
+from cutile_perf.errors import EnvMissing, UsageError, yaml_problem
 from cutile_perf.child import envcheck
 
 DEFAULT_ARCH = "sm_90"
@@ -105,7 +105,7 @@ def load_spec(path: Path) -> dict[str, KernelSpec]:
     except OSError as exc:
         raise UsageError(f"cannot read the signature spec {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise UsageError(f"{path}: not valid YAML ({exc})") from None
+        raise UsageError(f"{path}: not valid YAML, {yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: expected a mapping of kernel name -> {{signatures: [...]}}")
     specs = {}

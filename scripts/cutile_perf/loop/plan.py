@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
-from cutile_perf.errors import UsageError, clean_text
+from cutile_perf.errors import UsageError, clean_text, yaml_problem
 
 CANDIDATE_DIR = "sandbox/"
 EXAMPLE = 'tries: [{optimization: "occupancy 4", files: {<fenced kernel>: sandbox/cand/occ4.py}}]'
@@ -48,7 +48,7 @@ def parse(text: str) -> list[PlannedTry]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise UsageError(f"plan is not valid YAML: {str(exc).splitlines()[0]}", EXAMPLE) from exc
+        raise UsageError(f"plan is not valid YAML, {yaml_problem(exc)}", EXAMPLE) from exc
     entries = data.get("tries") if isinstance(data, dict) else None
     if not isinstance(entries, list) or not entries:
         raise UsageError("plan needs a non-empty list under 'tries'", EXAMPLE)

@@ -21,7 +21,7 @@ import yaml
 
 from cutile_perf.store import atomic
 from cutile_perf.judge.rules import Thresholds
-from cutile_perf.errors import Locked, NoSession, Refused, UsageError
+from cutile_perf.errors import Locked, NoSession, Refused, UsageError, yaml_problem
 
 SANDBOX = "sandbox"
 SESSION_FILE = "session.yaml"
@@ -302,7 +302,7 @@ def load(repo: Path) -> Session:
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader) or {}
     except yaml.YAMLError as exc:
-        raise UsageError(f"{path}: not valid YAML ({exc})") from None
+        raise UsageError(f"{path}: not valid YAML, {yaml_problem(exc)}") from None
     known = {f.name for f in fields(Session)} - {"repo"}
     missing = {"kernel", "kernel_files", "fence", "test", "correctness_cmd", "perf_cmd", "base_commit",
                "branch"} - set(data)
