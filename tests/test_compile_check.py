@@ -167,6 +167,23 @@ def test_skeleton_reads_parameters_constants_ndim_and_launch_args():
         compilecheck.parse_param("x", "FILL[2]")
 
 
+def test_an_array_given_by_its_shape_is_constrained_as_the_jit_constrains_a_tensor_of_it():
+    pytest.importorskip("cuda.tile")
+    p = compilecheck.parse_param("x", "float16(4096x1000)")
+    assert (p.kind, p.dtype, p.ndim, p.shape, p.spec_text()) == ("array", "float16", 2, (4096, 1000),
+                                                                 "float16(4096x1000)")
+    shaped = compilecheck.contiguous_array(p.dtype, p.ndim, p.shape)
+    # 4096 divisible by 16, 1000 not; the row stride (1000 fp16 = 2000 bytes) a multiple of 16 bytes
+    assert tuple(shaped.shape_divisible_by) == (16, 1) and tuple(shaped.stride_divisible_by) == (8, 1)
+    assert tuple(shaped.stride_constant) == (None, 1)
+    odd = compilecheck.contiguous_array("float32", 2, (64, 777))  # 777 x 4 bytes: rows not 16-byte multiples
+    assert tuple(odd.stride_divisible_by) == (1, 1) and tuple(odd.shape_divisible_by) == (16, 1)
+    by_rank = compilecheck.contiguous_array("float16", 2)  # the rank alone: nothing of the shape
+    assert tuple(by_rank.shape_divisible_by) == (1, 1) and tuple(by_rank.stride_divisible_by) == (8, 1)
+    with pytest.raises(UsageError, match="empty dimension"):
+        compilecheck.parse_param("x", "float16(0x8)")
+
+
 def test_spec_file_errors_name_the_entry(tmp_path):
     bad = tmp_path / "s.yaml"
     bad.write_text("k:\n  signatures: []\n")
@@ -380,12 +397,13 @@ def test_record_writes_the_spec_the_tests_launches_produce_and_compile_check_use
     assert data["spec"] == str(spec) and data["kernels"] == {"add_one_kernel": 2}
     assert compilecheck.is_recorded(spec.read_text())
     loaded = compilecheck.load_spec(spec)["add_one_kernel"].signatures
-    assert [compilecheck.describe(s) for s in loaded] == ["x=float16[2], out=float16[2], TILE=64",
-                                                          "x=bfloat16[2], out=bfloat16[2], TILE=64"]
+    # each contiguous tensor by its shape (the test's 4x64), from which the same constraint follows
+    assert [compilecheck.describe(s) for s in loaded] == ["x=float16(4x64), out=float16(4x64), TILE=64",
+                                                          "x=bfloat16(4x64), out=bfloat16(4x64), TILE=64"]
     code, data = cli(capsys, "--repo", str(repo))
     assert code == 0, data
-    assert {r["signature"] for r in data["results"]} == {"x=float16[2], out=float16[2], TILE=64",
-                                                         "x=bfloat16[2], out=bfloat16[2], TILE=64"}
+    assert {r["signature"] for r in data["results"]} == {"x=float16(4x64), out=float16(4x64), TILE=64",
+                                                         "x=bfloat16(4x64), out=bfloat16(4x64), TILE=64"}
 
 
 def test_record_never_overwrites_a_hand_written_spec(launching_repo, capsys):

@@ -9,14 +9,18 @@ from one of two sources, and every result names its source:
       _silu_and_mul_kernel_row_wise:         # the @ct.kernel function's name
         hints: {occupancy: 2}                # optional: kernel.replace_hints(...)
         signatures:                          # one or more; parameters by name
-          - input: float16[2]                # block style; inside {...} quote it: "float16[2]"
-            output: float16[2]
+          - input: float16(65536x8192)       # a contiguous array of the test's shape
+            output: float16(65536x4096)
             TILE_SIZE: 4096
             TOTAL_HIDDEN_SIZE: 4096
 
-  ``float16[2]`` is a 2-D contiguous array (16-byte aligned base and rows, what the JIT infers
-  for a fresh torch tensor whose rows are a multiple of 16 bytes), ``float32`` a runtime scalar,
-  and a number or bool the value of a ``ct.Constant`` parameter. ``skeleton`` writes a starting
+  ``float16(65536x8192)`` is a contiguous array of that shape, constrained as the JIT constrains a
+  fresh torch tensor of it (16-byte aligned base; each dimension divisible by 16 and each stride a
+  multiple of 16 bytes where they are), so the code compiled is the code the test runs.
+  ``float16[2]`` (block style, or quoted inside ``{...}``) says only the rank: rows a multiple of
+  16 bytes and nothing of the shape, so bounds checks and load widths may be more cautious than
+  the JIT's. ``float32`` is a runtime scalar, and a number or bool the value of a ``ct.Constant``
+  parameter. ``skeleton`` writes a starting
   spec from the kernel's parameters (ndim guessed from its ``ct.load``/``ct.gather`` indices).
 
   A signature may carry its own ``hints: {...}`` (merged over the kernel's), so every tuned config
@@ -56,6 +60,12 @@ from cutile_perf.child import envcheck
 
 DEFAULT_ARCH = "sm_90"
 _ARRAY = re.compile(r"^(?P<dtype>[a-z]+[0-9]*)\[(?P<ndim>[0-9])\]$")
+# A contiguous array of one concrete shape, ``float16(4096x1024)``: no brackets or commas, so it
+# needs no quotes in YAML's {...} flow style.
+_SHAPED = re.compile(r"^(?P<dtype>[a-z]+[0-9]*)\((?P<dims>[0-9]+(?:x[0-9]+)*)\)$")
+# What cuTile's JIT asks of a dimension and a stride when it specializes on a tensor (cuda-tile 1.7:
+# a shape divisible by 16, a stride that is a multiple of 16 bytes).
+JIT_DIVISOR = 16
 _ARCH = re.compile(r"^sm_[0-9]{2,3}[a-z]?$")
 
 
@@ -68,10 +78,18 @@ class Param:
     dtype: str | None = None
     ndim: int | None = None
     value: Any = None
+    shape: tuple[int, ...] | None = None  # an array given by its shape (``float16(4096x1024)``)
+
+    def spec_text(self) -> str:
+        """The parameter in the spec's words."""
+        if self.kind == "array":
+            return f"{self.dtype}({'x'.join(map(str, self.shape))})" if self.shape else f"{self.dtype}[{self.ndim}]"
+        return self.dtype if self.kind == "scalar" else repr(self.value)
 
 
 def parse_param(name: str, raw: Any) -> Param:
-    """One parameter of a spec: ``float16[2]`` array, ``float32`` scalar, or a constant number/bool."""
+    """One parameter of a spec: ``float16[2]`` array (its rank), ``float16(4096x1024)`` array (its
+    shape), ``float32`` scalar, or a constant number/bool."""
     if isinstance(raw, bool) or isinstance(raw, (int, float)):
         return Param("constant", value=raw)
     if isinstance(raw, str):
@@ -81,9 +99,16 @@ def parse_param(name: str, raw: Any) -> Param:
         match = _ARRAY.match(text)
         if match:
             return Param("array", match["dtype"], int(match["ndim"]))
+        match = _SHAPED.match(text)
+        if match:
+            shape = tuple(int(d) for d in match["dims"].split("x"))
+            if 0 in shape:
+                raise UsageError(f"parameter {name}: {raw!r} has an empty dimension")
+            return Param("array", match["dtype"], len(shape), shape=shape)
         if re.fullmatch(r"[a-z]+[0-9]*", text):
             return Param("scalar", text)
-    raise UsageError(f"parameter {name}: {raw!r} is not float16[2] (array), float32 (scalar) or a constant",
+    raise UsageError(f"parameter {name}: {raw!r} is not float16[2] or float16(4096x1024) (array), float32 (scalar) "
+                     "or a constant",
                      "see references/ir-dump.md, 'Compiling without a GPU'")
 
 
@@ -166,7 +191,9 @@ def skeleton(source: str, path: str) -> str:
                 and len(node.args) >= 4 and isinstance(node.args[2], ast.Name)):
             launches.setdefault(node.args[2].id, []).append((node.lineno, ast.unparse(node.args[3])))
     lines = [f"# compile-check signatures for {path}. Fill every FILL from the shapes and dtypes the tests use;",
-             "# arrays: <dtype>[<ndim>] (contiguous, 16-byte aligned), scalars: float32 / int32, ct.Constant: a value."]
+             "# arrays: <dtype>(<shape>), the test's shape, e.g. float16(4096x1024) (or <dtype>[<ndim>]: the rank",
+             "# only, which hides the shape's divisibility by 16 from the compiler); scalars: float32 / int32;",
+             "# ct.Constant: a value."]
     for func in [n for n in tree.body if isinstance(n, ast.FunctionDef)]:
         if not any("kernel" in ast.unparse(d) for d in func.decorator_list):
             continue
@@ -215,16 +242,31 @@ def _dtype(name: str):
     return dtype
 
 
-def contiguous_array(dtype_name: str, ndim: int):
-    """ArrayConstraint of a fresh contiguous torch tensor whose rows are a multiple of 16 bytes."""
+def contiguous_array(dtype_name: str, ndim: int, shape: tuple[int, ...] | None = None):
+    """ArrayConstraint of a fresh contiguous torch tensor: with ``shape``, what the JIT infers from
+    one of that shape (a dimension divisible by 16 is said to be, a stride that is a multiple of 16
+    bytes too); without, only that its rows are a multiple of 16 bytes and nothing of its shape, so
+    the compiled code may check and load more narrowly than the JIT's for the test's shapes."""
     import cuda.tile as ct
     from cuda.tile.compilation import ArrayConstraint
 
     dtype = _dtype(dtype_name)
-    per_16_bytes = max(1, 16 // max(1, dtype.bitwidth // 8))
+    per_16_bytes = max(1, JIT_DIVISOR // max(1, dtype.bitwidth // 8))
+    if shape is None:
+        strides_divisible = [per_16_bytes] * (ndim - 1) + [1]
+        stride_constant = [None] * (ndim - 1) + [1]
+        shape_divisible = [1] * ndim
+    else:
+        strides = [1] * ndim
+        for axis in range(ndim - 2, -1, -1):
+            strides[axis] = strides[axis + 1] * shape[axis + 1]
+        strides_divisible = [per_16_bytes if stride % per_16_bytes == 0 else 1 for stride in strides]
+        stride_constant = [1 if stride == 1 else None for stride in strides]
+        shape_divisible = [JIT_DIVISOR if dim % JIT_DIVISOR == 0 else 1 for dim in shape]
     return ArrayConstraint(dtype, ndim, index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=[],
-                           may_alias_internally=False, stride_constant=[None] * (ndim - 1) + [1],
-                           stride_divisible_by=[per_16_bytes] * (ndim - 1) + [1], base_addr_divisible_by=16)
+                           may_alias_internally=False, stride_constant=stride_constant,
+                           stride_divisible_by=strides_divisible, shape_divisible_by=shape_divisible,
+                           base_addr_divisible_by=16)
 
 
 def kernel_params(kernel) -> list[tuple[str, bool]]:
@@ -251,7 +293,7 @@ def build_signature(kernel, kernel_name: str, params: dict[str, Param]):
             want = "a constant value" if constant else "an array or scalar type"
             raise UsageError(f"{kernel_name}.{name}: expected {want}, got {p.kind}")
         if p.kind == "array":
-            built.append(contiguous_array(p.dtype, p.ndim))
+            built.append(contiguous_array(p.dtype, p.ndim, p.shape))
         elif p.kind == "scalar":
             built.append(ScalarConstraint(_dtype(p.dtype)))
         else:
@@ -262,8 +304,7 @@ def build_signature(kernel, kernel_name: str, params: dict[str, Param]):
 def describe(params: dict[str, Param]) -> str:
     parts = []
     for name, p in params.items():
-        text = f"{p.dtype}[{p.ndim}]" if p.kind == "array" else p.dtype if p.kind == "scalar" else repr(p.value)
-        parts.append(f"{name}={text}")
+        parts.append(f"{name}={p.spec_text()}")
     return ", ".join(parts)
 
 

@@ -16,10 +16,17 @@ from pathlib import Path
 from typing import Any
 
 
-def spec_value(constraint: Any) -> Any:
-    """One parameter in the spec's words: ``float16[2]`` (array), ``float32`` (scalar) or the constant."""
+def spec_value(constraint: Any, arg: Any = None) -> Any:
+    """One parameter in the spec's words: ``float16(4096x1024)`` (an array passed as a contiguous
+    tensor: its shape, from which compile-check derives the same constraint), ``float16[2]`` (any
+    other array: its rank), ``float32`` (scalar) or the constant."""
     kind = type(constraint).__name__
     if kind == "ArrayConstraint":
+        shape = getattr(arg, "shape", None)
+        contiguous = getattr(arg, "is_contiguous", None)
+        if shape is not None and len(shape) == constraint.ndim and callable(contiguous) and contiguous() \
+                and all(int(d) > 0 for d in shape):
+            return f"{constraint.dtype}({'x'.join(str(int(d)) for d in shape)})"
         return f"{constraint.dtype}[{constraint.ndim}]"
     if kind == "ScalarConstraint":
         return str(constraint.dtype)
@@ -28,12 +35,15 @@ def spec_value(constraint: Any) -> Any:
     raise TypeError(f"unknown parameter constraint {kind}")
 
 
-def describe(kernel, constraints) -> tuple[str, dict[str, Any]]:
-    """``(kernel name, {parameter: spec value})`` for one launch."""
+def describe(kernel, constraints, args=None) -> tuple[str, dict[str, Any]]:
+    """``(kernel name, {parameter: spec value})`` for one launch; with ``args`` (the launch's
+    arguments), contiguous tensors are described by their shape."""
     from cutile_perf.kernel.compilecheck import kernel_params  # noqa: PLC0415 - needs cuda.tile
 
     names = [name for name, _ in kernel_params(kernel)]
-    return kernel._annotated_function.pyfunc.__name__, dict(zip(names, (spec_value(c) for c in constraints)))
+    args = list(args) if args is not None else [None] * len(constraints)
+    return kernel._annotated_function.pyfunc.__name__, dict(zip(names, (spec_value(c, a)
+                                                                       for c, a in zip(constraints, args))))
 
 
 def install(path: Path) -> None:
@@ -49,12 +59,15 @@ def install(path: Path) -> None:
         try:
             constraints = get_parameter_constraints_from_pyargs(kernel, tuple(kernel_args),
                                                                 CallingConvention.cutile_python_v1())
-            name, params = describe(kernel, constraints)
-            line = json.dumps({"kernel": name, "params": params})  # the kernel's parameter order
-            if line not in seen:
-                seen.add(line)
+            # One line per distinct signature (its constraints: what the JIT compiles one kernel
+            # for), written with the first launch's shapes: another shape with the same
+            # constraints compiles the same code.
+            key = f"{kernel._annotated_function.pyfunc.__name__}:{constraints!r}"
+            if key not in seen:
+                seen.add(key)
+                name, params = describe(kernel, constraints, kernel_args)
                 with open(path, "a", encoding="utf-8") as f:
-                    f.write(line + "\n")
+                    f.write(json.dumps({"kernel": name, "params": params}) + "\n")  # the kernel's parameter order
         except Exception:  # noqa: BLE001 - recording is a side job: the test's launch must run as it would
             pass
         return real_launch(stream, grid, kernel, kernel_args, **kwargs)
