@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# Four candidates for NVIDIA TileGym's rms_norm (10 perf cases), decided inside one 10-minute GPU job
-# with the command the skill teaches (SKILL.md, "Remote GPU"):
+# Candidates for a TileGym op, decided inside one 10-minute GPU job with the command the skill
+# teaches (SKILL.md, "Remote GPU"):
 #
 #   bash benchmarks/tilegym_batch.sh <TileGym folder with src/ and tests/> <output folder> [job seconds] [--check]
+#   PLAN=<folder with plan.yaml and cand/> OP=<op> bash benchmarks/tilegym_batch.sh ...   # a prepared plan
 #
-# In a fresh git repository made from a copy of the folder: `init`, three candidate files in
-# sandbox/cand/ (first a smaller default row tile for rows of 2048-8192 columns, which moves 3 of
-# the 10 cases by a little and so may send them to the interleaved re-check; then a 2x persistent
-# grid, a smaller row tile, and a comment-only change) and
-# sandbox/plan.yaml, then `cutile-perf batch sandbox/plan.yaml --baseline 3 --job-seconds N`, where N
-# is what is left of the job (default 600 s) after the set-up. With --check, only
-# `batch --check` runs (no GPU needed). Prints each row with its timings; copies the log and the
+# In a fresh git repository made from a copy of the folder: `init`, the candidate files in
+# sandbox/cand/ and sandbox/plan.yaml, then `cutile-perf batch sandbox/plan.yaml --baseline 3
+# --job-seconds N`, where N is what is left of the job (default 600 s) after the set-up. With --check,
+# only `batch --check` runs (no GPU needed). Prints each row with its timings; copies the log and the
 # table to the output folder.
+#
+# Without PLAN, the plan is ours, for rms_norm (10 perf cases): first a smaller default row tile for
+# rows of 2048-8192 columns, which moves 3 of the 10 cases by a little and so may send them to the
+# interleaved re-check; then a 2x persistent grid, a smaller row tile, and a comment-only change.
+# With PLAN (e.g. evals/results/2026-12-02-rehearsal-silu/plan, an agent's plan for silu_and_mul
+# made without a GPU), its plan.yaml and cand/ are used as they are, for src/tilegym/ops/cutile/<OP>.py.
 set -u
 TG=$(cd "$1" && pwd); OUT=$(mkdir -p "$2" && cd "$2" && pwd); JOB=${3:-600}; MODE=${4:-}
 CP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,9 +23,14 @@ WORK=$(mktemp -d)/tilegym
 cp -r "$TG" "$WORK" && cd "$WORK" || exit 1
 rm -rf .git && git init -q -b main && git add -A && git -c user.email=loop@example.com -c user.name=loop commit -qm "TileGym copy"
 export PYTHONPATH=$CP/scripts:${PYTHONPATH:-}
-K=src/tilegym/ops/cutile/rms_norm.py
-python -m cutile_perf init --kernel "$K" --test tests/ops/test_rms_norm.py > "$OUT/init.txt" 2>&1
+OP=${OP:-rms_norm}
+K=src/tilegym/ops/cutile/$OP.py
+python -m cutile_perf init --kernel "$K" --test "tests/ops/test_$OP.py" > "$OUT/init.txt" 2>&1
 mkdir -p sandbox/cand
+if [ -n "${PLAN:-}" ]; then
+  PLAN=$(cd "$CP" && cd "$PLAN" && pwd) || exit 1
+  cp "$PLAN"/cand/*.py sandbox/cand/ && cp "$PLAN/plan.yaml" sandbox/plan.yaml || exit 1
+else
 sed 's/^                NUM_SMS,$/                NUM_SMS * 2,/' "$K" > sandbox/cand/grid2x.py
 sed 's/^                TILE_SIZE_M = 16$/                TILE_SIZE_M = 8/' "$K" > sandbox/cand/tile_m8.py
 sed 's/^            TILE_SIZE_M = 4  # Default value/            TILE_SIZE_M = 2  # Default value/' "$K" > sandbox/cand/tile_m2.py
@@ -38,6 +47,7 @@ tries:
   - optimization: "comment only (the same kernel)"
     files: {$K: sandbox/cand/comment.py}
 EOF
+fi
 LEFT=$((JOB - SECONDS - 10))
 echo "set-up took ${SECONDS} s; batch gets --job-seconds $LEFT"
 if [ "$MODE" = "--check" ]; then
