@@ -198,6 +198,12 @@ def test_check_finds_on_the_cpu_what_would_stop_the_gpu_job_and_runs_nothing(til
     assert (code, data["ready"]) == (1, False)  # no baseline and no --baseline: the job would refuse
     code, data = cli(capsys, repo, "batch", str(path), "--check", "--baseline", "1")
     assert (code, data["ready"], data["try_seconds"]) == (0, True, None)
+    # Seen in an eval rehearsal: an agent left the session branch to commit its guess on main, and
+    # --check still said ready; the job itself refuses on any other branch.
+    git(repo, "checkout", "-q", "main")
+    code, data = cli(capsys, repo, "batch", str(path), "--check", "--baseline", "1")
+    assert (code, data["ready"]) == (1, False) and "not the session branch" in data["refused"]
+    git(repo, "checkout", "-q", "-")
 
     session_yaml = repo / "sandbox/session.yaml"
     good = session_yaml.read_text()

@@ -131,17 +131,25 @@ def test_remarks_summary_counts_each_remark_once():
 
 
 SASS = """\
+        Function : rms_norm_kernel
+        /*0000*/                   LDC R1, c[0x0][0x28] ;                                      /* 0x00000a00ff017b82 */
         /*03b0*/                   LDG.E.U16 R42, desc[UR6][R6.64] ;                           /* 0x00000006062a7981 */
         /*0410*/                   LDG.E.128 R4, desc[UR6][R6.64+0x100] ;                      /* 0x0001000606297981 */
         /*0420*/              @!P0 LDG.E.128 R8, desc[UR6][R6.64+0x200] ;                      /* 0x0001000606297981 */
         /*0520*/                   STG.E desc[UR6][R2.64], R5 ;                                /* 0x0000000602008986 */
         /*0600*/                   UTMALDG.2D [UR8], [UR4] ;                                   /* 0x00000000040075b4 */
         /*0610*/                   HGMMA.64x64x16.F32 R24, gdesc[UR8], R24 ;                   /* 0x00000000181879f0 */
+        /*0620*/                   EXIT ;                                                      /* 0x000000000000794d */
+        /*0630*/                   BRA 0x630;                                                  /* 0x00000000fffc7947 */
+        /*0640*/                   NOP;                                                        /* 0x0000000000007918 */
+        /*0650*/                   NOP;                                                        /* 0x0000000000007918 */
 """
 
 
 def test_parse_sass_counts_widths_and_tma():
-    assert compile_report.parse_sass(SASS) == {"LDG": {"16": 1, "128": 2}, "STG": {"32": 1}, "HGMMA": 1, "UTMALDG": 1}
+    # 9 instructions: the NOPs that pad the end are not counted; a predicated one (@!P0) is
+    assert compile_report.parse_sass(SASS) == {"LDG": {"16": 1, "128": 2}, "STG": {"32": 1}, "HGMMA": 1, "UTMALDG": 1,
+                                               "instructions": 9}
 
 
 def test_parse_cuobjdump_text():

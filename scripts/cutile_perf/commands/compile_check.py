@@ -130,8 +130,9 @@ def compile_check(*, repo: Path, kernel: str | None, arch: str | None, spec: Pat
         text = "\n".join(compilecheck.skeleton(f.read_text(encoding="utf-8"), f.relative_to(root).as_posix()
                                                if f.is_relative_to(root) else str(f)) for f in files)
         atomic.write_text(spec_path, text)
-        return Outcome(f"wrote {spec_path}: fill every FILL from the tests' shapes, then run "
-                       f"cutile-perf compile-check --spec {spec_path}", {"spec": str(spec_path)})
+        again = f"cutile-perf compile-check{f' --kernel {kernel}' if kernel is not None else ''} --spec {spec_path}"
+        return Outcome(f"wrote {spec_path}: fill every FILL from the tests' shapes, then run {again}",
+                       {"spec": str(spec_path)})
 
     compilecheck.require_toolchain()
     specs = compilecheck.load_spec(spec_path) if spec_path.exists() else {}
@@ -191,7 +192,8 @@ def _sass_cell(cubin: dict) -> str:
     parts = [f"{op} " + "/".join(f"{n}x{w}b" for w, n in sorted(sass.get(op, {}).items(), key=lambda kv: -int(kv[0])))
              for op in ("LDG", "STG") if sass.get(op)]
     parts += [f"{op} {sass[op]}" for op in ("UTMALDG", "UTMASTG", "HGMMA") if sass.get(op)]
-    return "; ".join(parts) or "no global loads/stores"
+    cell = "; ".join(parts) or "no global loads/stores"
+    return f"{cell}; {sass['instructions']} instr" if sass.get("instructions") else cell
 
 
 # Seen compiling for sm_90 with tileiras 13.4 (CPU machine, bundled RMSNorm): 128 threads with plain

@@ -98,13 +98,23 @@ def _width(mods: str) -> str:
     return "32"
 
 
+_SASS_OPCODE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?(?P<op>[A-Z][A-Z0-9_]*)")
+
+
 def parse_sass(text: str) -> dict:
-    """Counts of global loads/stores by width in bits (``LDG.E.128`` -> 128) and of TMA / wgmma instructions."""
+    """Counts of global loads/stores by width in bits (``LDG.E.128`` -> 128), of TMA / wgmma
+    instructions, and ``instructions``: the static count of the kernel's instructions, the NOPs that
+    pad its end left out (what playbook entries H, N and Q cut, per element once divided by the
+    elements each thread handles)."""
     widths: dict[str, Counter] = {"LDG": Counter(), "STG": Counter()}
     other: Counter = Counter()
+    instructions = 0
     for line in text.splitlines():
         if "/*" not in line:
             continue
+        opcode = _SASS_OPCODE.match(line)
+        if opcode and opcode["op"] != "NOP":
+            instructions += 1
         code = line.split("*/", 1)[-1]
         for m in _SASS_MEM.finditer(code):
             op = m["op"]
@@ -112,7 +122,8 @@ def parse_sass(text: str) -> dict:
                 widths[op][_width(m["mods"])] += 1
             else:
                 other[op] += 1
-    return {"LDG": dict(widths["LDG"]), "STG": dict(widths["STG"]), **{k: v for k, v in sorted(other.items())}}
+    return {"LDG": dict(widths["LDG"]), "STG": dict(widths["STG"]), **{k: v for k, v in sorted(other.items())},
+            "instructions": instructions}
 
 
 def parse_res_usage(text: str) -> dict:

@@ -49,6 +49,7 @@ def batch(*, repo: Path, plan_path: Path, budget_s: float | None, job_s: float |
         return _check(session, entries, digests, budget, baseline_repeats)
     iteration.require_gpu(session, envcheck.Probe())
     g = git_ops.open_repo(session.repo)
+    iteration.require_session_branch(session, g)  # before anything is put back or run
     actions = _finish_earlier_job(session, g, entries)
     _refuse_fenced_work(session, g, entries)
     history = History.open(session, g)
@@ -165,6 +166,11 @@ def _check(session, entries: list, digests: list[str], budget: Budget, baseline_
     _refuse_fenced_work(session, g, entries)
     lines = [f"plan: {len(entries)} entries, candidate files present and inside the fence"]
     data: dict = {"entries": len(entries), "ready": True}
+    try:
+        iteration.require_session_branch(session, g)
+    except Refused as exc:  # the job would refuse at once: say so here, where it costs nothing
+        lines.append(f"{exc.message}: the job would refuse; {exc.hint}")
+        data["ready"], data["refused"] = False, exc.message
     pending = iteration.State.load(session, iteration.state_key(g)) if iteration.State.exists(session) else None
     if pending is not None:
         lines.append(f"iteration {pending.iteration} was interrupted: the job finishes it first, as `cutile-perf "
