@@ -23,9 +23,10 @@ WORK=$(mktemp -d)/tilegym
 cp -r "$TG" "$WORK" && cd "$WORK" || exit 1
 rm -rf .git && git init -q -b main && git add -A && git -c user.email=loop@example.com -c user.name=loop commit -qm "TileGym copy"
 export PYTHONPATH=$CP/scripts:${PYTHONPATH:-}
-OP=${OP:-rms_norm}
+OP=${OP:-rms_norm}  # a path under ops/cutile/ (activation/geglu: its test is tests/ops/activation/test_geglu.py)
 K=src/tilegym/ops/cutile/$OP.py
-python -m cutile_perf init --kernel "$K" --test "tests/ops/test_$OP.py" > "$OUT/init.txt" 2>&1
+TEST=tests/ops/$(dirname "$OP")/test_$(basename "$OP").py; TEST=${TEST/\/.\//\/}
+python -m cutile_perf init --kernel "$K" --test "$TEST" > "$OUT/init.txt" 2>&1
 mkdir -p sandbox/cand
 if [ -n "${PLAN:-}" ]; then
   PLAN=$(cd "$CP" && cd "$PLAN" && pwd) || exit 1
