@@ -25,7 +25,10 @@ rm -rf .git && git init -q -b main && git add -A && git -c user.email=loop@examp
 export PYTHONPATH=$CP/scripts:${PYTHONPATH:-}
 OP=${OP:-rms_norm}  # a path under ops/cutile/ (activation/geglu: its test is tests/ops/activation/test_geglu.py)
 K=src/tilegym/ops/cutile/$OP.py
-TEST=tests/ops/$(dirname "$OP")/test_$(basename "$OP").py; TEST=${TEST/\/.\//\/}
+case "$OP" in
+  */*) TEST=tests/ops/${OP%/*}/test_${OP##*/}.py ;;
+  *) TEST=tests/ops/test_$OP.py ;;
+esac
 python -m cutile_perf init --kernel "$K" --test "$TEST" > "$OUT/init.txt" 2>&1
 mkdir -p sandbox/cand
 if [ -n "${PLAN:-}" ]; then

@@ -351,11 +351,11 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
 
     after_user = snapshot(session.repo, guarded)
     touched_user = sorted(p for p in guarded if after_user[p] != before_user[p])
-    # Never let go (cancelled while it waited), it ran nothing of the checkout; its stage is unread.
+    touched_checkout: list[str] = []
     before_checkout = released.get("checkout")
-    after_checkout = digest_tree(checkout.root, checkout_files) if before_checkout is not None else None
-    touched_checkout = [] if before_checkout is None else sorted(
-        p for p in checkout_files if after_checkout[p] != before_checkout[p])
+    if before_checkout is not None:  # else never let go (cancelled while it waited): it ran nothing there
+        after_checkout = digest_tree(checkout.root, checkout_files)
+        touched_checkout = sorted(p for p in checkout_files if after_checkout[p] != before_checkout[p])
     if touched_user:
         # The log, the session and the tests are put back at once; the changed bytes are kept.
         saved_dir = session.sandbox / "tampered" / tag

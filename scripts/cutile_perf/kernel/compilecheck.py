@@ -83,8 +83,14 @@ class Param:
     def spec_text(self) -> str:
         """The parameter in the spec's words."""
         if self.kind == "array":
-            return f"{self.dtype}({'x'.join(map(str, self.shape))})" if self.shape else f"{self.dtype}[{self.ndim}]"
+            return array_text(self.dtype, self.ndim, self.shape)
         return self.dtype if self.kind == "scalar" else repr(self.value)
+
+
+def array_text(dtype: str, ndim: int, shape: tuple[int, ...] | None = None) -> str:
+    """An array in the spec's words: ``float16(4096x1024)`` by its shape, ``float16[2]`` by its rank
+    (what ``parse_param`` reads back)."""
+    return f"{dtype}({'x'.join(map(str, shape))})" if shape else f"{dtype}[{ndim}]"
 
 
 def parse_param(name: str, raw: Any) -> Param:

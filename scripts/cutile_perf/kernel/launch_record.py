@@ -20,14 +20,14 @@ def spec_value(constraint: Any, arg: Any = None) -> Any:
     """One parameter in the spec's words: ``float16(4096x1024)`` (an array passed as a contiguous
     tensor: its shape, from which compile-check derives the same constraint), ``float16[2]`` (any
     other array: its rank), ``float32`` (scalar) or the constant."""
+    from cutile_perf.kernel.compilecheck import array_text  # noqa: PLC0415 - as kernel_params below
+
     kind = type(constraint).__name__
     if kind == "ArrayConstraint":
-        shape = getattr(arg, "shape", None)
+        shape = tuple(int(d) for d in getattr(arg, "shape", None) or ())
         contiguous = getattr(arg, "is_contiguous", None)
-        if shape is not None and len(shape) == constraint.ndim and callable(contiguous) and contiguous() \
-                and all(int(d) > 0 for d in shape):
-            return f"{constraint.dtype}({'x'.join(str(int(d)) for d in shape)})"
-        return f"{constraint.dtype}[{constraint.ndim}]"
+        by_shape = len(shape) == constraint.ndim and callable(contiguous) and contiguous() and all(d > 0 for d in shape)
+        return array_text(str(constraint.dtype), constraint.ndim, shape if by_shape else None)
     if kind == "ScalarConstraint":
         return str(constraint.dtype)
     if kind == "ConstantConstraint":
