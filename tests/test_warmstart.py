@@ -169,3 +169,53 @@ def test_a_repository_that_turns_warnings_into_errors_runs_as_under_python_dash_
         start.open()
     assert done["result"].ok, log.read_text()[-2000:]
     assert mark.read_text().splitlines() == ["conftest", "imported", "test src"]
+
+
+PROFILE_TEST = """\
+import os
+import time
+from pathlib import Path
+
+import torch
+from torch import profiler
+
+
+def test_profile():
+    started = time.perf_counter()
+    with profiler.profile(activities=[profiler.ProfilerActivity.CPU]) as prof:
+        torch.ones(4).add_(1)
+    prof.events()
+    with Path(os.environ["MARK"]).open("a") as fh:
+        fh.write(f"{time.perf_counter() - started} {torch.cuda.is_initialized()}\\n")
+"""
+
+
+def _first_profile_s(env: dict, tmp_path: Path) -> float:
+    """What a fresh process on this machine pays for its first CPU profiler session."""
+    script = tmp_path / "fresh.py"
+    script.write_text(PROFILE_TEST + "\ntest_profile()\n")
+    mark = tmp_path / "fresh-mark.txt"
+    import subprocess  # noqa: PLC0415
+
+    subprocess.run([PY, str(script)], env={**os.environ, **env, "MARK": str(mark)}, check=True,
+                   capture_output=True, timeout=120)
+    return float(mark.read_text().split()[0])
+
+
+def test_a_child_started_ahead_has_paid_the_profilers_set_up_without_a_cuda_context(tmp_path):
+    """While it waits, the child runs one CPU-only profiler session (about 4.6 s on the H200 that
+    each run's first witness paid after the gate). Its tests then find the profiler set up, and no
+    CUDA context made. Without that step the test's session costs what a fresh process pays."""
+    mark, log = tmp_path / "mark.txt", tmp_path / "child.log"
+    repo = _repo(tmp_path, mark)
+    (repo / "tests" / "test_repo.py").write_text(PROFILE_TEST)
+    (repo / "conftest.py").write_text("")
+    (repo / "src" / "mypkg" / "__init__.py").write_text("")
+    with _started_ahead(repo, mark, log) as (start, done):
+        start.open()
+    assert done["result"].ok, log.read_text()[-2000:]
+    assert "profiler set up while waiting" in log.read_text()
+    seconds, cuda = mark.read_text().split()
+    assert cuda == "False"
+    fresh = _first_profile_s({"PYTHONDONTWRITEBYTECODE": "1"}, tmp_path)
+    assert float(seconds) < fresh / 4, (seconds, fresh)

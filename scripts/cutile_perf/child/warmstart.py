@@ -12,9 +12,11 @@ next run pay that while the current one starts, and nothing more:
    directory, and the harness moves the checkout's own ``PYTHONPATH`` entries (and any empty or
    relative one, which means the working directory) into ``CUTILE_PERF_LATE_PYTHONPATH``.
    So the imports below can only find installed code, which the box keeps read-only.
-2. It imports ``WARM_MODULES``, says so on ``CUTILE_PERF_READY_FD``, and blocks on
-   ``CUTILE_PERF_START_FD`` (one byte: go; end of file: cancelled). It has touched no GPU: none of
-   those imports makes a CUDA context.
+2. It imports ``WARM_MODULES`` and pays the profiler's one-off set-up with a CPU-only session
+   (``bench.prepare_profiler_without_context``: about 4.6 s on the H200 that the run's first
+   witness no longer pays), says so on ``CUTILE_PERF_READY_FD``, and blocks on
+   ``CUTILE_PERF_START_FD`` (one byte: go; end of file: cancelled). It has touched no GPU: neither
+   the imports nor that session makes a CUDA context.
 3. Let go, it puts the path back as ``python -m pytest`` would have had it (the working directory
    first, then the whole ``PYTHONPATH``) and runs pytest in this process. If a module it already
    imported would now be found in the checkout instead (a repository that ships its own
@@ -31,6 +33,7 @@ import importlib
 import os
 import runpy
 import sys
+import time
 from pathlib import Path
 
 # Imported before the gate: everything a perf child of any cuTile repository imports first. Not the
@@ -123,6 +126,15 @@ def main(args: list[str]) -> int:
         except Exception:  # noqa: BLE001 - a fresh child reports it: the plain command runs below
             failed = True
     sys.meta_path.remove(not_found)
+    if not failed:
+        # The profiler's one-off set-up, without a CUDA context (bench.prepare_profiler_without_context):
+        # otherwise the first record's witness pays it after the gate, several seconds a run.
+        from cutile_perf import bench  # noqa: PLC0415
+
+        started = time.perf_counter()
+        if bench.prepare_profiler_without_context():
+            print(f"cutile-perf: profiler set up while waiting ({time.perf_counter() - started:.2f} s, "
+                  "no CUDA context)", file=sys.stderr, flush=True)
     if not _wait(ready_fd, start_fd):
         return CANCELLED
     # Started in "/" (runner.run): nothing the loader or Python looks up relative to the working
