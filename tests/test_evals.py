@@ -815,3 +815,94 @@ def test_the_run_without_the_skill_has_no_cutile_perf_on_its_path(tmp_path):
     meta = cli.prepare_trial(task, tmp_path / "noskill-1", skill=False, suffix="", tilegym=None)
     assert not (Path(meta["bin"]) / "cutile-perf").exists()
     assert not (Path(meta["repo"]) / ".claude").exists()
+
+
+# --- a grading job's time budget (measure.measure_variants' deadline) --------------------------------
+
+
+class _Clock:
+    """``time.monotonic`` for measure: each fake perf run advances it by the seconds it is given."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self):
+        return self.now
+
+
+def _fake_perf(clock: _Clock, seconds: dict[str, float]):
+    """A ``run_perf`` whose run ``tag`` takes ``seconds[tag]`` (default 10 s) and records base 2 ms,
+    the others 1 ms; a run longer than its timeout is killed at it, as a real one would be."""
+    def run_perf(tree, test, *, tag, out_dir, timeout_s):
+        took = seconds.get(tag, 10.0)
+        if took > timeout_s:
+            clock.now += timeout_s
+            raise measure.MeasureError(f"perf run {tag} failed (timeout)")
+        clock.now += took
+        return {"case": 2.0 if tag.endswith("-base") else 1.0}
+    return run_perf
+
+
+def test_a_budget_stops_timing_at_the_last_whole_round_that_fits(tmp_path, monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(measure, "time", clock)
+    monkeypatch.setattr(measure, "run_perf", _fake_perf(clock, {}))
+    trees = {"base": tmp_path, "head-0": tmp_path, "reference": tmp_path}
+    # Rounds of 30 s: after two (60 s), 15 s are left, less than a round's 33 s with its margin.
+    runs = measure.measure_variants(trees, "t.py", rounds=3, out_dir=tmp_path, deadline=clock.now + 75)
+    assert runs.round_geomeans("base", "head-0") == [2.0, 2.0]
+    assert runs.notes == ["rounds 3-3 not started: 15 s of the budget left, and a round took 30 s"]
+    # Without a deadline every round runs.
+    clock.now = 1000.0
+    assert len(measure.measure_variants(trees, "t.py", rounds=3, out_dir=tmp_path).round_geomeans("base", "head-0")) == 3
+
+
+def test_a_round_the_budget_cuts_is_dropped_whole_and_blames_no_variant(tmp_path, monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(measure, "time", clock)
+    monkeypatch.setattr(measure, "run_perf", _fake_perf(clock, {"round2-base": 100.0}))
+    trees = {"base": tmp_path, "head-0": tmp_path}
+    # Round 2 starts (70 s left, a round took 20 s); the budget's end kills its first run.
+    runs = measure.measure_variants(trees, "t.py", rounds=3, out_dir=tmp_path, deadline=clock.now + 90)
+    assert runs.by_variant == {"base": {"case": [2.0]}, "head-0": {"case": [1.0]}}
+    assert runs.notes == ["round 2 cut by the budget and dropped; rounds 2-3 not counted"]
+    # A run that fails on its own, well before the deadline, is still its variant's failure.
+    clock.now = 1000.0
+    monkeypatch.setattr(measure, "run_perf", _fake_perf(clock, {"round1-head-0": 20.0}))
+    with pytest.raises(measure.MeasureError) as exc:
+        measure.measure_variants(trees, "t.py", rounds=3, out_dir=tmp_path, timeout_s=15, deadline=clock.now + 900)
+    assert exc.value.variant == "head-0"
+    # No whole round fits: an error that names no variant (the grade fails every HEAD alike).
+    clock.now = 1000.0
+    monkeypatch.setattr(measure, "run_perf", _fake_perf(clock, {"round1-head-0": 100.0}))
+    with pytest.raises(measure.MeasureError) as exc:
+        measure.measure_variants(trees, "t.py", rounds=3, out_dir=tmp_path, deadline=clock.now + 60)
+    assert exc.value.variant is None and "no whole round" in str(exc.value)
+
+
+def test_grade_only_with_a_budget_names_the_rounds_it_left_out(sim_session, monkeypatch):
+    """A real grading of the simulated task, where each perf run counts 10 s more than it took (the
+    simulated runs take well under a second): a 100 s budget holds about three rounds of three runs."""
+    task, tmp, built = sim_session
+    _set_latency(built.repo, HALF_LATENCY)
+    build.git(built.repo, "commit", "-qam", "faster")
+    real_perf, real_time = measure.run_perf, measure.time
+    extra = {"s": 0.0}
+
+    class Slower:
+        @staticmethod
+        def monotonic():
+            return real_time.monotonic() + extra["s"]
+
+    def run_perf(*args, **kwargs):
+        extra["s"] += 10.0
+        return real_perf(*args, **kwargs)
+
+    monkeypatch.setattr(measure, "time", Slower)
+    monkeypatch.setattr(measure, "run_perf", run_perf)
+    g = grade.grade(built.repo, task, base=built.base, rounds=50, out_dir=tmp / "logs", budget_s=100)
+    assert g.correctness == "PASS" and g.success and g.speedup == pytest.approx(2.0, rel=0.05)
+    assert 1 <= len(g.round_geomeans) <= 3
+    # Stopped before a round (not started) or inside one (dropped whole), never with a half round.
+    assert len(g.notes) == 1 and g.notes[0].startswith("time budget: round"), g.notes
+    assert len(list((tmp / "logs" / "perf").glob("round*-*.records.jsonl"))) >= 3 * len(g.round_geomeans)

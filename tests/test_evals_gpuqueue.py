@@ -121,10 +121,13 @@ def test_pack_with_nothing_queued_says_so(tmp_path):
 def test_grade_verb_queues_one_grading_job_per_trial_outside_the_agents_quota(trial):
     meta, queue, tmp = trial
     trial_dir = Path(meta["repo"]).parent
-    assert gpuqueue.main(["grade", str(queue), str(trial_dir), "--rounds", "2", "--no-reference"]) == 0
+    assert gpuqueue.main(["grade", str(queue), str(trial_dir), "--rounds", "2", "--no-reference",
+                          "--timeout", "300"]) == 0
     (job,) = [gpuqueue.Job.load(p) for p in (queue / gpuqueue.JOBS).glob("*.json")]
-    assert job.trial_dir == str(trial_dir) and "--grade-only" in job.command and "--rounds 2 --no-reference" in job.command
-    assert job.grading
+    assert job.trial_dir == str(trial_dir) and "--grade-only" in job.command and "--rounds 2" in job.command
+    assert "--no-reference" in job.command and job.grading
+    # The grader gets the job's time less a margin, so the job ends with its grades, never cut.
+    assert job.timeout_s == 300 and "--budget 270 " in job.command
 
 
 def test_agent_prompt_lists_the_skill_only_with_it_and_gives_a_path_without_the_cli(tmp_path):

@@ -38,14 +38,16 @@ def test_the_known_tasks_are_the_four_ops_with_our_faster_file():
         assert tasks.fence(task) == [fenced] and spec == f"evals/fixtures/tilegym/{OPS[task['id']]}/{name}"
         assert build.resolve_source(spec, None).is_file()
         known = tasks.known_speedup(task)
-        # H200, 2026-12-02: geglu and swiglu faster (1 round), silu_and_mul's faster2.py (3 rounds);
-        # dropout's faster.py not (1 round), as written
+        # H200, 2026-12-02: swiglu faster (1 round), geglu (2 rounds, in its live run's grading job),
+        # silu_and_mul's faster2.py (3 rounds); dropout's faster.py not (1 round), as written
         assert known["date"] == "2026-12-02"
         if task["id"] == "tilegym-dropout":
             assert known["value"] == tasks.NOT_FASTER and not tasks.reference_is_yardstick(task)
             assert known["rounds"] == 1 and "dropout/faster2.py" in known["source"]
         elif task["id"] == "tilegym-silu-and-mul":
             assert known["rounds"] == 3 and tasks.cited_speedup(task) > 1.0 and "faster2.py" in known["source"]
+        elif task["id"] == "tilegym-geglu":
+            assert known["rounds"] == 2 and tasks.cited_speedup(task) > 1.0 and "live-geglu" in known["source"]
         else:
             assert known["rounds"] == 1 and tasks.cited_speedup(task) > 1.0 and "not yet 3" in known["source"]
         assert "rms_norm" not in fenced  # the op the agents have already seen

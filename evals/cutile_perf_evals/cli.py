@@ -48,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=float, default=1800.0, help="seconds per trial before the agent is killed")
     p.add_argument("--out", type=Path, help="artifact directory (default: a new temp directory)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved perf rounds when grading (default 3)")
+    p.add_argument("--budget", type=float, metavar="SECONDS",
+                   help="--grade-only: seconds for the whole grading; timing stops at the last whole round that "
+                        "fits, and the grade names the rounds left out (a job's time limit then never loses the grade)")
     p.add_argument("--tilegym", type=Path, help="NVIDIA TileGym checkout, for the tilegym-* tasks")
     p.add_argument("--no-reference", action="store_true",
                    help="do not time the reference; use the cited known speedup where there is one")
@@ -165,12 +168,13 @@ def grade_trial(task: dict, repo: Path, *, base: str | None, trial_dir: Path | N
 
 
 def grade_trials(task: dict, trials: list[tuple[Path, str | None, Path | None]], *, rounds: int,
-                 tilegym: Path | None, measure_reference: bool) -> list[grade.Grade]:
+                 tilegym: Path | None, measure_reference: bool, budget_s: float | None = None) -> list[grade.Grade]:
     """Grade ``(repo, base, trial_dir)`` trials of one task together (one shared base timing);
     each grade goes to its trial's ``grade.json``."""
     group = [grade.Trial(Path(repo), base, shim.read_calls(d / "commands.jsonl") if d else [],
                          _transcript(d) if d else "", (d / "grade-logs") if d else None) for repo, base, d in trials]
-    grades = grade.grade_group(group, task, rounds=rounds, tilegym=tilegym, measure_reference=measure_reference)
+    grades = grade.grade_group(group, task, rounds=rounds, tilegym=tilegym, measure_reference=measure_reference,
+                               budget_s=budget_s)
     for (_, _, trial_dir), g in zip(trials, grades):
         if trial_dir:
             (trial_dir / "grade.json").write_text(json.dumps(g.to_dict(), indent=2) + "\n", encoding="utf-8")
@@ -397,7 +401,11 @@ def _grade_only(a: argparse.Namespace, all_tasks: list[dict]) -> int:
         print(f"error: a group must be one task, not {', '.join(sorted(task_ids))}", file=sys.stderr)
         return 2
     task = tasks.by_id(all_tasks, task_ids.pop())
-    grades = grade_trials(task, trials, rounds=a.rounds, tilegym=a.tilegym, measure_reference=not a.no_reference)
+    if a.budget is not None and a.budget <= 0:
+        print(f"error: --budget must be positive, not {a.budget:g}", file=sys.stderr)
+        return 2
+    grades = grade_trials(task, trials, rounds=a.rounds, tilegym=a.tilegym, measure_reference=not a.no_reference,
+                          budget_s=a.budget)
     for g in grades:
         if a.json:
             print(json.dumps(g.to_dict()))

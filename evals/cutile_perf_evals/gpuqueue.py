@@ -356,7 +356,12 @@ def collect(out: Path, queue: Path) -> list[dict]:
     return results
 
 
-GRADE_COMMAND = 'python "$CUTILE_PERF_CHECKOUT/evals/run.py" --grade-only {repos} --rounds {rounds}{extra} --json'
+GRADE_COMMAND = ('python "$CUTILE_PERF_CHECKOUT/evals/run.py" --grade-only {repos} --rounds {rounds}'
+                 ' --budget {budget:g}{extra} --json')
+# What a grading job keeps of its timeout for the grader's own start and for writing the grades: the
+# rest is the grader's --budget, so the job ends with its grades instead of being cut (once, a
+# 300 s job timing five trees for 3 rounds was cut after 2, and only its logs came back).
+GRADE_MARGIN_S = 30.0
 
 
 def closed_reason(queue: Path) -> str:
@@ -421,7 +426,8 @@ def queue_grading(queue: Path, trial_dirs: list[Path], *, rounds: int, no_refere
         more = extra
         if tilegym is not None and not no_reference:
             more += f" --tilegym {shlex.quote(str(_carry_tilegym_reference(ds[0], Path(tilegym).resolve())))}"
-        return GRADE_COMMAND.format(repos=" ".join(shlex.quote(str(d / "repo")) for d in ds), rounds=rounds, extra=more)
+        return GRADE_COMMAND.format(repos=" ".join(shlex.quote(str(d / "repo")) for d in ds), rounds=rounds,
+                                    budget=max(timeout_s - GRADE_MARGIN_S, timeout_s / 2), extra=more)
     if group:
         return [submit(queue, dirs[0], command(dirs), timeout_s, also=tuple(dirs[1:]), grading=True)]
     return [submit(queue, d, command([d]), timeout_s, grading=True) for d in dirs]

@@ -21,6 +21,7 @@ import difflib
 import json
 import math
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -297,21 +298,26 @@ class Trial:
 
 def grade(repo: Path, task: dict, *, base: str | None = None, calls: list[dict] | None = None,
           rounds: int = 3, tilegym: Path | None = None, out_dir: Path | None = None,
-          measure_reference: bool = True, transcript: str = "") -> Grade:
+          measure_reference: bool = True, transcript: str = "", budget_s: float | None = None) -> Grade:
     """Grade ``repo`` for ``task`` (one trial; ``grade_group`` for several)."""
     return grade_group([Trial(Path(repo), base, calls or [], transcript, out_dir)], task, rounds=rounds,
-                       tilegym=tilegym, measure_reference=measure_reference)[0]
+                       tilegym=tilegym, measure_reference=measure_reference, budget_s=budget_s)[0]
 
 
 def grade_group(trials: list[Trial], task: dict, *, rounds: int = 3, tilegym: Path | None = None,
-                measure_reference: bool = True) -> list[Grade]:
+                measure_reference: bool = True, budget_s: float | None = None) -> list[Grade]:
     """Grade several trials of one task. Each is checked and re-tested on its own. The timing is
     shared: trials whose base trees are the same are timed in the same interleaved rounds against
-    one base (and one reference), so N trials cost N + 2 perf runs a round instead of 3N."""
+    one base (and one reference), so N trials cost N + 2 perf runs a round instead of 3N.
+
+    ``budget_s``: seconds for the whole grading. Timing stops at the last whole round that fits
+    (``measure.measure_variants``), and each grade's notes name the rounds left out. So a grading
+    job with a time limit still ends with its grades, where a cut one leaves only logs."""
+    deadline = time.monotonic() + budget_s if budget_s is not None else None
     graded = [_inspect(t, task) for t in trials]
     if tasks.is_measured(task):
         _measure_group([(t, g) for t, (g, _) in zip(trials, graded) if g.head], task, rounds=rounds,
-                       tilegym=tilegym, measure_reference=measure_reference)
+                       tilegym=tilegym, measure_reference=measure_reference, deadline=deadline)
     results = []
     for trial, (g, hacks) in zip(trials, graded):
         if not tasks.is_measured(task) or not g.head:
@@ -437,7 +443,7 @@ def _hidden_check(g: Grade, repo: Path, task: dict, fence: list[str], *, out_dir
 
 
 def _measure_group(items: list[tuple[Trial, Grade]], task: dict, *, rounds: int, tilegym: Path | None,
-                   measure_reference: bool) -> None:
+                   measure_reference: bool, deadline: float | None) -> None:
     """Correctness of each HEAD (at once: it is not timed), then one interleaved timing per distinct
     base tree."""
     test, fence = tasks.test_file(task), tasks.fence(task)
@@ -468,7 +474,7 @@ def _measure_group(items: list[tuple[Trial, Grade]], task: dict, *, rounds: int,
             timed.setdefault(base_tree_id, []).append((n, trial, g, head_tree))
         for group_id, members in timed.items():
             _time_group(members, task, work / f"group-{group_id[:12]}", rounds=rounds, tilegym=tilegym,
-                        measure_reference=measure_reference)
+                        measure_reference=measure_reference, deadline=deadline)
 
 
 def _logs(trial: Trial, fallback: Path) -> Path:
@@ -478,7 +484,7 @@ def _logs(trial: Trial, fallback: Path) -> Path:
 
 
 def _time_group(members: list[tuple[int, Trial, Grade, Path]], task: dict, work: Path, *, rounds: int,
-                tilegym: Path | None, measure_reference: bool) -> None:
+                tilegym: Path | None, measure_reference: bool, deadline: float | None) -> None:
     """Base, the reference and every member's HEAD, interleaved; a HEAD whose perf run crashes is a
     failed trial and the rest are timed again without it."""
     test, fence = tasks.test_file(task), tasks.fence(task)
@@ -493,7 +499,7 @@ def _time_group(members: list[tuple[int, Trial, Grade, Path]], task: dict, work:
     while heads:
         try:
             runs = measure.measure_variants({**trees, **{k: v[2] for k, v in heads.items()}}, test, rounds=rounds,
-                                            out_dir=logs, fence=fence)
+                                            out_dir=logs, fence=fence, deadline=deadline)
         except measure.MeasureError as exc:
             if exc.variant in heads:  # that HEAD's perf tests crashed: its code is not correct
                 _, g, _ = heads.pop(exc.variant)
@@ -507,6 +513,7 @@ def _time_group(members: list[tuple[int, Trial, Grade, Path]], task: dict, work:
             g.per_shape = runs.speedups("base", name)
             g.speedup = measure.geomean(g.per_shape.values())
             g.round_geomeans = runs.round_geomeans("base", name)
+            g.notes.extend(f"time budget: {note}" for note in runs.notes)
             if len(heads) > 1:
                 g.notes.append(f"timed in one group with {len(heads) - 1} other trial(s) of this task "
                                f"(shared base{' and reference' if 'reference' in trees else ''}; logs in {logs})")

@@ -22,6 +22,7 @@ import re
 import sys
 import tarfile
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,6 +146,7 @@ class Runs:
     """Per variant, per shape: the median of each round (rounds in order)."""
 
     by_variant: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # rounds a time budget left out (``measure_variants``)
 
     def shapes(self) -> list[str]:
         common = None
@@ -193,10 +195,23 @@ def check_imports_from(tree: Path, rels: list[str], *, timeout_s: float = 300) -
             raise MeasureError(f"{name} was imported from {where}, not from the checkout {tree}")
 
 
+# A time budget (``measure_variants``' ``deadline``): a perf run given less than MIN_RUN_S would
+# only be cut, and a round after the first starts only with ROUND_MARGIN times the last round's
+# wall time left. A round cut by the budget is dropped whole: every variant keeps the same rounds,
+# so each round's ratios stay paired.
+MIN_RUN_S = 20.0
+ROUND_MARGIN = 1.1
+
+
 def measure_variants(trees: dict[str, Path], test: str, *, rounds: int, out_dir: Path,
-                     timeout_s: float = 900, fence: list[str] | None = None) -> Runs:
+                     timeout_s: float = 900, fence: list[str] | None = None,
+                     deadline: float | None = None) -> Runs:
     """Run the perf tests ``rounds`` times in every tree, interleaved, rotating the order each round.
-    With ``fence``, first check that each tree's fenced modules import from that tree."""
+    With ``fence``, first check that each tree's fenced modules import from that tree.
+
+    ``deadline`` (``time.monotonic()``): stop at whole rounds before it (see ``ROUND_MARGIN``); the
+    rounds not run are named in ``Runs.notes``. A run the deadline cuts is no fault of its variant.
+    MeasureError (no variant) when not even one round fits."""
     if rounds < 1:
         raise MeasureError("rounds must be at least 1")
     for name, tree in trees.items():
@@ -206,17 +221,47 @@ def measure_variants(trees: dict[str, Path], test: str, *, rounds: int, out_dir:
             raise MeasureError(str(exc), variant=name) from None
     names = list(trees)
     runs = Runs({name: {} for name in names})
+    last_round_s = 0.0
     for r in range(rounds):
         order = names[r % len(names):] + names[: r % len(names)]
-        for name in order:
-            try:
-                medians = run_perf(trees[name], test, tag=f"round{r + 1}-{name}", out_dir=out_dir,
-                                   timeout_s=timeout_s)
-            except MeasureError as exc:
-                raise MeasureError(str(exc), variant=name) from None
+        round_start = time.monotonic()
+        if deadline is not None and r and deadline - round_start < ROUND_MARGIN * last_round_s:
+            runs.notes.append(f"rounds {r + 1}-{rounds} not started: {deadline - round_start:.0f} s of the budget "
+                              f"left, and a round took {last_round_s:.0f} s")
+            break
+        got = _one_round(trees, order, test, tag=f"round{r + 1}", out_dir=out_dir, timeout_s=timeout_s,
+                         deadline=deadline)
+        if got is None:
+            runs.notes.append(f"round {r + 1} cut by the budget and dropped; rounds {r + 1}-{rounds} not counted")
+            break
+        for name, medians in got.items():
             for shape, ms in medians.items():
                 runs.by_variant[name].setdefault(shape, []).append(ms)
+        last_round_s = time.monotonic() - round_start
+    if not any(runs.by_variant.values()):
+        raise MeasureError(f"no whole round fitted the time budget ({'; '.join(runs.notes)})")
     return runs
+
+
+def _one_round(trees: dict[str, Path], order: list[str], test: str, *, tag: str, out_dir: Path,
+               timeout_s: float, deadline: float | None) -> dict[str, dict[str, float]] | None:
+    """One perf run per variant in ``order``: ``{variant: {case: median ms}}``, or None when the
+    deadline cut the round (MeasureError, naming the variant, when a run fails on its own)."""
+    got = {}
+    for name in order:
+        limit = timeout_s
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left < MIN_RUN_S:
+                return None
+            limit = min(timeout_s, left)
+        try:
+            got[name] = run_perf(trees[name], test, tag=f"{tag}-{name}", out_dir=out_dir, timeout_s=limit)
+        except MeasureError as exc:
+            if deadline is not None and limit < timeout_s and time.monotonic() >= deadline - 1.0:
+                return None  # cut by the budget, not by its own fault
+            raise MeasureError(str(exc), variant=name) from None
+    return got
 
 
 def measure_interleaved(repo: Path, base: str, head: str, *, test: str, fence: list[str], rounds: int = 3,
