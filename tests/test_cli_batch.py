@@ -222,3 +222,17 @@ def test_check_finds_on_the_cpu_what_would_stop_the_gpu_job_and_runs_nothing(til
     # Nothing ran: no row, no commit, the kernel untouched.
     assert (repo / "sandbox/experiments.jsonl").read_text() == rows_before
     assert (repo / KERNEL_REL).read_text() == kernel_before
+
+
+def test_one_job_prepared_before_init_runs_init_then_the_batch(tilegym_like_repo, capsys):
+    """The one-job path SKILL.md teaches for a target whose tests need the GPU to collect (TileGym):
+    candidates and plan written on the CPU box before any session exists, then `init` and `batch`
+    in the same GPU job. init keeps what sandbox/ already holds."""
+    repo = tilegym_like_repo
+    path = write_plan(repo, [("faster", FAST), ("slower", SLOW)])
+    assert cli(capsys, repo, "init", "--kernel", "rms_norm", "--timeout", "60")[0] == 0
+    allow_no_gpu(repo)
+    assert path.is_file() and (repo / "sandbox/cand/c1.py").is_file()
+    code, data = cli(capsys, repo, "batch", str(path), "--baseline", "2", "--job-seconds", "600")
+    assert code == 0, data
+    assert [e["decision"] for e in data["entries"]] == ["keep", "revert"]
