@@ -297,6 +297,9 @@ def test_real_kept_change_is_measured_and_scored_against_the_reference(sim_sessi
     assert g.fraction == pytest.approx(0.5, abs=0.03) and g.score == g.fraction and g.success
     assert g.reference_source.startswith("measured")
     assert len(list((tmp / "logs" / "perf").glob("round*-*.records.jsonl"))) == 6  # 2 rounds x 3 variants
+    # Each round's three runs started together, ahead of their turn, and ran one at a time.
+    heads = [log.read_text().splitlines()[0] for log in sorted((tmp / "logs" / "perf").glob("round*-*.log"))]
+    assert len(heads) == 6 and all(h.endswith("(started ahead of its turn)") for h in heads), heads
     # A grading job cut by its time limit still leaves its finished runs: they read back the same.
     runs = measure.runs_from_logs(tmp / "logs" / "perf")
     assert sorted(runs.by_variant) == ["base", "head-0", "reference"]
@@ -849,12 +852,13 @@ def test_a_budget_stops_timing_at_the_last_whole_round_that_fits(tmp_path, monke
     monkeypatch.setattr(measure, "run_perf", _fake_perf(clock, {}))
     trees = {"base": tmp_path, "head-0": tmp_path, "reference": tmp_path}
     # Rounds of 30 s: after two (60 s), 15 s are left, less than a round's 33 s with its margin.
-    runs = measure.measure_variants(trees, "t.py", rounds=3, out_dir=tmp_path, deadline=clock.now + 75)
+    runs = measure.measure_variants(trees, "t.py", rounds=3, out_dir=tmp_path, deadline=clock.now + 75, ahead=False)
     assert runs.round_geomeans("base", "head-0") == [2.0, 2.0]
     assert runs.notes == ["rounds 3-3 not started: 15 s of the budget left, and a round took 30 s"]
     # Without a deadline every round runs.
     clock.now = 1000.0
-    assert len(measure.measure_variants(trees, "t.py", rounds=3, out_dir=tmp_path).round_geomeans("base", "head-0")) == 3
+    assert len(measure.measure_variants(trees, "t.py", rounds=3, out_dir=tmp_path, ahead=False)
+               .round_geomeans("base", "head-0")) == 3
 
 
 def test_a_round_the_budget_cuts_is_dropped_whole_and_blames_no_variant(tmp_path, monkeypatch):
@@ -863,20 +867,21 @@ def test_a_round_the_budget_cuts_is_dropped_whole_and_blames_no_variant(tmp_path
     monkeypatch.setattr(measure, "run_perf", _fake_perf(clock, {"round2-base": 100.0}))
     trees = {"base": tmp_path, "head-0": tmp_path}
     # Round 2 starts (70 s left, a round took 20 s); the budget's end kills its first run.
-    runs = measure.measure_variants(trees, "t.py", rounds=3, out_dir=tmp_path, deadline=clock.now + 90)
+    runs = measure.measure_variants(trees, "t.py", rounds=3, out_dir=tmp_path, deadline=clock.now + 90, ahead=False)
     assert runs.by_variant == {"base": {"case": [2.0]}, "head-0": {"case": [1.0]}}
     assert runs.notes == ["round 2 cut by the budget and dropped; rounds 2-3 not counted"]
     # A run that fails on its own, well before the deadline, is still its variant's failure.
     clock.now = 1000.0
     monkeypatch.setattr(measure, "run_perf", _fake_perf(clock, {"round1-head-0": 20.0}))
     with pytest.raises(measure.MeasureError) as exc:
-        measure.measure_variants(trees, "t.py", rounds=3, out_dir=tmp_path, timeout_s=15, deadline=clock.now + 900)
+        measure.measure_variants(trees, "t.py", rounds=3, out_dir=tmp_path, timeout_s=15, deadline=clock.now + 900,
+                                 ahead=False)
     assert exc.value.variant == "head-0"
     # No whole round fits: an error that names no variant (the grade fails every HEAD alike).
     clock.now = 1000.0
     monkeypatch.setattr(measure, "run_perf", _fake_perf(clock, {"round1-head-0": 100.0}))
     with pytest.raises(measure.MeasureError) as exc:
-        measure.measure_variants(trees, "t.py", rounds=3, out_dir=tmp_path, deadline=clock.now + 60)
+        measure.measure_variants(trees, "t.py", rounds=3, out_dir=tmp_path, deadline=clock.now + 60, ahead=False)
     assert exc.value.variant is None and "no whole round" in str(exc.value)
 
 
@@ -906,3 +911,47 @@ def test_grade_only_with_a_budget_names_the_rounds_it_left_out(sim_session, monk
     # Stopped before a round (not started) or inside one (dropped whole), never with a half round.
     assert len(g.notes) == 1 and g.notes[0].startswith("time budget: round"), g.notes
     assert len(list((tmp / "logs" / "perf").glob("round*-*.records.jsonl"))) >= 3 * len(g.round_geomeans)
+
+
+MARKED_PERF_TEST = """\
+import os
+import time
+
+def _mark(what):
+    with open(os.environ["MARK"], "a") as fh:
+        fh.write(f"{os.path.basename(os.getcwd())} {what} {time.time()}\\n")
+
+_mark("import")
+
+
+def test_perf_cutile():
+    _mark("begin")
+    time.sleep(0.3)
+    _mark("end")
+"""
+
+
+def test_a_grading_rounds_runs_start_together_and_each_runs_its_tree_only_in_its_turn(tmp_path, monkeypatch):
+    """``measure._RoundAhead``: every run of a round is started at once, ahead of its turn, and each
+    runs nothing of its tree (not even the test module's import) before the one before it has
+    ended; a child never let go ends without running anything."""
+    mark = tmp_path / "mark.txt"
+    monkeypatch.setenv("MARK", str(mark))
+    trees = {}
+    for name in ("a", "b", "c"):
+        (tmp_path / name / "tests").mkdir(parents=True)
+        (tmp_path / name / "tests" / "test_op.py").write_text(MARKED_PERF_TEST)
+        trees[name] = tmp_path / name
+    started = measure._RoundAhead(trees, ["a", "b", "c"], "tests/test_op.py", tag="round1", out_dir=tmp_path / "logs")
+    assert all(started.has(n) for n in "abc") and not mark.exists()
+    for name in ("a", "b"):
+        with pytest.raises(measure.MeasureError, match="recorded no"):  # the marked test records nothing
+            started.run(name, 120)
+    started.cancel()
+    lines = [line.split() for line in mark.read_text().splitlines()]
+    assert [(who, what) for who, what, _ in lines] == [("a", "import"), ("a", "begin"), ("a", "end"),
+                                                      ("b", "import"), ("b", "begin"), ("b", "end")]
+    assert float(lines[3][2]) >= float(lines[2][2])  # b's module ran only after a's run had ended
+    for name in ("a", "b", "c"):
+        head = (tmp_path / "logs" / f"round1-{name}.log").read_text().splitlines()[0]
+        assert head.endswith("(started ahead of its turn)"), head

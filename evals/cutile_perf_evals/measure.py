@@ -15,18 +15,23 @@ faster is head than base"; it can be swapped for the harness's own interleaved m
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import os
 import re
+import signal
 import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cutile_perf.child import records, runner
+from cutile_perf.child import records, runner, warmstart
 from cutile_perf.judge import stats
 from cutile_perf_evals import vcs
 
@@ -108,15 +113,21 @@ def run_correctness(tree: Path, test: str, *, timeout_s: float = 900, out_dir: P
     return Correctness(crash is None, crash, str(out))
 
 
+def perf_argv(test: str, k: str = PERF_K) -> list[str]:
+    return [sys.executable, "-m", "pytest", test, "-k", k, "-q", "-p", "no:cacheprovider", *records.PYTEST_PLUGIN_ARGS]
+
+
 def run_perf(tree: Path, test: str, *, tag: str, out_dir: Path, timeout_s: float = 900,
-             k: str = PERF_K) -> dict[str, float]:
-    """``{shape id: median ms}`` of one perf run in ``tree``; MeasureError when it records nothing."""
+             k: str = PERF_K, start: runner.StartGate | None = None,
+             on_start: Callable[[int], None] | None = None) -> dict[str, float]:
+    """``{shape id: median ms}`` of one perf run in ``tree``; MeasureError when it records nothing.
+    ``start``: the child starts ahead of its turn and waits on it (``_RoundAhead``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     records_file = out_dir / f"{tag}.records.jsonl"
     records_file.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "pytest", test, "-k", k, "-q", "-p", "no:cacheprovider", *records.PYTEST_PLUGIN_ARGS]
     env = {**_env(tree), "CUTILE_PERF_RECORDS": str(records_file)}
-    result = runner.run(argv, cwd=tree, timeout_s=timeout_s, output_path=out_dir / f"{tag}.log", env_overrides=env)
+    result = runner.run(perf_argv(test, k), cwd=tree, timeout_s=timeout_s, output_path=out_dir / f"{tag}.log",
+                        env_overrides=env, start=start, on_start=on_start)
     crash = runner.classify(result)
     if crash is not None:
         raise MeasureError(f"perf run {tag} failed ({crash}); see {out_dir / (tag + '.log')}")
@@ -205,13 +216,14 @@ ROUND_MARGIN = 1.1
 
 def measure_variants(trees: dict[str, Path], test: str, *, rounds: int, out_dir: Path,
                      timeout_s: float = 900, fence: list[str] | None = None,
-                     deadline: float | None = None) -> Runs:
+                     deadline: float | None = None, ahead: bool = True) -> Runs:
     """Run the perf tests ``rounds`` times in every tree, interleaved, rotating the order each round.
     With ``fence``, first check that each tree's fenced modules import from that tree.
 
     ``deadline`` (``time.monotonic()``): stop at whole rounds before it (see ``ROUND_MARGIN``); the
     rounds not run are named in ``Runs.notes``. A run the deadline cuts is no fault of its variant.
-    MeasureError (no variant) when not even one round fits."""
+    MeasureError (no variant) when not even one round fits. ``ahead``: each round's runs start
+    together, ahead of their turn (``_RoundAhead``)."""
     if rounds < 1:
         raise MeasureError("rounds must be at least 1")
     for name, tree in trees.items():
@@ -230,7 +242,7 @@ def measure_variants(trees: dict[str, Path], test: str, *, rounds: int, out_dir:
                               f"left, and a round took {last_round_s:.0f} s")
             break
         got = _one_round(trees, order, test, tag=f"round{r + 1}", out_dir=out_dir, timeout_s=timeout_s,
-                         deadline=deadline)
+                         deadline=deadline, ahead=ahead)
         if got is None:
             runs.notes.append(f"round {r + 1} cut by the budget and dropped; rounds {r + 1}-{rounds} not counted")
             break
@@ -244,24 +256,96 @@ def measure_variants(trees: dict[str, Path], test: str, *, rounds: int, out_dir:
 
 
 def _one_round(trees: dict[str, Path], order: list[str], test: str, *, tag: str, out_dir: Path,
-               timeout_s: float, deadline: float | None) -> dict[str, dict[str, float]] | None:
+               timeout_s: float, deadline: float | None, ahead: bool) -> dict[str, dict[str, float]] | None:
     """One perf run per variant in ``order``: ``{variant: {case: median ms}}``, or None when the
     deadline cut the round (MeasureError, naming the variant, when a run fails on its own)."""
     got = {}
-    for name in order:
-        limit = timeout_s
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left < MIN_RUN_S:
-                return None
-            limit = min(timeout_s, left)
+    started = _RoundAhead(trees, order, test, tag=tag, out_dir=out_dir) if ahead else None
+    try:
+        for name in order:
+            limit = timeout_s
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left < MIN_RUN_S:
+                    return None
+                limit = min(timeout_s, left)
+            try:
+                if started is not None and started.has(name):
+                    got[name] = started.run(name, limit)
+                else:
+                    got[name] = run_perf(trees[name], test, tag=f"{tag}-{name}", out_dir=out_dir, timeout_s=limit)
+            except MeasureError as exc:
+                if deadline is not None and limit < timeout_s and time.monotonic() >= deadline - 1.0:
+                    return None  # cut by the budget, not by its own fault
+                raise MeasureError(str(exc), variant=name) from None
+        return got
+    finally:
+        if started is not None:
+            started.cancel()
+
+
+class _RoundAhead:
+    """A round's perf runs, every one started at once ahead of its turn (``child.warmstart``).
+
+    A grading run is a fresh pytest process, and on TileGym most of its 15-20 s is start-up: the
+    interpreter, torch, cuda.tile, pytest and the profiler's first session, which TileGym's CUPTI
+    timer pays. The children started ahead pay that side by side, once a round, with no code of
+    their tree on the path and no CUDA context; each is let go in turn only once all of them wait,
+    so a timed run never has a neighbour doing anything (the loop's rule, ``loop.stages``). A child
+    not ready in time, or one that cannot start ahead, is run fresh in its turn."""
+
+    READY_S = 60.0
+
+    def __init__(self, trees: dict[str, Path], order: list[str], test: str, *, tag: str, out_dir: Path):
+        self._pool = ThreadPoolExecutor(max_workers=len(order) or 1, thread_name_prefix="grade-ahead")
+        self._children: dict[str, tuple[runner.StartGate, Future, list[int]]] = {}
+        if warmstart.warm_argv(perf_argv(test)) is None:
+            return
+        for name in order:
+            gate, groups = runner.StartGate(), []
+            future = self._pool.submit(run_perf, trees[name], test, tag=f"{tag}-{name}", out_dir=out_dir,
+                                       timeout_s=24 * 3600.0, start=gate, on_start=groups.append)
+            self._children[name] = (gate, future, groups)
+        end = time.monotonic() + self.READY_S
+        for name, (gate, future, _) in list(self._children.items()):
+            if not gate.wait_ready(max(end - time.monotonic(), 0.0), ended=future.done):
+                self._finish(name, kill=True)
+
+    def has(self, name: str) -> bool:
+        return name in self._children
+
+    def run(self, name: str, limit_s: float) -> dict[str, float]:
+        """Let ``name`` go and return its medians (MeasureError as ``run_perf``); killed past
+        ``limit_s``, its run's timeout counted from now, not from its start."""
+        gate, future, _ = self._children[name]
+        gate.open()
         try:
-            got[name] = run_perf(trees[name], test, tag=f"{tag}-{name}", out_dir=out_dir, timeout_s=limit)
-        except MeasureError as exc:
-            if deadline is not None and limit < timeout_s and time.monotonic() >= deadline - 1.0:
-                return None  # cut by the budget, not by its own fault
-            raise MeasureError(str(exc), variant=name) from None
-    return got
+            return future.result(timeout=limit_s)
+        except FutureTimeout:
+            self._finish(name, kill=True)
+            raise MeasureError(f"perf run {name}: killed after {limit_s:.0f} s") from None
+        finally:
+            if name in self._children:
+                self._finish(name, kill=False)
+
+    def cancel(self) -> None:
+        """End every child not run: one still waiting exits without running anything of its tree."""
+        for name in list(self._children):
+            self._finish(name, kill=True)
+        self._pool.shutdown(wait=True)
+
+    def _finish(self, name: str, kill: bool) -> None:
+        gate, future, groups = self._children.pop(name)
+        gate.close()
+        if kill and not future.done():
+            for pgid in groups:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            future.result()
+        if not gate.handed:  # it never became a process: its ends of the pipes are still ours
+            gate.unused()
+        gate.done()
 
 
 def measure_interleaved(repo: Path, base: str, head: str, *, test: str, fence: list[str], rounds: int = 3,
