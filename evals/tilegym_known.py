@@ -13,7 +13,8 @@ upstream TileGym), on the GPU machine:
    all at once (not timed, so they may share the GPU);
 3. time base and reference with TileGym's own perf tests and cutile-perf's record plugin (TileGym's
    CUPTI timer), interleaved: round r runs one pytest process per tree over every task's test
-   file, the order rotating each round, as the grader does.
+   file, the order rotating each round, as the grader does; a round's processes start together,
+   ahead of their turn, and run one at a time (`measure.RoundAhead`).
 
 The whole run is held to `--budget` seconds: a perf run is cut at the budget, and a round in which a
 task's cases were not recorded in both trees does not count for that task (each task says how many
@@ -33,6 +34,7 @@ Nothing here decides a number by itself: a task with no finished round reports n
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import math
@@ -100,17 +102,23 @@ def prepare(chosen: list[dict], tilegym: Path, work: Path,
             "reference": measure.checkout(built.repo, built.base, work / "reference", overlay=overlay)}
 
 
-def perf_run(tree: Path, tests_: list[str], *, tag: str, out_dir: Path, timeout_s: float) -> dict[str, dict[str, float]]:
+def perf_argv(tests_: list[str]) -> list[str]:
+    return [sys.executable, "-m", "pytest", *tests_, "-k", measure.PERF_K, "-q", "-p", "no:cacheprovider",
+            *records.PYTEST_PLUGIN_ARGS]
+
+
+def perf_run(tree: Path, tests_: list[str], *, tag: str, out_dir: Path, timeout_s: float,
+             start: runner.StartGate | None = None, on_start=None) -> dict[str, dict[str, float]]:
     """One pytest process over ``tests_`` (TileGym's perf selection, cutile-perf's record plugin):
     ``{test file: {case: median ms}}``. A failing or cut run still gives what it recorded; a test
-    file with no record is simply absent (its task then has no pair for this round)."""
+    file with no record is simply absent (its task then has no pair for this round). ``start``:
+    started ahead of its turn (``measure.RoundAhead``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     records_file = out_dir / f"{tag}.records.jsonl"
     records_file.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "pytest", *tests_, "-k", measure.PERF_K, "-q", "-p", "no:cacheprovider",
-            *records.PYTEST_PLUGIN_ARGS]
     env = {**measure._env(tree), "CUTILE_PERF_RECORDS": str(records_file)}
-    runner.run(argv, cwd=tree, timeout_s=timeout_s, output_path=out_dir / f"{tag}.log", env_overrides=env)
+    runner.run(perf_argv(tests_), cwd=tree, timeout_s=timeout_s, output_path=out_dir / f"{tag}.log", env_overrides=env,
+               start=start, on_start=on_start)
     found = records.read_records_file(records_file)
     by_file: dict[str, dict[str, float]] = {}
     for test in tests_:
@@ -121,12 +129,14 @@ def perf_run(tree: Path, tests_: list[str], *, tag: str, out_dir: Path, timeout_
 
 
 def time_rounds(trees: dict[str, Path], tests_: list[str], *, rounds: int, deadline: float,
-                out_dir: Path, walls: list[dict] | None = None) -> tuple[dict[str, measure.Runs], dict[str, int], list[str]]:
+                out_dir: Path, walls: list[dict] | None = None,
+                ahead: bool = True) -> tuple[dict[str, measure.Runs], dict[str, int], list[str]]:
     """Interleaved rounds (order rotating) until ``rounds`` or ``deadline``. Per test file: its Runs
     and how many rounds paired a base and a reference run of it; an unpaired run is dropped, never
     half-counted. Also the notes of rounds cut or not run. A round after the first starts only when
     ``ROUND_MARGIN`` times the last round's wall time is left. ``walls`` (when given) gets one
-    ``{"tag", "wall_s", "files"}`` per perf process: what the next budget is planned from."""
+    ``{"tag", "wall_s", "files"}`` per perf process: what the next budget is planned from.
+    ``ahead``: each round's processes start together, ahead of their turn (``measure.RoundAhead``)."""
     names = list(trees)
     runs = {t: measure.Runs({name: {} for name in names}) for t in tests_}
     paired = {t: 0 for t in tests_}
@@ -140,16 +150,30 @@ def time_rounds(trees: dict[str, Path], tests_: list[str], *, rounds: int, deadl
             notes.append(f"round {r + 1}: not started, {deadline - round_start:.0f} s left and the last round "
                          f"took {last_round_s:.0f} s")
             break
-        for name in order:
-            start = time.monotonic()
-            left = deadline - start
-            if left < MIN_RUN_S:
-                notes.append(f"round {r + 1}: out of time before {name} ({left:.0f} s left)")
-                break
-            got[name] = perf_run(trees[name], tests_, tag=f"round{r + 1}-{name}", out_dir=out_dir, timeout_s=left)
-            if walls is not None:
-                walls.append({"tag": f"round{r + 1}-{name}", "wall_s": round(time.monotonic() - start, 1),
-                              "files": len(got[name])})
+        # The round's runs start together, ahead of their turn, as the grader's do (measure.RoundAhead).
+        started = measure.RoundAhead({name: functools.partial(perf_run, trees[name], tests_, tag=f"round{r + 1}-{name}",
+                                                              out_dir=out_dir) for name in order} if ahead else {},
+                                     perf_argv(tests_))
+        try:
+            for name in order:
+                start = time.monotonic()
+                left = deadline - start
+                if left < MIN_RUN_S:
+                    notes.append(f"round {r + 1}: out of time before {name} ({left:.0f} s left)")
+                    break
+                if started.has(name):
+                    try:
+                        got[name] = started.run(name, left)
+                    except measure.MeasureError:  # killed at the budget's end: what it recorded is lost
+                        got[name] = {}
+                else:
+                    got[name] = perf_run(trees[name], tests_, tag=f"round{r + 1}-{name}", out_dir=out_dir,
+                                         timeout_s=left)
+                if walls is not None:
+                    walls.append({"tag": f"round{r + 1}-{name}", "wall_s": round(time.monotonic() - start, 1),
+                                  "files": len(got[name])})
+        finally:
+            started.cancel()
         last_round_s = time.monotonic() - round_start
         for test in tests_:
             if all(test in got.get(name, {}) for name in names) \

@@ -2,6 +2,7 @@
 that measures instead of believing the log (on the simulated TileGym-shaped repo, CPU only)."""
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -932,7 +933,7 @@ def test_perf_cutile():
 
 
 def test_a_grading_rounds_runs_start_together_and_each_runs_its_tree_only_in_its_turn(tmp_path, monkeypatch):
-    """``measure._RoundAhead``: every run of a round is started at once, ahead of its turn, and each
+    """``measure.RoundAhead``: every run of a round is started at once, ahead of its turn, and each
     runs nothing of its tree (not even the test module's import) before the one before it has
     ended; a child never let go ends without running anything."""
     mark = tmp_path / "mark.txt"
@@ -942,7 +943,10 @@ def test_a_grading_rounds_runs_start_together_and_each_runs_its_tree_only_in_its
         (tmp_path / name / "tests").mkdir(parents=True)
         (tmp_path / name / "tests" / "test_op.py").write_text(MARKED_PERF_TEST)
         trees[name] = tmp_path / name
-    started = measure._RoundAhead(trees, ["a", "b", "c"], "tests/test_op.py", tag="round1", out_dir=tmp_path / "logs")
+    test = "tests/test_op.py"
+    started = measure.RoundAhead({n: functools.partial(measure.run_perf, trees[n], test, tag=f"round1-{n}",
+                                                       out_dir=tmp_path / "logs") for n in "abc"},
+                                 measure.perf_argv(test))
     assert all(started.has(n) for n in "abc") and not mark.exists()
     for name in ("a", "b"):
         with pytest.raises(measure.MeasureError, match="recorded no"):  # the marked test records nothing

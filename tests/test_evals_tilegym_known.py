@@ -90,8 +90,9 @@ def test_rounds_interleave_and_time_every_test_file_in_one_process(monkeypatch, 
     calls = []
     monkeypatch.setattr(script, "perf_run", _fake_perf(calls))
     trees = {"base": tmp_path / "base", "reference": tmp_path / "reference"}
+    # ahead=False: a fake run has no process to start ahead (tests/test_evals.py tests RoundAhead)
     runs, paired, notes = script.time_rounds(trees, [A, B], rounds=3, deadline=script.time.monotonic() + 3600,
-                                             out_dir=tmp_path)
+                                             out_dir=tmp_path, ahead=False)
     assert calls == ["round1-base", "round1-reference", "round2-reference", "round2-base", "round3-base",
                      "round3-reference"]
     assert paired == {A: 3, B: 3} and not notes
@@ -106,7 +107,7 @@ def test_only_paired_rounds_count_per_test_file(monkeypatch, tmp_path):
     monkeypatch.setattr(script, "perf_run", _fake_perf(calls, missing={("round2-reference", B)}))
     trees = {"base": tmp_path / "base", "reference": tmp_path / "reference"}
     runs, paired, _ = script.time_rounds(trees, [A, B], rounds=3, deadline=script.time.monotonic() + 3600,
-                                         out_dir=tmp_path)
+                                         out_dir=tmp_path, ahead=False)
     assert paired == {A: 3, B: 2}
     assert all(len(v) == 2 for v in runs[B].by_variant["base"].values())
 
@@ -139,14 +140,15 @@ def test_a_round_that_cannot_end_is_not_started(monkeypatch, tmp_path):
     monkeypatch.setattr(script.time, "monotonic", clock)
     trees = {"base": tmp_path / "base", "reference": tmp_path / "reference"}
     walls = []
-    runs, paired, notes = script.time_rounds(trees, [A], rounds=3, deadline=400, out_dir=tmp_path, walls=walls)
+    runs, paired, notes = script.time_rounds(trees, [A], rounds=3, deadline=400, out_dir=tmp_path, walls=walls,
+                                             ahead=False)
     assert calls == ["round1-base", "round1-reference"]  # 200 s left < 1.1 x 200 s
     assert paired == {A: 1} and notes == ["round 2: not started, 200 s left and the last round took 200 s"]
     assert walls == [{"tag": "round1-base", "wall_s": 100.0, "files": 1},
                      {"tag": "round1-reference", "wall_s": 100.0, "files": 1}]
     calls.clear()
     clock.now = 0.0
-    _, paired, notes = script.time_rounds(trees, [A], rounds=3, deadline=430, out_dir=tmp_path)
+    _, paired, notes = script.time_rounds(trees, [A], rounds=3, deadline=430, out_dir=tmp_path, ahead=False)
     assert calls == ["round1-base", "round1-reference", "round2-reference", "round2-base"] and paired == {A: 2}
 
 
@@ -156,7 +158,7 @@ def test_the_budget_stops_rounds_and_says_so(monkeypatch, tmp_path):
     monkeypatch.setattr(script, "perf_run", _timed_fake_perf(calls, clock))
     monkeypatch.setattr(script.time, "monotonic", clock)
     trees = {"base": tmp_path / "base", "reference": tmp_path / "reference"}
-    runs, paired, notes = script.time_rounds(trees, [A], rounds=3, deadline=110, out_dir=tmp_path)
+    runs, paired, notes = script.time_rounds(trees, [A], rounds=3, deadline=110, out_dir=tmp_path, ahead=False)
     assert calls == ["round1-base"]
     assert paired == {A: 0} and "out of time" in notes[0]
     assert script.summarize(measure.Runs({"base": {}, "reference": {}}), 0) == {"rounds_done": 0}

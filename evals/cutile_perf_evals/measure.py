@@ -16,6 +16,7 @@ faster is head than base"; it can be swapped for the harness's own interleaved m
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import math
 import os
@@ -30,6 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cutile_perf.child import records, runner, warmstart
 from cutile_perf.judge import stats
@@ -121,7 +123,7 @@ def run_perf(tree: Path, test: str, *, tag: str, out_dir: Path, timeout_s: float
              k: str = PERF_K, start: runner.StartGate | None = None,
              on_start: Callable[[int], None] | None = None) -> dict[str, float]:
     """``{shape id: median ms}`` of one perf run in ``tree``; MeasureError when it records nothing.
-    ``start``: the child starts ahead of its turn and waits on it (``_RoundAhead``)."""
+    ``start``: the child starts ahead of its turn and waits on it (``RoundAhead``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     records_file = out_dir / f"{tag}.records.jsonl"
     records_file.unlink(missing_ok=True)
@@ -223,7 +225,7 @@ def measure_variants(trees: dict[str, Path], test: str, *, rounds: int, out_dir:
     ``deadline`` (``time.monotonic()``): stop at whole rounds before it (see ``ROUND_MARGIN``); the
     rounds not run are named in ``Runs.notes``. A run the deadline cuts is no fault of its variant.
     MeasureError (no variant) when not even one round fits. ``ahead``: each round's runs start
-    together, ahead of their turn (``_RoundAhead``)."""
+    together, ahead of their turn (``RoundAhead``)."""
     if rounds < 1:
         raise MeasureError("rounds must be at least 1")
     for name, tree in trees.items():
@@ -260,7 +262,10 @@ def _one_round(trees: dict[str, Path], order: list[str], test: str, *, tag: str,
     """One perf run per variant in ``order``: ``{variant: {case: median ms}}``, or None when the
     deadline cut the round (MeasureError, naming the variant, when a run fails on its own)."""
     got = {}
-    started = _RoundAhead(trees, order, test, tag=tag, out_dir=out_dir) if ahead else None
+    started = None
+    if ahead:
+        started = RoundAhead({name: functools.partial(run_perf, trees[name], test, tag=f"{tag}-{name}", out_dir=out_dir)
+                              for name in order}, perf_argv(test))
     try:
         for name in order:
             limit = timeout_s
@@ -284,7 +289,7 @@ def _one_round(trees: dict[str, Path], order: list[str], test: str, *, tag: str,
             started.cancel()
 
 
-class _RoundAhead:
+class RoundAhead:
     """A round's perf runs, every one started at once ahead of its turn (``child.warmstart``).
 
     A grading run is a fresh pytest process, and on TileGym most of its 15-20 s is start-up: the
@@ -296,15 +301,17 @@ class _RoundAhead:
 
     READY_S = 60.0
 
-    def __init__(self, trees: dict[str, Path], order: list[str], test: str, *, tag: str, out_dir: Path):
-        self._pool = ThreadPoolExecutor(max_workers=len(order) or 1, thread_name_prefix="grade-ahead")
+    def __init__(self, runs: dict[str, Callable[..., Any]], argv: list[str]):
+        """``runs``: per name, in the order they will run, a perf run taking ``timeout_s``, ``start``
+        and ``on_start`` (``run_perf`` with its other arguments bound); ``argv``: their command,
+        which decides whether they can start ahead at all (``warmstart.warm_argv``)."""
+        self._pool = ThreadPoolExecutor(max_workers=len(runs) or 1, thread_name_prefix="grade-ahead")
         self._children: dict[str, tuple[runner.StartGate, Future, list[int]]] = {}
-        if warmstart.warm_argv(perf_argv(test)) is None:
+        if warmstart.warm_argv(argv) is None:
             return
-        for name in order:
+        for name, run in runs.items():
             gate, groups = runner.StartGate(), []
-            future = self._pool.submit(run_perf, trees[name], test, tag=f"{tag}-{name}", out_dir=out_dir,
-                                       timeout_s=24 * 3600.0, start=gate, on_start=groups.append)
+            future = self._pool.submit(run, timeout_s=24 * 3600.0, start=gate, on_start=groups.append)
             self._children[name] = (gate, future, groups)
         end = time.monotonic() + self.READY_S
         for name, (gate, future, _) in list(self._children.items()):
@@ -314,8 +321,8 @@ class _RoundAhead:
     def has(self, name: str) -> bool:
         return name in self._children
 
-    def run(self, name: str, limit_s: float) -> dict[str, float]:
-        """Let ``name`` go and return its medians (MeasureError as ``run_perf``); killed past
+    def run(self, name: str, limit_s: float):
+        """Let ``name`` go and return what its run returns (MeasureError as ``run_perf``); killed past
         ``limit_s``, its run's timeout counted from now, not from its start."""
         gate, future, _ = self._children[name]
         gate.open()
