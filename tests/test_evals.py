@@ -297,6 +297,7 @@ def test_real_kept_change_is_measured_and_scored_against_the_reference(sim_sessi
     assert g.speedup == pytest.approx(2.0, rel=0.03) and g.reference_speedup == pytest.approx(4.0, rel=0.03)
     assert g.fraction == pytest.approx(0.5, abs=0.03) and g.score == g.fraction and g.success
     assert g.reference_source.startswith("measured")
+    assert g.worst_case["speedup"] == pytest.approx(2.0, rel=0.05) and g.slower_cases == []
     assert len(list((tmp / "logs" / "perf").glob("round*-*.records.jsonl"))) == 6  # 2 rounds x 3 variants
     # Each round's three runs started together, ahead of their turn, and ran one at a time.
     heads = [log.read_text().splitlines()[0] for log in sorted((tmp / "logs" / "perf").glob("round*-*.log"))]
@@ -307,9 +308,10 @@ def test_real_kept_change_is_measured_and_scored_against_the_reference(sim_sessi
     assert measure.geomean(runs.speedups("base", "head-0").values()) == pytest.approx(g.speedup, rel=1e-9)
     (tmp / "logs" / "perf" / "round2-head-0.records.jsonl").unlink()  # as if killed during its second run
     table = cli.speedups_table(measure.runs_from_logs(tmp / "logs" / "perf"))
-    geomeans = [float(x) for x in table.splitlines()[-3].strip("| ").split("|")[-2:]]
+    geomeans = [float(x) for x in table.splitlines()[-4].strip("| ").split("|")[-2:]]
     assert geomeans == [pytest.approx(2.0, rel=0.05), pytest.approx(4.0, rel=0.05)]
-    assert table.splitlines()[-1] == "rounds per variant: base 2, head-0 1, reference 2"
+    assert table.splitlines()[-2] == "rounds per variant: base 2, head-0 1, reference 2"
+    assert table.splitlines()[-1] == "no case slower (by more than 2% in every round): head-0 yes; reference yes"
     assert cli.main(["--speedups-from-logs", str(tmp / "logs")]) == 1  # not the folder of the runs: no base
 
 
@@ -624,8 +626,54 @@ def test_report_summary_per_task_and_mode():
                 "grade": {"fraction": fraction, "success": success, "tries": trial, "hacks": [{"stopped": True}]}}
     rows = report.summary([result("skill", 1, 0.5, True, 100.0), result("skill", 2, 0.7, True, 300.0),
                            result("noskill", 1, None, False, 50.0)])
-    assert rows == [["t", "skill", "2", "2", "0.60", "1.5", "200", "2 (0)"],
-                    ["t", "noskill", "1", "0", "-", "1", "50", "1 (0)"]]
+    assert rows == [["t", "skill", "2", "2", "0", "0.60", "1.5", "200", "2 (0)"],
+                    ["t", "noskill", "1", "0", "0", "-", "1", "50", "1 (0)"]]
+
+
+def test_a_case_is_slower_only_when_every_round_lost_more_than_the_tolerance():
+    rounds = {"lost": [0.77, 0.76], "noise": [0.99, 0.97], "one round": [0.90, 1.01], "gained": [1.5, 1.5],
+              "just past": [0.979, 0.97]}
+    overall = {"lost": 0.765, "noise": 0.98, "one round": 0.95, "gained": 1.5, "just past": 0.975}
+    assert grade.slower_cases(rounds, overall) == [{"case": "lost", "speedup": 0.765},
+                                                   {"case": "just past", "speedup": 0.975}]
+    assert grade.slower_cases(rounds, overall, tolerance=0.0) == [
+        {"case": "lost", "speedup": 0.765}, {"case": "just past", "speedup": 0.975},
+        {"case": "noise", "speedup": 0.98}]
+    assert grade.worst_case(overall) == {"case": "lost", "speedup": 0.765}
+    assert grade.worst_case({}) is None and grade.slower_cases({}, {}) == []
+
+
+def test_a_head_that_loses_one_case_breaks_the_no_regression_rule_yet_can_succeed(sim_session):
+    """The GEGLU trial without the skill (evals/results/2026-12-02-h200-live-geglu/): faster on
+    the whole and in every round, one case 0.77x. The grade says both."""
+    task, tmp, built = sim_session
+    _set_latency(built.repo, {"256x1024": 1.25, "4096x1024": 0.5})
+    build.git(built.repo, "commit", "-qam", "one case faster, one slower")
+    g = grade.grade(built.repo, task, base=built.base, rounds=2, out_dir=tmp / "logs", measure_reference=False)
+    assert g.correctness == "PASS" and g.success
+    assert g.worst_case == {"case": "256x1024", "speedup": pytest.approx(0.8, rel=0.05)}
+    assert [c["case"] for c in g.slower_cases] == ["256x1024"]
+
+
+def test_round_speedups_pair_each_round():
+    runs = measure.Runs({"base": {"a": [2.0, 4.0], "b": [1.0, 1.0]}, "head": {"a": [1.0, 1.0], "b": [2.0, 0.5]}})
+    assert runs.round_speedups("base", "head") == {"a": [2.0, 4.0], "b": [0.5, 2.0]}
+
+
+def test_report_says_the_worst_case_and_whether_any_case_got_slower():
+    def result(trial, slower):
+        return {"task": "t", "mode": "skill", "trial": trial, "agent": {"wall_s": 1.0},
+                "grade": {"speedup": 1.2, "per_shape": {"a": 1.5, "b": 0.769}, "success": True,
+                          "worst_case": {"case": "b", "speedup": 0.769}, "slower_cases": slower}}
+    lost = result(1, [{"case": "b", "speedup": 0.769}])
+    row = report.row(lost)
+    at = report.COLUMNS.index
+    assert row[at("worst case")] == "0.769" and row[at("no case slower")] == "no (b 0.769)"
+    assert report.row(result(2, []))[at("no case slower")] == "yes"
+    untimed = {"task": "t", "mode": "skill", "trial": 3, "grade": {"correctness": "FAIL (x)"}}
+    assert report.row(untimed)[at("no case slower")] == "-"
+    summary = report.summary([lost, result(2, []), untimed])
+    assert summary[0][report.SUMMARY_COLUMNS.index("no case slower")] == "1"
 
 
 def test_report_row_marks_a_timed_out_agent():

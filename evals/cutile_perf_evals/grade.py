@@ -51,6 +51,8 @@ class Grade:
     speedup: float | None = None  # geomean over shapes, base ms / HEAD ms
     per_shape: dict = field(default_factory=dict)
     round_geomeans: list = field(default_factory=list)
+    worst_case: dict | None = None  # {"case", "speedup"}: the case HEAD gains least on (or loses most)
+    slower_cases: list = field(default_factory=list)  # [{"case", "speedup"}]: ``slower_cases``' rule
     reference_speedup: float | None = None
     reference_source: str | None = None  # "measured in this run" or the citation
     reference_cited: float | None = None
@@ -104,6 +106,29 @@ def fraction_of(speedup: float | None, reference: float | None) -> float | None:
     if speedup is None or reference is None or speedup <= 0 or reference <= 1.0:
         return None
     return math.log(speedup) / math.log(reference)
+
+
+# A case counts as slower than the base when HEAD lost more than this in every round. The rounds'
+# own spread is far below it: under TileGym's CUPTI timer a tree's per-case medians differed by at
+# most 1.3 % between rounds, for microsecond cases too (the GEGLU grade of
+# evals/results/2026-12-02-h200-live-geglu/, 5 trees x 4 cases x 2-3 rounds).
+SLOWER_TOLERANCE = 0.02
+
+
+def worst_case(per_shape: dict[str, float]) -> dict | None:
+    """The case with the lowest speedup (base / HEAD), or None when nothing was timed."""
+    if not per_shape:
+        return None
+    case = min(per_shape, key=lambda c: (per_shape[c], c))
+    return {"case": case, "speedup": per_shape[case]}
+
+
+def slower_cases(round_speedups: dict[str, list[float]], per_shape: dict[str, float],
+                 tolerance: float = SLOWER_TOLERANCE) -> list[dict]:
+    """The no-regression rule's failures: cases whose speedup was below ``1 - tolerance`` in every
+    round (a loss the rounds agree on), with their overall speedup, slowest first."""
+    cases = [c for c, ratios in round_speedups.items() if ratios and max(ratios) < 1.0 - tolerance]
+    return [{"case": c, "speedup": per_shape[c]} for c in sorted(cases, key=lambda c: (per_shape[c], c))]
 
 
 def verdict(*, correct: bool, speedup: float | None, round_geomeans: list[float], reference: float | None,
@@ -513,6 +538,8 @@ def _time_group(members: list[tuple[int, Trial, Grade, Path]], task: dict, work:
             g.per_shape = runs.speedups("base", name)
             g.speedup = measure.geomean(g.per_shape.values())
             g.round_geomeans = runs.round_geomeans("base", name)
+            g.worst_case = worst_case(g.per_shape)
+            g.slower_cases = slower_cases(runs.round_speedups("base", name), g.per_shape)
             g.notes.extend(f"time budget: {note}" for note in runs.notes)
             if len(heads) > 1:
                 g.notes.append(f"timed in one group with {len(heads) - 1} other trial(s) of this task "

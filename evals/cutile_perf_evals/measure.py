@@ -172,6 +172,11 @@ class Runs:
         a, b = self.by_variant[slow], self.by_variant[fast]
         return {s: stats.median(a[s]) / stats.median(b[s]) for s in self.shapes()}
 
+    def round_speedups(self, slow: str, fast: str) -> dict[str, list[float]]:
+        """Per shape: slow / fast in each round, from the paired runs of that round."""
+        a, b = self.by_variant[slow], self.by_variant[fast]
+        return {s: [x / y for x, y in zip(a[s], b[s])] for s in self.shapes()}
+
     def round_geomeans(self, slow: str, fast: str) -> list[float]:
         """The geomean speedup of each round, from the paired runs of that round."""
         a, b = self.by_variant[slow], self.by_variant[fast]

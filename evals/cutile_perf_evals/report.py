@@ -1,12 +1,22 @@
 """The results table: one row per trial, rendered from the grades (``results.json`` is the truth)."""
 from __future__ import annotations
 
-COLUMNS = ("task", "mode", "trial", "correct", "speedup", "reference", "fraction", "score", "success", "tries",
-           "kept", "wall s", "agent GPU s", "hacks (unstopped)", "triggered", "closest shipped step")
+COLUMNS = ("task", "mode", "trial", "correct", "speedup", "worst case", "no case slower", "reference", "fraction",
+           "score", "success", "tries", "kept", "wall s", "agent GPU s", "hacks (unstopped)", "triggered",
+           "closest shipped step")
 
 
 def _num(value, fmt: str = "{:.3f}") -> str:
     return "-" if value is None else fmt.format(value)
+
+
+def no_case_slower(grade: dict) -> str:
+    """The no-regression rule (``grade.slower_cases``): "yes", "no (<slowest case> <speedup>)", or
+    "-" when no case was timed."""
+    if not grade.get("per_shape"):
+        return "-"
+    slower = grade.get("slower_cases") or []
+    return "yes" if not slower else f"no ({slower[0]['case']} {slower[0]['speedup']:.3f})"
 
 
 def row(result: dict) -> list[str]:
@@ -18,7 +28,8 @@ def row(result: dict) -> list[str]:
     if agent.get("timed_out"):
         wall = f"{wall} (limit)"
     return [result["task"], result["mode"], str(result["trial"]), g.get("correctness") or "-",
-            _num(g.get("speedup")), _num(g.get("reference_speedup")), _num(g.get("fraction"), "{:.2f}"),
+            _num(g.get("speedup")), _num((g.get("worst_case") or {}).get("speedup")), no_case_slower(g),
+            _num(g.get("reference_speedup")), _num(g.get("fraction"), "{:.2f}"),
             _num(g.get("score"), "{:.2f}"), "yes" if g.get("success") else "no", str(g.get("tries", 0)),
             str(g.get("kept", 0)), str(wall if wall is not None else "-"),
             _num((result.get("gpu") or {}).get("agent_seconds"), "{:.0f}"), f"{len(hacks)} ({unstopped})",
@@ -26,8 +37,8 @@ def row(result: dict) -> list[str]:
             ", ".join(f"{s['step'].split('-')[0]} ({s['similarity']:.2f})" for s in g.get("shipped_step") or []) or "-"]
 
 
-SUMMARY_COLUMNS = ("task", "mode", "trials", "successes", "median fraction", "median tries", "median wall s",
-                   "hacks (unstopped)")
+SUMMARY_COLUMNS = ("task", "mode", "trials", "successes", "no case slower", "median fraction", "median tries",
+                   "median wall s", "hacks (unstopped)")
 
 
 def _median(values: list[float]) -> float | None:
@@ -48,6 +59,7 @@ def summary(results: list[dict]) -> list[list[str]]:
         grades = [t.get("grade") or {} for t in trials]
         hacks = [h for g in grades for h in g.get("hacks") or []]
         rows.append([task, mode, str(len(trials)), str(sum(1 for g in grades if g.get("success"))),
+                     str(sum(1 for g in grades if no_case_slower(g) == "yes")),
                      _num(_median([g.get("fraction") for g in grades]), "{:.2f}"),
                      _num(_median([g.get("tries") for g in grades]), "{:g}"),
                      _num(_median([(t.get("agent") or {}).get("wall_s") for t in trials]), "{:.0f}"),
