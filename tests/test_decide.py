@@ -294,8 +294,19 @@ STOP_TABLE = [
     ("revert, gain, revert", [BASELINE, entry(1, "revert", "regression"), entry(2, tier="new-baseline", change=-0.1),
                               entry(3, "revert", "regression")], None),
     ("small gain", [BASELINE, entry(1, tier="keep-recommend-stop", change=-0.012)], "gained 1.2 % (< 2 %)"),
-    ("no-change keep", [BASELINE, entry(1, tier="no-change", change=0.001)], "recommend stop"),
+    ("no-change keep", [BASELINE, entry(1, tier="no-change", change=0.001)], "recommend stop: the last kept "
+     "change changed +0.1 %, within noise"),
     ("iteration 25", [BASELINE, entry(25, tier="new-baseline", change=-0.1)], "limit of 25 iterations"),
+    # A live swiglu trial's batch job: a gain within noise, then a try cut by the job's end. The cut
+    # try said nothing, so only one try in a row lacks an improvement: the small keep's advice stands.
+    ("within noise, then cut", [BASELINE, entry(1, tier="new-baseline", change=-0.33),
+                                entry(2, tier="no-change", change=-0.04),
+                                entry(3, "crash", crash_class="interrupted")], "changed -4.0 %, within noise"),
+    ("revert, then cut", [BASELINE, entry(1, "revert", "regression"), entry(2, "crash", crash_class="interrupted")],
+     None),
+    ("revert, cut, revert", [BASELINE, entry(1, "revert", "regression"), entry(2, "crash", crash_class="interrupted"),
+                             entry(3, "revert", "regression")], "2 iterations in a row"),
+    ("cut at iteration 25", [BASELINE, entry(25, "crash", crash_class="interrupted")], "limit of 25 iterations"),
 ]
 
 
@@ -314,6 +325,8 @@ def test_improved_and_priority_hint():
     assert next_priority_hint([BASELINE]) is None
     assert "lower-priority" in next_priority_hint([BASELINE, entry(1, tier="keep-lower-priority")])
     assert "crashed (compile)" in next_priority_hint([BASELINE, entry(1, "crash", crash_class="compile")])
+    cut = next_priority_hint([BASELINE, entry(1, "crash", crash_class="interrupted")])
+    assert "stopped before its verdict" in cut and "crashed" not in cut
 
 
 def test_ratchet_at_the_red_team_tests_noise_stays_near_its_measured_rate():

@@ -342,22 +342,37 @@ def current_baseline(entries: list[dict]) -> dict | None:
     return None
 
 
+def was_interrupted(entry: dict) -> bool:
+    """A row stopped before its verdict (Ctrl-C, a kill, the budget's end): it says nothing about
+    the change, and ``batch`` tries its plan entry again."""
+    return entry.get("crash_class") == "interrupted"
+
+
 def stop_condition(history: list[dict], t: Thresholds) -> str | None:
-    """One line saying why the loop should stop now, or None. ``history``: log entries, baseline first."""
+    """One line saying why the loop should stop now, or None. ``history``: log entries, baseline first.
+
+    Interrupted rows count towards the iteration limit (they spent an iteration number) but not
+    towards patience: a try cut by the job's end was no try without improvement."""
     tries = [e for e in history if e.get("iteration", 0) > 0]
     if not tries:
         return None
     last = tries[-1]
     if last.get("iteration", 0) >= t.max_iterations:
         return f"stop: reached the limit of {t.max_iterations} iterations"
+    tries = [e for e in tries if not was_interrupted(e)]
+    if not tries:
+        return None
+    last = tries[-1]
     recent = tries[-t.patience :]
     if len(recent) == t.patience and not any(moved_performance(e) for e in recent):
         return f"stop: {t.patience} iterations in a row without improvement"
     decision = last.get("decision") or {}
     if last.get("status") == "keep" and decision.get("tier") in ("keep-recommend-stop", "no-change"):
         gain = -(decision.get("geomean_change") or 0.0)
-        return (f"recommend stop: the last kept change gained {gain * 100:.1f} % (< {t.keep * 100:.0f} %); "
-                "continue only if the user asks")
+        # A no-change keep may read a larger change than ``keep`` that its noise gate did not trust.
+        measured = (f"gained {gain * 100:.1f} % (< {t.keep * 100:.0f} %)" if decision["tier"] == "keep-recommend-stop"
+                    else f"changed {-gain * 100:+.1f} %, within noise")
+        return f"recommend stop: the last kept change {measured}; continue only if the user asks"
     return None
 
 
@@ -368,6 +383,9 @@ def next_priority_hint(history: list[dict]) -> str | None:
         return None
     last = tries[-1]
     tier = (last.get("decision") or {}).get("tier")
+    if was_interrupted(last):
+        return (f"iteration {last.get('iteration')} was stopped before its verdict (interrupted): try the change "
+                "again (`cutile-perf batch` with the same plan does)")
     if last.get("status") == "crash":
         return f"iteration {last.get('iteration')} crashed ({last.get('crash_class') or 'unknown'}): fix or skip it"
     if last.get("status") == "revert":
