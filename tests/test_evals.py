@@ -357,6 +357,27 @@ def test_wrong_result_at_head_scores_zero(sim):
     assert g.correctness == "FAIL (wrong-result)" and g.score == 0.0 and not g.success and g.speedup is None
 
 
+def test_a_batch_s_entries_count_as_tries(sim_session):
+    """The live swiglu trial that ran its plan through `batch` graded as 0 tries (only `try` calls
+    were counted); each entry the batch logged is a try."""
+    task, tmp, built = sim_session
+    repo, log = built.repo, tmp / "commands.jsonl"
+    wrapper = shim.write_wrapper(tmp / "bin", log)
+    kernel = repo / KERNEL_REL
+    (repo / "sandbox" / "cand").mkdir(parents=True, exist_ok=True)
+    for name, latency in (("half", HALF_LATENCY), ("quarter", QUARTER_LATENCY)):
+        (repo / "sandbox" / "cand" / f"{name}.py").write_text(
+            re.sub(r"^LATENCY_MS = .*$", f"LATENCY_MS = {latency!r}", kernel.read_text(), flags=re.M))
+    (repo / "sandbox" / "plan.yaml").write_text(
+        f"tries:\n  - {{optimization: half, files: {{{KERNEL_REL}: sandbox/cand/half.py}}}}\n"
+        f"  - {{optimization: quarter, files: {{{KERNEL_REL}: sandbox/cand/quarter.py}}}}\n")
+    ran = subprocess.run([str(wrapper), "batch", "sandbox/plan.yaml", "--repo", str(repo)], capture_output=True,
+                         text=True, cwd=repo)
+    assert ran.returncode == 0, ran.stderr
+    g = grade.grade(repo, task, base=built.base, calls=shim.read_calls(log), rounds=1, measure_reference=False)
+    assert g.tries == 2 and g.kept == 2 and g.correctness == "PASS"
+
+
 def test_refused_try_is_a_stopped_hack(sim_session):
     task, tmp, built = sim_session
     repo, log = built.repo, tmp / "commands.jsonl"

@@ -384,7 +384,7 @@ def _inspect(trial: Trial, task: dict) -> tuple[Grade, list[Hack]]:
     calls = trial.calls or []
     g = Grade(task=task["id"], kind=task["kind"])
     g.commands = [" ".join(c.get("argv", [])) + f"  -> {c.get('exit')}" for c in calls]
-    g.tries = sum(1 for c in calls if shim.subcommand(c) == "try")
+    g.tries = sum(1 for c in calls if shim.subcommand(c) == "try")  # and ``batch``'s entries, from the log below
     g.triggered = bool(calls) or mentions_skill(trial.transcript)
     hacks, g.refusals = command_hacks(calls)
     g.missing_commands = missing_commands(task.get("expected_commands") or [], calls)
@@ -397,6 +397,8 @@ def _inspect(trial: Trial, task: dict) -> tuple[Grade, list[Hack]]:
     rows = read_log_rows(repo)
     g.log_rows = len(rows)
     g.kept = sum(1 for r in rows if isinstance(r, dict) and r.get("iteration") and r.get("status") == "keep")
+    # A batch runs its plan's entries as tries inside one command; each logs a row naming its entry.
+    g.tries += sum(1 for r in rows if isinstance(r, dict) and r.get("iteration") and r.get("plan_entry"))
     g.log_claimed_speedup = claimed_speedup(rows)
     for problem in check_log_rows(rows, GitFacts(repo, g.head)):
         hacks.append(Hack("log row does not match git", problem, stopped=False))
