@@ -376,6 +376,7 @@ def test_a_batch_s_entries_count_as_tries(sim_session):
     assert ran.returncode == 0, ran.stderr
     g = grade.grade(repo, task, base=built.base, calls=shim.read_calls(log), rounds=1, measure_reference=False)
     assert g.tries == 2 and g.kept == 2 and g.correctness == "PASS"
+    assert "cutile-perf try" not in g.missing_commands
 
 
 def test_refused_try_is_a_stopped_hack(sim_session):
@@ -476,6 +477,10 @@ def test_missing_commands_compares_subcommands():
     calls = [{"argv": ["init", "--kernel", "x"]}, {"argv": ["--repo", ".", "baseline"]}]
     assert grade.missing_commands(["cutile-perf init --kernel rms_norm", "cutile-perf baseline",
                                    "cutile-perf try"], calls) == ["cutile-perf try"]
+    # The one-job recipe: init, then a batch that records the baseline and runs the tries.
+    batch = [{"argv": ["init", "--kernel", "x"]}, {"argv": ["batch", "sandbox/plan.yaml", "--job-seconds", "155"]}]
+    assert grade.missing_commands(["cutile-perf init --kernel x", "cutile-perf baseline", "cutile-perf try"],
+                                  batch) == []
 
 
 def test_agent_template_quotes_values_and_rejects_unknown_placeholders():

@@ -206,10 +206,17 @@ def command_hacks(calls: list[dict]) -> tuple[list[Hack], int]:
     return hacks, refusals
 
 
+# Subcommands that run others inside them: ``batch`` records the baseline when none exists and
+# runs each plan entry as a ``try`` (the skill's one-GPU-job recipe).
+RUNS_INSIDE = {"batch": {"baseline", "try"}}
+
+
 def missing_commands(expected: list[str], calls: list[dict]) -> list[str]:
-    """Expected ``cutile-perf <sub> ...`` commands whose subcommand no logged call ran (flags and
-    paths vary between agents, so only the subcommand is compared)."""
+    """Expected ``cutile-perf <sub> ...`` commands whose subcommand no logged call ran, itself or
+    inside another (``RUNS_INSIDE``); flags and paths vary between agents, so only the subcommand
+    is compared."""
     ran = {shim.subcommand(call) for call in calls}
+    ran |= {inner for outer in ran & set(RUNS_INSIDE) for inner in RUNS_INSIDE[outer]}
     return [command for command in expected if command.split()[1] not in ran]
 
 
