@@ -24,7 +24,7 @@ from pathlib import Path
 
 from cutile_perf import knobs
 from cutile_perf.errors import Refused
-from cutile_perf.judge.rules import current_baseline, moved_performance, stop_condition
+from cutile_perf.judge.rules import current_baseline, moved_performance, stop_condition, was_interrupted
 from cutile_perf.judge.stats import geomean
 from cutile_perf.judge.verdict import Reference
 from cutile_perf.loop import budget, render
@@ -290,7 +290,7 @@ class History:
             timings = entry.data.get("timings") or {}
             stages = [(str(n), float(s)) for n, s in timings.get("stages") or ()
                       if isinstance(s, (int, float)) and not isinstance(s, bool)]
-            interrupted = entry.data.get("crash_class") == "interrupted"
+            interrupted = was_interrupted(entry.data)
             if interrupted:
                 stages = stages[:-1]
             if not stages:
@@ -318,7 +318,7 @@ class History:
         """Batch plan entries an ``interrupted`` row names: stopped before a verdict (a kill, the
         budget's end); ``batch`` gives them the time of a try with its re-check."""
         return {e.data["plan_entry"] for e in self.entries
-                if e.data.get("plan_entry") and e.data.get("crash_class") == "interrupted"}
+                if e.data.get("plan_entry") and was_interrupted(e.data)}
 
     def decided_plan_entries(self) -> dict[str, dict]:
         """Batch plan entries (``plan_entry`` digests) this log holds a decision for -> the row. An
@@ -326,6 +326,6 @@ class History:
         decided = {}
         for entry in self.entries:
             digest = entry.data.get("plan_entry")
-            if digest and entry.data.get("crash_class") != "interrupted":
+            if digest and not was_interrupted(entry.data):
                 decided[digest] = entry.data
         return decided
