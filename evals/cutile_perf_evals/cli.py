@@ -248,11 +248,8 @@ def speedups_table(runs: measure.Runs) -> str:
     lines.append("| " + " | ".join(["geomean", *[""] * (1 + len(others)), *geomeans]) + " |")
     lines.append("")
     lines.append("rounds per variant: " + ", ".join(f"{v} {n}" for v, n in rounds.items()))
-    verdicts = []
-    for v in others:
-        slower = grade.slower_cases(runs.round_speedups("base", v), ratios[v])
-        verdicts.append(f"{v} " + ("yes" if not slower else
-                                   "no (" + ", ".join(f"{c['case']} {c['speedup']:.3f}" for c in slower) + ")"))
+    verdicts = [f"{v} {report.slower_verdict(grade.slower_cases(runs.round_speedups('base', v), ratios[v]))}"
+                for v in others]
     lines.append(f"no case slower (by more than {grade.SLOWER_TOLERANCE:.0%} in every round): " + "; ".join(verdicts))
     return "\n".join(lines)
 

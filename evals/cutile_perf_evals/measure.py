@@ -178,11 +178,11 @@ class Runs:
         return {s: [x / y for x, y in zip(a[s], b[s])] for s in self.shapes()}
 
     def round_geomeans(self, slow: str, fast: str) -> list[float]:
-        """The geomean speedup of each round, from the paired runs of that round."""
-        a, b = self.by_variant[slow], self.by_variant[fast]
-        shapes = self.shapes()
-        rounds = min(len(a[s]) for s in shapes) if shapes else 0
-        return [stats.geomean([a[s][r] / b[s][r] for s in shapes]) for r in range(rounds)]
+        """The geomean speedup of each round over the shapes (``round_speedups``), for every round
+        all shapes have."""
+        per_shape = list(self.round_speedups(slow, fast).values())
+        rounds = min((len(r) for r in per_shape), default=0)
+        return [stats.geomean([r[k] for r in per_shape]) for k in range(rounds)]
 
 
 def module_name(rel: str) -> str | None:

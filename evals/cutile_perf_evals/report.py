@@ -10,13 +10,20 @@ def _num(value, fmt: str = "{:.3f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
+def slower_verdict(slower: list[dict], every: bool = True) -> str:
+    """The no-regression rule's answer for ``grade.slower_cases``: "yes", or "no (<case> <speedup>,
+    ...)" naming every slower case, or only the slowest when ``every`` is false."""
+    if not slower:
+        return "yes"
+    return "no (" + ", ".join(f"{c['case']} {c['speedup']:.3f}" for c in (slower if every else slower[:1])) + ")"
+
+
 def no_case_slower(grade: dict) -> str:
-    """The no-regression rule (``grade.slower_cases``): "yes", "no (<slowest case> <speedup>)", or
-    "-" when no case was timed."""
+    """A grade's cell of the no-regression rule: ``slower_verdict`` with its slowest case, or "-"
+    when no case was timed."""
     if not grade.get("per_shape"):
         return "-"
-    slower = grade.get("slower_cases") or []
-    return "yes" if not slower else f"no ({slower[0]['case']} {slower[0]['speedup']:.3f})"
+    return slower_verdict(grade.get("slower_cases") or [], every=False)
 
 
 def row(result: dict) -> list[str]:
