@@ -20,7 +20,7 @@ from cutile_perf.judge.verdict import Stage
 from cutile_perf.loop.baseline import baseline
 from cutile_perf.loop.history import History, anchor_path
 from cutile_perf.loop.iteration import State, patch_name, resume_interrupted, state_key, try_change
-from cutile_perf.loop.stages import ScriptedStages
+from cutile_perf.loop.stages import NextRun, ScriptedStages
 from cutile_perf.store import git_ops, log
 from cutile_perf.store import session as session_mod
 
@@ -148,6 +148,23 @@ def test_the_re_check_re_measures_only_the_case_in_doubt_and_its_timings_show_it
     base, cand = stages.calls[-2][2], stages.calls[-1][2]
     assert all(run.commit == (base if "base" in run.tag else cand) for _, then in recheck for run in then)
     assert all(run.cases == {"a": run.cases["a"]} for _, then in recheck for run in then)  # the same case in doubt
+    # The same six were offered with the correctness run, speculatively: no cases known yet.
+    (speculative,) = stages.speculative
+    assert [run.tag for run in speculative] == tags and all(run.speculative and run.cases is None for run in speculative)
+
+
+def test_a_speculative_run_takes_any_cases_of_its_run_and_hands_their_node_ids_over():
+    cases = {"a": "t.py::test[a]", "b": "t.py::test[b]"}
+    speculative = NextRun("perf", "1-confirm1-base", "abc", speculative=True)
+    asked = NextRun("perf", "1-confirm1-base", "abc", cases)
+    assert speculative.takes(asked) and speculative.takes(NextRun("perf", "1-confirm1-base", "abc"))
+    assert not speculative.takes(NextRun("perf", "1-confirm2-base", "abc", cases))  # another run
+    assert not speculative.takes(NextRun("perf", "1-confirm1-base", "def", cases))  # another commit
+    assert json.loads(speculative.handover(asked)) == ["t.py::test[a]", "t.py::test[b]"]
+    assert speculative.handover(NextRun("perf", "1-confirm1-base", "abc", {"a": None})) == b""  # all: no node id
+    # A run started for known cases takes only those, and has nothing to be told.
+    assert asked.takes(asked) and not asked.takes(NextRun("perf", "1-confirm1-base", "abc", {"a": cases["a"]}))
+    assert asked.handover(asked) == b""
 
 
 def test_a_crashed_baseline_run_of_the_re_check_ends_the_iteration_before_the_candidate_run(repo):

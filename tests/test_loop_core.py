@@ -13,7 +13,7 @@ from cutile_perf.judge import crash, paired
 from cutile_perf.store import git_ops
 from cutile_perf.child import pristine, runreport
 from cutile_perf.judge.crash import CrashClass
-from cutile_perf.judge.verdict import Evidence, Reference, Stage, judge
+from cutile_perf.judge.verdict import Evidence, Reference, Stage, judge, paired_samples
 from cutile_perf.judge.rules import Thresholds
 
 T = Thresholds()
@@ -230,6 +230,18 @@ def test_a_run_of_the_cases_in_doubt_needs_records_of_those_cases_only():
     lacking = (Stage(shapes={"b": 2.0}, cases=("a",)), None)
     verdict = judge(REF3, T, Evidence(perf=single, pairs=(lacking,)))
     assert (verdict.action, verdict.crash_class) == ("crash", "no-record") and "interleaved" in verdict.reason
+
+
+def test_a_re_check_run_killed_by_the_budget_is_the_crash_and_its_pair_lends_no_sample():
+    # Found when a candidate's re-check run was killed by the job's budget: the row then asked the
+    # crashed run for the case it never measured (KeyError, exit 70, instead of a crash row).
+    single = Stage(shapes={"a": 1.01, "b": 2.0, "c": 3.99})
+    first = (Stage(shapes={"a": 1.0}, cases=("a",)), Stage(shapes={"a": 1.011}, cases=("a",)))
+    killed = (Stage(shapes={"a": 1.001}, cases=("a",)), Stage(crash=CrashClass.TIMEOUT, cases=("a",)))
+    evidence = Evidence(perf=single, pairs=(first, killed))
+    verdict = judge(REF3, T, evidence)
+    assert (verdict.action, verdict.crash_class) == ("crash", "timeout") and "interleaved" in verdict.reason
+    assert paired_samples(evidence.pairs, ["a", "b", "c"])["a"] == ([1.0], [1.011])
 
 
 def test_fewer_pairs_than_the_minimum_ask_for_more():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -268,7 +269,8 @@ def _import_times(log: Path) -> list[float]:
 
 @pytest.mark.slow
 @AHEAD
-def test_each_run_of_the_recheck_after_the_first_starts_ahead_and_the_verdict_comes_as_before(tmp_path):
+def test_each_run_of_the_recheck_after_the_first_starts_ahead_and_the_verdict_comes_as_before(tmp_path, monkeypatch):
+    monkeypatch.setattr(stages, "SPECULATIVE_MIN_CPUS", 10**6)  # a machine with no CPUs to spare
     repo = _slow_tests_session(tmp_path)
     runs = repo / "sandbox" / "runs"
     # the baseline's runs 2 and 3 start with the correctness run (run 1 is held beside it)
@@ -287,11 +289,91 @@ def test_each_run_of_the_recheck_after_the_first_starts_ahead_and_the_verdict_co
     assert row["timings"]["recheck_runs"] == 6
 
 
+def _group_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) of the live processes of group ``pgid`` (Linux /proc)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[2]) == pgid:
+                    total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+@pytest.mark.slow
+@AHEAD
+def test_with_cpus_to_spare_every_recheck_run_starts_with_the_correctness_run_and_runs_the_cases_in_doubt(
+        tmp_path, monkeypatch):
+    repo = _slow_tests_session(tmp_path)
+    monkeypatch.setattr(stages, "SPECULATIVE_MIN_CPUS", 1)
+    edit_kernel(repo, latency=BORDERLINE)
+    code, data, _ = call(repo, "try", "one case 1 % slower: the re-check decides")
+    row = rows(repo)[-1]
+    assert row["status"] == "revert" and row["timings"]["recheck_runs"] == 6, row  # the verdict as before
+    runs = repo / "sandbox" / "runs"
+    confirm = sorted(runs.glob("1-confirm*-perf.log"))
+    assert len(confirm) == 6 and all("(started ahead of its turn)" in log.read_text().splitlines()[0]
+                                     for log in confirm), confirm
+    # Started without knowing the cases, each ran only the one in doubt (handed over when let go).
+    for log in confirm:
+        records = [json.loads(line) for line in log.with_suffix(".report.jsonl").read_text().splitlines()]
+        shapes = {r["nodeid"].split("[")[1].split("-")[0] for r in records if r["type"] == "record"}
+        assert shapes == {"256x1024"}, (log.name, shapes)
+
+
+@pytest.mark.slow
+@AHEAD
+@pytest.mark.parametrize("frozen", [True, False], ids=["frozen", "not-frozen"])
+def test_recheck_runs_started_with_the_correctness_run_do_nothing_while_the_candidate_is_timed(
+        tmp_path, monkeypatch, frozen):
+    """Red team. The re-check's six children start with the candidate's correctness run and are
+    still importing torch when the candidate's perf run begins. Working beside it, they would slow
+    the timed run down (a neighbour the baseline never had). Those not ready are frozen: from the
+    moment the perf run's first test may start until the re-check's first request, none of them
+    uses any CPU. ``not-frozen`` shows what the test sees without the freeze."""
+    repo = _slow_tests_session(tmp_path)
+    monkeypatch.setattr(stages, "SPECULATIVE_MIN_CPUS", 1)
+    if not frozen:
+        real = stages._signal_groups
+        monkeypatch.setattr(stages, "_signal_groups",
+                            lambda child, signum: None if signum == signal.SIGSTOP else real(child, signum))
+    seen: dict[str, dict[int, float]] = {}
+    settle, thaw = stages.StageRunner._settle_ahead, stages.StageRunner._thaw_ahead
+
+    def cpu_of_ahead(runner_) -> dict[int, float]:
+        return {pgid: _group_cpu_s(pgid) for child in runner_._ahead if child.run.speculative for pgid in child.groups}
+
+    def settle_and_note(self, freeze_speculative=False):
+        settle(self, freeze_speculative)
+        if freeze_speculative:
+            seen["perf-starts"] = cpu_of_ahead(self)
+            seen["frozen"] = {pgid: 0.0 for child in self._ahead if child.frozen for pgid in child.groups}
+
+    def note_and_thaw(self):
+        if "perf-starts" in seen and "perf-ended" not in seen:
+            seen["perf-ended"] = cpu_of_ahead(self)
+        thaw(self)
+
+    monkeypatch.setattr(stages.StageRunner, "_settle_ahead", settle_and_note)
+    monkeypatch.setattr(stages.StageRunner, "_thaw_ahead", note_and_thaw)
+    edit_kernel(repo, latency=BORDERLINE)
+    code, data, _ = call(repo, "try", "one case 1 % slower: the re-check decides")
+    assert rows(repo)[-1].get("confirm"), rows(repo)[-1]  # the re-check ran
+    assert seen["frozen"], "no child was still starting when the perf run began: nothing was tested"
+    used = {pgid: seen["perf-ended"][pgid] - seen["perf-starts"][pgid] for pgid in seen["frozen"]}
+    if frozen:
+        assert all(cpu < 0.05 for cpu in used.values()), used
+    else:
+        assert sum(used.values()) > 1.0, used  # importing torch beside the timed run
+
+
 @pytest.mark.slow
 @AHEAD
 def test_children_not_ready_in_time_are_stopped_and_each_run_starts_fresh(tmp_path, monkeypatch, capsys):
     repo = _slow_tests_session(tmp_path)
     monkeypatch.setattr(stages, "AHEAD_READY_S", 0.0)  # no child imports torch in no time
+    monkeypatch.setattr(stages, "SPECULATIVE_MIN_CPUS", 10**6)  # none started with the correctness run
     edit_kernel(repo, latency=BORDERLINE)
     code, data, _ = call(repo, "try", "one case 1 % slower, nothing started ahead is ready")
     row = rows(repo)[-1]
@@ -395,7 +477,7 @@ def _alive(pid: int) -> bool:
 
 
 # The candidate's re-check runs hang (its module finds its own log through its open descriptors,
-# as IMPORT_TIME_TO_LOG does): only an interrupt ends them before their time limit.
+# as IMPORT_TIME_TO_LOG does, and says so there): only an interrupt ends them before their time limit.
 HANG_IN_RECHECK = '''
 import os as _os
 _fds = bytes([47, 112, 114, 111, 99, 47, 115, 101, 108, 102, 47, 102, 100]).decode()
@@ -403,6 +485,7 @@ for _fd in _os.listdir(_fds):
     try:
         if "-confirm" in _os.readlink(_fds + "/" + _fd):
             SLEEP_S = 300.0
+            _os.write(int(_fd), b"\\nHANGING\\n")
     except OSError:
         pass
 '''
@@ -419,15 +502,18 @@ def test_ctrl_c_during_a_recheck_run_ends_the_running_child_and_the_one_started_
     edit_kernel(repo, latency=BORDERLINE)
     append_to_kernel(repo, HANG_IN_RECHECK)
     proc = spawn(repo, "try", "interrupted during the re-check")
-    # confirm2-base starts ahead while the candidate's first re-check run (hanging) runs
-    ahead_log = repo / "sandbox" / "runs" / "1-confirm2-base-perf.log"
+    # confirm2-base is started ahead (with the correctness run where CPUs are to spare, else with
+    # the re-check's first run) and waits while the candidate's first re-check run (hanging) runs
+    runs = repo / "sandbox" / "runs"
+    ahead_log, hanging_log = runs / "1-confirm2-base-perf.log", runs / "1-confirm1-cand-perf.log"
     deadline = time.monotonic() + 120
-    while not ahead_log.exists() and proc.poll() is None and time.monotonic() < deadline:
+    while not (hanging_log.exists() and "HANGING" in hanging_log.read_text()) \
+            and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(1.0)
     children = _descendants(proc.pid)
     reap.extend(children)
-    assert proc.poll() is None and ahead_log.exists() and len(children) >= 2, proc.poll()
+    assert proc.poll() is None and ahead_log.exists() and len(children) >= 2, (proc.poll(), proc.poll() is not None and proc.communicate())
     interrupted = time.monotonic()
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)  # not the 300 s the running child would take

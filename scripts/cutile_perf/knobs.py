@@ -20,7 +20,7 @@ OWN_ENV_VARS: dict[str, str] = {
     "CUTILE_PERF_SHARD": "INDEX/COUNT: the pytest plugin keeps one share of the selected tests (every COUNT-th in node-id order, from INDEX); set by the harness when session.yaml has correctness_jobs > 1",
     "CUTILE_PERF_SELECT": "JSON list of pytest node ids: the pytest plugin runs only these of the tests the command selects; set by the harness for an interleaved re-check run of the cases in doubt",
     "CUTILE_PERF_GATE_FD": "file descriptor a pre-started perf child waits on before its first test (one byte: go; end of file: cancelled); set by the harness when session.yaml has prestart_perf: true",
-    "CUTILE_PERF_START_FD": "file descriptor a perf child started ahead of its turn (cutile_perf.child.warmstart) waits on before it runs any code of the repository (one byte: go; end of file: cancelled); set by the harness",
+    "CUTILE_PERF_START_FD": "file descriptor a perf child started ahead of its turn (cutile_perf.child.warmstart) waits on before it runs any code of the repository (the byte 1: go, then the CUTILE_PERF_SELECT value of a run whose cases were not known when it started; end of file first: cancelled); set by the harness",
     "CUTILE_PERF_READY_FD": "file descriptor a perf child started ahead of its turn writes one byte to once its early imports are done and it waits; set by the harness",
     "CUTILE_PERF_LATE_PYTHONPATH": "the whole PYTHONPATH of a perf child started ahead of its turn, restored when it is let go (it starts without the checkout's entries); set by the harness",
     "CUTILE_PERF_LATE_CWD": "the checkout a perf child started ahead of its turn moves to when let go (it starts in /); set by the harness",

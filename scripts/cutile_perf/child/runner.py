@@ -133,12 +133,17 @@ class Gate:
         self.opened_at: float | None = None
         self.hides_start_up = hides_start_up
 
-    def open(self) -> bool:
-        """Let the child go; False when it had already ended (nobody read the pipe any more)."""
+    def open(self, handover: bytes = b"") -> bool:
+        """Let the child go, handing it ``handover`` after the go byte (what a child started before
+        its run was known learns only now: ``child.warmstart``); False when it had already ended
+        (nobody read the pipe any more)."""
         delivered = False
         if self._write_fd is not None:
             with contextlib.suppress(OSError):  # BrokenPipeError: the child has already ended
-                os.write(self._write_fd, b"1")
+                # Blocks only while the pipe is full: the child reads to the end of file once let go.
+                data = memoryview(b"1" + handover)
+                while data:
+                    data = data[os.write(self._write_fd, data):]
                 delivered = True
             self.opened_at = time.monotonic()
         self.close()
@@ -176,11 +181,15 @@ class StartGate:
         as the child will find it (another child may use the checkout until then)."""
         self._on_open.append(step)
 
-    def open(self) -> bool:
+    def open(self, handover: bytes = b"") -> bool:
         steps, self._on_open = self._on_open, []
         for step in steps:
             step()
-        return self.gate.open()
+        return self.gate.open(handover)
+
+    def ready_now(self) -> bool:
+        """Whether the child waits at the gate already (no waiting)."""
+        return bool(select.select([self._ready_read], [], [], 0)[0])
 
     def close(self) -> None:
         self.gate.close()

@@ -15,8 +15,10 @@ next run pay that while the current one starts, and nothing more:
 2. It imports ``WARM_MODULES`` and pays the profiler's one-off set-up with a CPU-only session
    (``bench.prepare_profiler_without_context``: about 4.6 s on the H200 that the run's first
    witness no longer pays), says so on ``CUTILE_PERF_READY_FD``, and blocks on
-   ``CUTILE_PERF_START_FD`` (one byte: go; end of file: cancelled). It has touched no GPU: neither
-   the imports nor that session makes a CUDA context.
+   ``CUTILE_PERF_START_FD`` (the byte ``1``: go; end of file first: cancelled). What follows the go
+   byte, up to the end of file, is the ``CUTILE_PERF_SELECT`` value of a child started before its
+   cases were known (the re-check's runs, started with the candidate's correctness run). It has
+   touched no GPU: neither the imports nor that session makes a CUDA context.
 3. Let go, it puts the path back as ``python -m pytest`` would have had it (the working directory
    first, then the whole ``PYTHONPATH``) and runs pytest in this process. If a module it already
    imported would now be found in the checkout instead (a repository that ships its own
@@ -100,15 +102,19 @@ class _NotFound:
         return None
 
 
-def _wait(ready_fd: int, start_fd: int) -> bool:
+def _wait(ready_fd: int, start_fd: int) -> bytes | None:
+    """Say it is ready and wait: None when cancelled, else what the harness handed over after the
+    go byte (empty, or the node ids of a speculative re-check run, ``loop.stages.NextRun``)."""
     os.write(ready_fd, b"1")
     os.close(ready_fd)
+    received = bytearray()
     try:
-        go = os.read(start_fd, 1) == b"1"
+        while chunk := os.read(start_fd, 65536):
+            received += chunk
     except OSError:
-        go = False
+        received.clear()
     os.close(start_fd)
-    return go
+    return bytes(received[1:]) if received[:1] == b"1" else None
 
 
 def main(args: list[str]) -> int:
@@ -135,8 +141,12 @@ def main(args: list[str]) -> int:
         if bench.prepare_profiler_without_context():
             print(f"cutile-perf: profiler set up while waiting ({time.perf_counter() - started:.2f} s, "
                   "no CUDA context)", file=sys.stderr, flush=True)
-    if not _wait(ready_fd, start_fd):
+    handover = _wait(ready_fd, start_fd)
+    if handover is None:
         return CANCELLED
+    if handover:
+        # Started before its cases were known: the record plugin reads them when pytest loads it.
+        os.environ["CUTILE_PERF_SELECT"] = handover.decode()
     # Started in "/" (runner.run): nothing the loader or Python looks up relative to the working
     # directory before the gate could come from the checkout.
     os.chdir(late_cwd)

@@ -261,10 +261,12 @@ def _asked(cases, every) -> tuple[str, ...]:
 
 def paired_samples(pairs, cases) -> dict[str, tuple[list[float], list[float]]]:
     """Per case, its (baseline runs, candidate runs) from the complete interleaved pairs whose runs
-    were asked for it (a run that names no cases was asked for all), in order."""
+    were asked for it (a run that names no cases was asked for all), in order. A pair with a run
+    that crashed (killed by the job's budget, say) measured nothing: the row of its crash still
+    shows the pairs before it."""
     out: dict[str, tuple[list[float], list[float]]] = {c: ([], []) for c in cases}
     for base, cand in pairs:
-        if cand is None:
+        if cand is None or not (base.ok and cand.ok):
             continue
         for c in cases:
             if c in (base.cases or cases) and c in (cand.cases or cases):

@@ -511,8 +511,13 @@ class Iteration:
         if prestart:
             say(f"iteration {number}: correctness (perf child started, held before its first test)")
             self._within_budget("before the correctness run")
+            # The re-check's runs, in case the perf run leaves the verdict in doubt: their start-up
+            # can overlap the correctness run too (``StageRunner.correctness_then_perf``).
+            recheck = [NextRun("perf", f"{number}-confirm{j}-{side}", commit, speculative=True)
+                       for j in range(1, t.max_confirm_pairs + 1)
+                       for side, commit in (("base", ref.commit), ("cand", cand))]
             corr, perf = stages.correctness_then_perf(
-                tag, cand, proceed=lambda c: not judge(ref, t, Evidence(correctness=c)).final)
+                tag, cand, proceed=lambda c: not judge(ref, t, Evidence(correctness=c)).final, speculative=recheck)
             self._within_budget("during the correctness and perf runs")
         else:
             corr, perf = self._stage(stages, "correctness", tag, cand), None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import signal
 import time
@@ -27,27 +28,51 @@ from cutile_perf.store.session import Session
 
 
 AHEAD_READY_S = 60.0  # how long a run's first test waits for the children started ahead to be ready
-# At most this many children wait ahead of their turn at once: the interleaved re-check's runs after
-# its first (2 x max_confirm_pairs - 1 by default). Each holds an interpreter with torch imported
-# (about half a GB) and nothing of the GPU.
-AHEAD_AT_ONCE = 5
+# At most this many children wait ahead of their turn at once: the interleaved re-check's runs
+# (2 x max_confirm_pairs by default). Each holds an interpreter with torch imported (about half a
+# GB) and nothing of the GPU.
+AHEAD_AT_ONCE = 6
+# The re-check's runs start speculatively, with the candidate's correctness run, only on a machine
+# with at least this many CPUs: six children import torch beside the correctness child and the held
+# perf child (one CPU each), and on fewer CPUs they would slow those two down for a re-check that
+# most tries never run.
+SPECULATIVE_MIN_CPUS = 8
 
 
 @dataclass(frozen=True)
 class NextRun:
     """A run the loop may ask for next: started ahead of its turn, it is used only if the next
-    request is this very run (same stage, tag, commit and cases); otherwise it is cancelled."""
+    request is this very run (same stage, tag, commit and cases); otherwise it is cancelled.
+
+    ``speculative``: started before the loop knows whether it will ask for it, or for which cases:
+    the interleaved re-check's runs, started with the candidate's correctness run
+    (``Stages.correctness_then_perf``). It takes a request for any cases, which are handed over when
+    it is let go, and it is frozen (SIGSTOP) rather than waited for when a run must be timed before
+    it is ready."""
 
     name: str
     tag: str
     commit: str
     cases: dict[str, str | None] | None = None
+    speculative: bool = False
 
     @property
     def select(self) -> list[str] | None:
         """The node ids to run alone (``measure.run_stage``'s ``select``), or None: the whole selection."""
         cases = self.cases
         return sorted(set(cases.values())) if cases and all(cases.values()) else None
+
+    def takes(self, request: NextRun) -> bool:
+        """Whether a child started for this run can serve ``request``."""
+        if self.speculative:
+            return (self.name, self.tag, self.commit) == (request.name, request.tag, request.commit)
+        return self == request
+
+    def handover(self, request: NextRun) -> bytes:
+        """What a child started for this run is told when it is let go for ``request``: the node ids
+        of a speculative run (it started without them), nothing otherwise."""
+        select = request.select if self.speculative else None
+        return json.dumps(select).encode() if select else b""
 
 
 @dataclass
@@ -62,6 +87,14 @@ class _Child:
     future: Any = None
     ended: bool = False  # ``_end`` ran (its ready pipe is closed)
     cancelled: bool = False  # ``_end`` began: a process that starts now is killed at once
+    frozen: bool = False  # stopped (SIGSTOP) while a run is timed; a process that starts now is stopped at once
+    handover: bytes = b""  # what it is told when let go (``NextRun.handover``)
+
+
+def _signal_groups(child: _Child, signum: int) -> None:
+    for pgid in child.groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signum)
 
 
 def _end(child: _Child) -> None:
@@ -72,9 +105,7 @@ def _end(child: _Child) -> None:
         if gate is not None:
             gate.close()
     if child.future is None or not child.future.done():  # an ended child's group id may be reused
-        for pgid in child.groups:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
+        _signal_groups(child, signal.SIGKILL)  # a frozen one too: SIGKILL needs no SIGCONT
     if child.future is not None:
         with contextlib.suppress(Exception):  # a second Ctrl-C still interrupts the wait
             child.future.result()
@@ -100,7 +131,8 @@ class Stages(Protocol):
               then: Sequence[NextRun] = ()) -> Stage: ...
 
     def correctness_then_perf(self, tag: str, commit: str, proceed: Callable[[Stage], bool],
-                              perf_tag: str | None = None, then: Sequence[NextRun] = ()) -> tuple[Stage, Stage | None]: ...
+                              perf_tag: str | None = None, then: Sequence[NextRun] = (),
+                              speculative: Sequence[NextRun] = ()) -> tuple[Stage, Stage | None]: ...
 
     def prestart_refusal(self) -> str | None: ...
 
@@ -183,6 +215,7 @@ class StageRunner:
         Every run is a fresh child, and no other child does anything while it times: see
         ``correctness_then_perf`` for the one overlap of two working children that is safe."""
         run = NextRun(name, tag, commit, cases)
+        self._thaw_ahead()  # frozen while the run before this one was timed
         if session is not None:  # another command: nothing started ahead runs it, nor is started for it
             self._cancel_ahead()
             current, then = None, ()
@@ -199,7 +232,7 @@ class StageRunner:
                                        tracked=self.tracked, on_start=self.on_start, select=run.select)
         else:
             try:
-                if current is not None and not current.start.open():  # it died while it waited
+                if current is not None and not current.start.open(current.handover):  # it died while it waited
                     _end(current)
                     current = None
                 if current is None:
@@ -243,7 +276,7 @@ class StageRunner:
                                        AHEAD_AT_ONCE))
         kept = 0
         for child, run in zip(self._ahead, wanted):
-            if child.run != run:
+            if not child.run.takes(run):
                 break
             kept += 1
         for child in self._ahead[kept:]:
@@ -253,12 +286,21 @@ class StageRunner:
         self._ahead.extend(new)
         return new
 
-    def _settle_ahead(self) -> None:
+    def _settle_ahead(self, freeze_speculative: bool = False) -> None:
         """Return once every child started ahead waits at its gate (or has ended); one not ready in
-        time is stopped with all after it (they will start fresh)."""
+        time is stopped with all after it (they will start fresh). ``freeze_speculative``: a
+        speculative child (``NextRun.speculative``) that is not ready now is frozen instead of
+        waited for (SIGSTOP: it runs nothing beside the timed run; ``_thaw_ahead`` lets it go on)."""
+        if freeze_speculative:
+            for child in self._ahead:
+                if child.run.speculative and not child.start.ready_now() and not child.future.done():
+                    child.frozen = True
+                    _signal_groups(child, signal.SIGSTOP)
         # One window for all of them: they started together and import side by side.
         end_by = time.monotonic() + min(AHEAD_READY_S, max(self.deadline.left(), 0.0))
         for index, child in enumerate(self._ahead):
+            if child.frozen:
+                continue
             if not child.start.wait_ready(max(end_by - time.monotonic(), 0.0), ended=child.future.done):
                 say(f"{child.run.tag}: the child started ahead of its turn was not ready in time; it is stopped "
                     "and will start fresh")
@@ -266,6 +308,21 @@ class StageRunner:
                     _end(late)
                 del self._ahead[index:]
                 return
+
+    def _thaw_ahead(self) -> None:
+        """Let every frozen child go on with its start-up (``_settle_ahead``)."""
+        for child in self._ahead:
+            if child.frozen:
+                child.frozen = False
+                _signal_groups(child, signal.SIGCONT)
+
+    def speculation_refusal(self) -> str | None:
+        """Why the re-check's runs may not start speculatively with the candidate's correctness run
+        here (``SPECULATIVE_MIN_CPUS``), or None."""
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        if cpus < SPECULATIVE_MIN_CPUS:
+            return f"{cpus} CPUs (fewer than {SPECULATIVE_MIN_CPUS})"
+        return None
 
     def _launch(self, run: NextRun, checkout, start: runner.StartGate | None) -> _Child:
         """Start ``run``'s child in ``checkout``; its first test waits on the returned child's ``tests``
@@ -281,6 +338,9 @@ class StageRunner:
             if child.cancelled:  # cancelled before its process existed
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pgid, signal.SIGKILL)
+            elif child.frozen:  # frozen before its process existed
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGSTOP)
 
         child.future = self._pool.submit(
             measure.run_stage, self.session, run.name, run.tag, self.deadline, checkout=checkout,
@@ -292,12 +352,13 @@ class StageRunner:
         """The child started ahead for ``run``, if it is the first one waiting; the others stay for
         ``_start_ahead`` to keep or end. One that ended before it was let go (it crashed while
         importing) is no run of ``run``'s: dropped."""
-        if not self._ahead or self._ahead[0].run != run:
+        if not self._ahead or not self._ahead[0].run.takes(run):
             return None
         ahead = self._ahead.pop(0)
         if ahead.future.done():
             _end(ahead)
             return None
+        ahead.handover = ahead.run.handover(run)
         return ahead
 
     def _cancel_ahead(self) -> None:
@@ -306,7 +367,8 @@ class StageRunner:
             _end(child)
 
     def correctness_then_perf(self, tag: str, commit: str, proceed: Callable[[Any], bool],
-                              perf_tag: str | None = None, then: Sequence[NextRun] = ()):
+                              perf_tag: str | None = None, then: Sequence[NextRun] = (),
+                              speculative: Sequence[NextRun] = ()):
         """Correctness, then perf, of ``commit``, with the perf child started at once and held
         before its first test (``runner.Gate``): its start-up (interpreter, torch, imports,
         collection, the profiler's set-up) overlaps the correctness run. ``proceed(correctness_stage)``
@@ -314,7 +376,10 @@ class StageRunner:
         ``perf_tag``: the perf run's tag when it is not ``tag`` (the baseline's first perf run).
         ``then``: the perf runs asked for after this one (the baseline's later runs), started ahead
         of their turn with the correctness run (``stage``); the perf run's first test waits until
-        each of them waits.
+        each of them waits. ``speculative``: the runs that may be asked for after this one (the
+        interleaved re-check's, ``NextRun.speculative``), started with the correctness run too where
+        the machine has CPUs to spare (``speculation_refusal``). The perf run does not wait for
+        them: those not ready when its first test starts are frozen until the next request.
 
         Only start-up overlaps: no perf test starts before the correctness child has ended. Each
         stage still snapshots the protected files before its child starts and compares them after
@@ -351,10 +416,13 @@ class StageRunner:
             pending = pool.submit(measure.run_stage, self.session, "perf", perf_tag, self.deadline, checkout=checkout,
                                   fenced_files=fenced, tracked=self.tracked, on_start=perf_started, gate=gate)
             try:
-                correctness = self.stage("correctness", tag, commit, then=then)
+                ahead = [*then, *(speculative if self.speculation_refusal() is None else ())]
+                correctness = self.stage("correctness", tag, commit, then=ahead)
                 go = proceed(correctness)
                 if go:
-                    self._settle_ahead()
+                    self._settle_ahead(freeze_speculative=True)
+                else:
+                    self._cancel_ahead()  # no perf run, so no run after it either
             except BaseException:
                 go = False
                 raise
@@ -425,6 +493,7 @@ class ScriptedStages:
     calls: list[tuple[str, str, str]] = field(default_factory=list)
     selected: list[tuple[str, ...]] = field(default_factory=list)  # the cases of each run of cases in doubt
     ahead: list[tuple[NextRun, ...]] = field(default_factory=list)  # each request's ``then``, in order
+    speculative: list[tuple[NextRun, ...]] = field(default_factory=list)  # each correctness_then_perf's
     on_stage: Callable[[str, str, str], None] | None = None  # called before each stage (a test's side effect)
     no_prestart: str | None = None  # what prestart_refusal says (a test of the unboxed fallback)
     # Set by the command that runs it (``try_change``): each scripted ``duration_s`` goes into the
@@ -449,7 +518,8 @@ class ScriptedStages:
         return stage
 
     def correctness_then_perf(self, tag: str, commit: str, proceed, perf_tag: str | None = None,
-                              then: Sequence[NextRun] = ()):
+                              then: Sequence[NextRun] = (), speculative: Sequence[NextRun] = ()):
+        self.speculative.append(tuple(speculative))
         correctness = self.stage("correctness", tag, commit, then=then)
         if not proceed(correctness):
             return correctness, None
