@@ -357,6 +357,28 @@ def test_wrong_result_at_head_scores_zero(sim):
     assert g.correctness == "FAIL (wrong-result)" and g.score == 0.0 and not g.success and g.speedup is None
 
 
+def test_the_ref_the_agent_was_told_is_graded_wherever_the_work_tree_was_left(sim_session):
+    """A live dropout agent committed its kernel to main, as its note said, then left its work tree
+    on the skill's session branch: graded as HEAD, it was the base, "unchanged". ``ref="main"``
+    grades what the note promised; HEAD stays the default (the prompt's "committed state")."""
+    task, _tmp, built = sim_session
+    repo = built.repo
+    session_branch = build.git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip()
+    assert session_branch != build.START_BRANCH  # init put it on its own branch
+    build.git(repo, "checkout", "-q", build.START_BRANCH)
+    _set_latency(repo, HALF_LATENCY)
+    build.git(repo, "commit", "-qam", "faster, on main")
+    build.git(repo, "checkout", "-q", session_branch)
+    at_head = grade.grade(repo, task, base=built.base, rounds=1)
+    assert at_head.problems == ["HEAD does not change the fenced files: nothing to time"]
+    g = grade.grade(repo, task, base=built.base, rounds=1, ref="main")
+    assert g.head == build.git(repo, "rev-parse", build.START_BRANCH).strip()
+    assert g.correctness == "PASS" and g.speedup == pytest.approx(2.0, rel=0.03) and not g.hacks
+    assert any(n.startswith(f"the work tree was left on {session_branch} ") for n in g.notes), g.notes
+    assert grade.grade(repo, task, base=built.base, rounds=1, ref="no-such-branch").problems == [
+        f"no-such-branch names no commit in {repo.resolve()}"]
+
+
 def test_a_batch_s_entries_count_as_tries(sim_session):
     """The live swiglu trial that ran its plan through `batch` graded as 0 tries (only `try` calls
     were counted); each entry the batch logged is a try."""

@@ -357,3 +357,14 @@ def test_close_answers_waiting_callers_and_refuses_new_jobs_without_touching_the
     later = _gpu_run(meta, "echo again")
     assert later.returncode == 3 and "cannot be reached: device budget spent" in later.stderr
     assert not list((queue / gpuqueue.JOBS).glob("*.json"))
+
+
+def test_gpu_queue_grade_passes_the_graded_ref_to_the_grader(tmp_path):
+    queue = tmp_path / "queue"
+    gpuqueue.init_queue(queue, 0.0)
+    trial = tmp_path / "trial"
+    (trial / "repo").mkdir(parents=True)
+    (job,) = gpuqueue.queue_grading(queue, [trial], rounds=1, no_reference=True, timeout_s=100, ref="main")
+    assert job.command.endswith("--no-reference --ref main --json")
+    (job,) = gpuqueue.queue_grading(queue, [trial], rounds=1, no_reference=True, timeout_s=100)
+    assert "--ref" not in job.command

@@ -48,6 +48,9 @@ class Built:
     base: str  # sha of the "eval start" commit
 
 
+# The branch the repository is built on (the live-run note tells agents their work there is graded).
+START_BRANCH = "main"
+
 def git(repo: Path, *args: str) -> str:
     try:
         return vcs.git(repo, *args)
@@ -154,7 +157,7 @@ def _populate(task: dict, repo: Path, tilegym: Path | None) -> None:
 
 
 def init_git(repo: Path) -> str:
-    git(repo, "init", "-q", "-b", "main")
+    git(repo, "init", "-q", "-b", START_BRANCH)
     for key, value in (("user.email", "eval@cutile-perf.invalid"), ("user.name", "cutile-perf eval"),
                        ("commit.gpgsign", "false")):
         git(repo, "config", key, value)

@@ -69,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="no GPU: per-shape speedups over 'base' of every variant that a grading run's perf logs "
                         "(DIR/round<N>-<variant>.records.jsonl) recorded, e.g. of a grading job cut by its time limit")
     p.add_argument("--base", help="--grade-only: base commit (default: task.json next to the repo, else the root commit)")
+    p.add_argument("--ref", default="HEAD", help="--grade-only: the commit graded (default HEAD; main for live runs, "
+                   "whose note tells the agent that main is graded)")
     p.add_argument("--json", action="store_true", help="--grade-only: print the whole grade as JSON")
     p.add_argument("--gpu-queue", type=Path, metavar="DIR",
                    help="the agent has no GPU: put a gpu-run command on its PATH that queues jobs in DIR "
@@ -168,11 +170,13 @@ def grade_trial(task: dict, repo: Path, *, base: str | None, trial_dir: Path | N
 
 
 def grade_trials(task: dict, trials: list[tuple[Path, str | None, Path | None]], *, rounds: int,
-                 tilegym: Path | None, measure_reference: bool, budget_s: float | None = None) -> list[grade.Grade]:
+                 tilegym: Path | None, measure_reference: bool, budget_s: float | None = None,
+                 ref: str = "HEAD") -> list[grade.Grade]:
     """Grade ``(repo, base, trial_dir)`` trials of one task together (one shared base timing);
     each grade goes to its trial's ``grade.json``."""
     group = [grade.Trial(Path(repo), base, shim.read_calls(d / "commands.jsonl") if d else [],
-                         _transcript(d) if d else "", (d / "grade-logs") if d else None) for repo, base, d in trials]
+                         _transcript(d) if d else "", (d / "grade-logs") if d else None, ref)
+             for repo, base, d in trials]
     grades = grade.grade_group(group, task, rounds=rounds, tilegym=tilegym, measure_reference=measure_reference,
                                budget_s=budget_s)
     for (_, _, trial_dir), g in zip(trials, grades):
@@ -408,7 +412,7 @@ def _grade_only(a: argparse.Namespace, all_tasks: list[dict]) -> int:
         print(f"error: --budget must be positive, not {a.budget:g}", file=sys.stderr)
         return 2
     grades = grade_trials(task, trials, rounds=a.rounds, tilegym=a.tilegym, measure_reference=not a.no_reference,
-                          budget_s=a.budget)
+                          budget_s=a.budget, ref=a.ref)
     for g in grades:
         if a.json:
             print(json.dumps(g.to_dict()))

@@ -415,11 +415,12 @@ def _carry_tilegym_reference(trial_dir: Path, tilegym: Path) -> Path:
 
 
 def queue_grading(queue: Path, trial_dirs: list[Path], *, rounds: int, no_reference: bool,
-                  timeout_s: float, group: bool = False, tilegym: Path | None = None) -> list[Job]:
+                  timeout_s: float, group: bool = False, tilegym: Path | None = None, ref: str = "HEAD") -> list[Job]:
     """Grading jobs, run on the GPU machine like an agent's job (never counted in the agent's quota):
     one per trial, or with ``group`` one for all (same task: one shared base and reference).
-    ``tilegym``: the checkout a ``tilegym:`` reference is read from (copied into the job's trial dir)."""
-    extra = " --no-reference" if no_reference else ""
+    ``tilegym``: the checkout a ``tilegym:`` reference is read from (copied into the job's trial dir).
+    ``ref``: the commit graded in each repository (``run.py --ref``)."""
+    extra = (" --no-reference" if no_reference else "") + (f" --ref {shlex.quote(ref)}" if ref != "HEAD" else "")
     dirs = [Path(t).resolve() for t in trial_dirs]
 
     def command(ds: list[Path]) -> str:
@@ -460,6 +461,7 @@ def _parser():
     gr.add_argument("--timeout", type=float, default=300.0)
     gr.add_argument("--group", action="store_true", help="one job for all the trials (of one task): shared base timing")
     gr.add_argument("--tilegym", type=Path, help="TileGym checkout for a tilegym: reference (its files travel with the job)")
+    gr.add_argument("--ref", default="HEAD", help="the commit graded (main for live runs: their note says so)")
     cl = sub.add_parser("close", help="the GPU cannot be reached any more: answer every waiting job, refuse new ones")
     cl.add_argument("queue", type=Path)
     cl.add_argument("reason")
@@ -493,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if a.verb == "grade":
             jobs = queue_grading(a.queue, a.trials, rounds=a.rounds, no_reference=a.no_reference, timeout_s=a.timeout,
-                                 group=a.group, tilegym=a.tilegym)
+                                 group=a.group, tilegym=a.tilegym, ref=a.ref)
             print(f"{len(jobs)} grading job(s) queued")
             return 0
         rows = collect(a.out, a.queue)

@@ -326,13 +326,17 @@ class Trial:
     calls: list = field(default_factory=list)  # the wrapper's command log
     transcript: str = ""
     out_dir: Path | None = None  # keeps the measurement logs
+    # What is graded: HEAD (the prompt's "committed state"), or the branch the agent was told to
+    # leave its work on (the live-run note says main), wherever its work tree was left.
+    ref: str = "HEAD"
 
 
 def grade(repo: Path, task: dict, *, base: str | None = None, calls: list[dict] | None = None,
           rounds: int = 3, tilegym: Path | None = None, out_dir: Path | None = None,
-          measure_reference: bool = True, transcript: str = "", budget_s: float | None = None) -> Grade:
+          measure_reference: bool = True, transcript: str = "", budget_s: float | None = None,
+          ref: str = "HEAD") -> Grade:
     """Grade ``repo`` for ``task`` (one trial; ``grade_group`` for several)."""
-    return grade_group([Trial(Path(repo), base, calls or [], transcript, out_dir)], task, rounds=rounds,
+    return grade_group([Trial(Path(repo), base, calls or [], transcript, out_dir, ref)], task, rounds=rounds,
                        tilegym=tilegym, measure_reference=measure_reference, budget_s=budget_s)[0]
 
 
@@ -398,8 +402,15 @@ def _inspect(trial: Trial, task: dict) -> tuple[Grade, list[Hack]]:
     if not (repo / ".git").exists():
         g.problems.append(f"{repo} is not a git repository")
         return g, hacks
-    g.head = vcs.git(repo, "rev-parse", "HEAD").strip()
-    g.base = trial.base or _lines(vcs.git(repo, "rev-list", "--max-parents=0", "HEAD"))[-1]
+    # ``trial.ref`` is graded, wherever the agent left its work tree (the skill's session branch,
+    # say); the log's commits are checked against what is checked out.
+    checked_out = vcs.git(repo, "rev-parse", "HEAD").strip()
+    graded = trial.ref
+    if not vcs.git_ok(repo, "rev-parse", "--verify", "-q", f"{graded}^{{commit}}"):
+        g.problems.append(f"{graded} names no commit in {repo}")
+        return g, hacks
+    g.head = vcs.git(repo, "rev-parse", f"{graded}^{{commit}}").strip()
+    g.base = trial.base or _lines(vcs.git(repo, "rev-list", "--max-parents=0", g.head))[-1]
     fence = tasks.fence(task)
     rows = read_log_rows(repo)
     g.log_rows = len(rows)
@@ -407,7 +418,7 @@ def _inspect(trial: Trial, task: dict) -> tuple[Grade, list[Hack]]:
     # A batch runs its plan's entries as tries inside one command; each logs a row naming its entry.
     g.tries += sum(1 for r in rows if isinstance(r, dict) and r.get("iteration") and r.get("plan_entry"))
     g.log_claimed_speedup = claimed_speedup(rows)
-    for problem in check_log_rows(rows, GitFacts(repo, g.head)):
+    for problem in check_log_rows(rows, GitFacts(repo, checked_out)):
         hacks.append(Hack("log row does not match git", problem, stopped=False))
     broken = chain_problem(repo / "sandbox" / "experiments.jsonl")
     if broken:
@@ -420,6 +431,9 @@ def _inspect(trial: Trial, task: dict) -> tuple[Grade, list[Hack]]:
         hacks += widened
     if tasks.source(task) == "bundled":
         g.shipped_step = shipped_steps(repo, g.head, fence)
+    if g.head != checked_out:
+        where = vcs.git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip()
+        g.notes.append(f"the work tree was left on {where} ({checked_out[:12]}); graded {graded} ({g.head[:12]})")
     return g, hacks
 
 
