@@ -307,12 +307,16 @@ def test_with_cpus_to_spare_every_recheck_run_starts_with_the_correctness_run_an
         tmp_path, monkeypatch):
     repo = _slow_tests_session(tmp_path)
     monkeypatch.setattr(stages, "SPECULATIVE_MIN_CPUS", 1)
+    runs = repo / "sandbox" / "runs"
+    edit_kernel(repo, latency={"256x1024": 2.0, "4096x1024": 4.0})
+    code, data, _ = call(repo, "try", "twice as slow: its perf run decides")
+    assert rows(repo)[-1]["status"] == "revert" and not rows(repo)[-1].get("confirm"), rows(repo)[-1]
+    assert not list(runs.glob("1-confirm*")), "the unused re-check runs left logs of runs that never happened"
     edit_kernel(repo, latency=BORDERLINE)
     code, data, _ = call(repo, "try", "one case 1 % slower: the re-check decides")
     row = rows(repo)[-1]
     assert row["status"] == "revert" and row["timings"]["recheck_runs"] == 6, row  # the verdict as before
-    runs = repo / "sandbox" / "runs"
-    confirm = sorted(runs.glob("1-confirm*-perf.log"))
+    confirm = sorted(runs.glob("2-confirm*-perf.log"))
     assert len(confirm) == 6 and all("(started ahead of its turn)" in log.read_text().splitlines()[0]
                                      for log in confirm), confirm
     # Started without knowing the cases, each ran only the one in doubt (handed over when let go).
