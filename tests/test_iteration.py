@@ -446,7 +446,7 @@ def test_an_iteration_killed_before_its_verdict_shows_correctness_not_run_with_w
     assert (row["status"], row["crash_class"], row["correctness"]) == ("crash", "interrupted", "not run"), row
     assert "stopped after step 'committed'" in row["reason"]
     table = (repo / "sandbox/perf_results.md").read_text()
-    assert "| 1 | killed | - | not run (interrupted) | crash |" in table, table
+    assert "| 1 | killed | - | not run (interrupted) | interrupted |" in table, table
 
 
 def test_ctrl_c_during_the_perf_run_logs_correctness_not_run(repo):

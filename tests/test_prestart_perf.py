@@ -456,7 +456,9 @@ def test_what_a_recheck_run_leaves_in_its_checkout_never_reaches_the_next_run_st
     if swept_when == "let-go":
         assert planted_before == []
     else:
-        assert planted_before == [2, 3]  # started beside the run before it, and swept before that run planted
+        # started beside the run before it, and swept before that run planted (run 1 too where the
+        # re-check's runs start with the correctness run, whose child plants in the same checkout)
+        assert {2, 3} <= set(planted_before), planted_before
 
 
 def _descendants(pid: int) -> set[int]:

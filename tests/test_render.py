@@ -77,8 +77,10 @@ def test_an_interrupted_row_shows_correctness_not_run_never_fail():
     old = entry(6, "killed", "crash", None, crash_class="interrupted")
     other = entry(7, "segfault", "crash", None, crash_class="fault")
     validate_entry(new)
-    assert [line.split(" | ")[3] for line in render_perf_results([new, old, other]).splitlines()[2:]] == [
-        "not run (interrupted)", "not run (interrupted)", "FAIL"]
+    lines = [line.strip(" |").split(" | ") for line in render_perf_results([new, old, other]).splitlines()[2:]]
+    assert [cells[3] for cells in lines] == ["not run (interrupted)", "not run (interrupted)", "FAIL"]
+    # Its status says the same: no verdict, rather than a crash of the change.
+    assert [cells[4] for cells in lines] == ["interrupted", "interrupted", "crash"]
 
 def test_summary_numbers():
     s = summarize_session(ENTRIES)

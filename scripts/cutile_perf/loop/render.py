@@ -15,7 +15,7 @@ from cutile_perf.store.log import shape_medians
 from cutile_perf.templating import format_ms6, format_pct, format_speedup, load_template, markdown_cell
 from cutile_perf.judge import stats
 from cutile_perf.judge.crash import CrashClass
-from cutile_perf.judge.rules import current_baseline, combine_latency
+from cutile_perf.judge.rules import current_baseline, combine_latency, was_interrupted
 from cutile_perf.judge.verdict import NOT_RUN
 from cutile_perf.templating import format_change
 
@@ -43,6 +43,15 @@ def correctness_cell(entry: dict) -> str:
     return "FAIL"
 
 
+def status_cell(entry: dict) -> str:
+    """The row's status; "interrupted" for a row stopped before its verdict, which the log keeps as a
+    crash (its class says why) but which found nothing wrong with the change."""
+    if was_interrupted(entry):
+        return "interrupted"
+    # A claim beyond the plausibility factor was re-measured and is flagged for a human.
+    return entry.get("status", "crash") + (" (review)" if entry.get("review") else "")
+
+
 def render_perf_results(entries: list[dict]) -> str:
     rows = [
         {
@@ -50,8 +59,7 @@ def render_perf_results(entries: list[dict]) -> str:
             "optimization": e.get("optimization", ""),
             "latency_ms": entry_latency(e) if e.get("status") != "crash" else None,
             "correctness": correctness_cell(e),
-            # A claim beyond the plausibility factor was re-measured and is flagged for a human.
-            "status": e.get("status", "crash") + (" (review)" if e.get("review") else ""),
+            "status": status_cell(e),
         }
         for e in entries
     ]
