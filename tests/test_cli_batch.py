@@ -9,6 +9,7 @@ import pytest
 import yaml
 from fixtures_repo import KERNEL_REL, allow_no_gpu, git, kernel_source, tilegym_like_repo  # noqa: F401
 
+from cutile_perf.loop import budget as budget_mod
 from cutile_perf.loop import plan
 from cutile_perf.cli import main
 from cutile_perf.errors import UsageError
@@ -24,6 +25,12 @@ def cli(capsys, repo: Path, *args: str) -> tuple[int, dict]:
     code = main([args[0], "--repo", str(repo), "--json", *args[1:]])
     out = capsys.readouterr().out.strip().splitlines()
     return code, (json.loads(out[-1]) if out else {})
+
+
+def main_text(capsys, repo: Path, *args: str) -> str:
+    """What the command prints for a person (no --json)."""
+    main([args[0], "--repo", str(repo), *args[1:]])
+    return capsys.readouterr().out
 
 
 @pytest.fixture
@@ -222,6 +229,42 @@ def test_check_finds_on_the_cpu_what_would_stop_the_gpu_job_and_runs_nothing(til
     # Nothing ran: no row, no commit, the kernel untouched.
     assert (repo / "sandbox/experiments.jsonl").read_text() == rows_before
     assert (repo / KERNEL_REL).read_text() == kernel_before
+
+
+def test_check_warns_when_a_tilegym_op_s_first_job_may_hold_no_verdict(tilegym_like_repo, capsys):
+    """Seen in the live dropout eval: both skill agents ran `batch --check --baseline N` for a 170 s
+    job, got "ready", and their jobs recorded the baseline and no try (a perf run took 42-51 s).
+    Before any run is timed, a target timed like TileGym's (CUPTI) is priced at the TileGym ops
+    timed so far, and a budget below that range is named."""
+    repo = tilegym_like_repo
+    assert cli(capsys, repo, "init", "--kernel", "rms_norm", "--timeout", "60")[0] == 0
+    allow_no_gpu(repo)
+    path = write_plan(repo, [("faster", FAST)])
+    session_yaml = repo / "sandbox/session.yaml"
+    data = yaml.safe_load(session_yaml.read_text())
+    assert data["timing"].get("method") != "cupti"  # the simulated suite times its own way: no warning
+    code, out = cli(capsys, repo, "batch", str(path), "--check", "--baseline", "3", "--job-seconds", "170")
+    assert code == 0 and "first_verdict_seconds" not in out
+    data["timing"] = {**data["timing"], "method": "cupti"}  # as init reads TileGym's tests/config.py
+    session_yaml.write_text(yaml.safe_dump(data, sort_keys=False))
+    low, high = budget_mod.unmeasured_first_job_s(3)
+    code, out = cli(capsys, repo, "batch", str(path), "--check", "--baseline", "3", "--job-seconds", "170")
+    assert (code, out["ready"], out["first_verdict_seconds"]) == (0, True, [low, high])  # a warning, not a refusal
+    text = main_text(capsys, repo, "batch", str(path), "--check", "--baseline", "3", "--job-seconds", "170")
+    assert f"took about {low:.0f}-{high:.0f} s; this budget is 155 s, so the job may record the baseline and no try" \
+        in text
+    assert "holds no verdict" in main_text(capsys, repo, "batch", str(path), "--check", "--baseline", "3",
+                                           "--job-seconds", "60")
+    assert "warning" not in main_text(capsys, repo, "batch", str(path), "--check", "--baseline", "3",
+                                      "--job-seconds", "600")
+
+
+def test_unmeasured_prices_span_the_tilegym_ops_timed_so_far():
+    # silu_and_mul: baseline 104 s (3 runs) and a try of 38 s; dropout: baseline 155 s and a try
+    # estimated at 66-69 s (benchmarks/results/2026-12-03-h200/README.md): both inside the range.
+    low, high = budget_mod.unmeasured_first_job_s(3)
+    assert low <= 104 + 38 and 155 + 66 <= high
+    assert budget_mod.unmeasured_first_job_s(1)[1] < high
 
 
 def test_one_job_prepared_before_init_runs_init_then_the_batch(tilegym_like_repo, capsys):

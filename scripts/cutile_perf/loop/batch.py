@@ -24,7 +24,7 @@ from cutile_perf.child import envcheck
 from cutile_perf.errors import EXIT_OK, EXIT_REJECTED, DirtyTree, NoChange, Refused, UsageError
 from cutile_perf.loop import iteration, plan
 from cutile_perf.loop.baseline import baseline
-from cutile_perf.loop.budget import Budget, DoesNotFit
+from cutile_perf.loop.budget import Budget, DoesNotFit, unmeasured_first_job_s
 from cutile_perf.loop.history import History
 from cutile_perf.loop.stages import Stages
 from cutile_perf.output import Outcome, say
@@ -196,6 +196,16 @@ def _check(session, entries: list, digests: list[str], budget: Budget, baseline_
         else:
             lines.append(f"no baseline yet: the job records it first ({baseline_repeats} perf runs); how long a try "
                          "takes is known only after that, so the budget is applied from then on")
+            if budget.seconds is not None and session.timing.get("method") == "cupti":
+                # A TileGym-shaped target: warn when even its cheapest ops would not reach a verdict.
+                low, high = unmeasured_first_job_s(baseline_repeats)
+                data["first_verdict_seconds"] = [low, high]
+                if budget.seconds < high:
+                    lines.append(
+                        f"warning: on TileGym ops timed so far (H200, CUPTI, 16 perf cases), the baseline and one try "
+                        f"took about {low:.0f}-{high:.0f} s; this budget is {budget.seconds:.0f} s, so the job "
+                        + ("holds no verdict" if budget.seconds < low else "may record the baseline and no try")
+                        + " (SKILL.md: a job too short for the loop is for readings)")
     expected = history.try_estimate()
     data["try_seconds"] = round(expected.typical_s, 1) if expected else None
     data["try_seconds_bound"] = round(expected.worst_s, 1) if expected else None

@@ -32,6 +32,24 @@ PRIOR_RECHECKED, PRIOR_JUDGED = 1, 3
 RESERVE_FRACTION, RESERVE_MIN_S = 0.05, 15.0
 
 
+# Before a session has timed anything: what a TileGym op's children cost on the H200, 16 perf cases
+# under TileGym's CUPTI timer, (cheapest, dearest) of the ops timed so far: silu_and_mul (correctness
+# 25 s, perf runs 20-30 s) and dropout (correctness 17 s, perf runs 42-51 s; TileGym times each case
+# about 600 times). Source: benchmarks/results/2026-12-03-h200/README.md, single runs. A guess to
+# warn with, never a reason to refuse: the baseline's own runs replace it.
+UNMEASURED_CORRECTNESS_S = (17.0, 25.0)
+UNMEASURED_PERF_S = (20.0, 50.0)
+
+
+def unmeasured_first_job_s(repeats: int) -> tuple[float, float]:
+    """(cheapest, dearest) seconds of a baseline of ``repeats`` perf runs and one ``try`` without
+    its re-check, at ``UNMEASURED_*`` prices: what a first job must hold to reach one verdict."""
+    def need(correctness: float, perf: float) -> float:
+        return (correctness + repeats * perf) + (correctness + perf)
+    return (need(UNMEASURED_CORRECTNESS_S[0], UNMEASURED_PERF_S[0]),
+            need(UNMEASURED_CORRECTNESS_S[1], UNMEASURED_PERF_S[1]))
+
+
 class BudgetSpent(Exception):
     """The job's budget ended before the iteration reached a verdict (raised inside the loop and
     caught by ``try_change``, which settles the iteration as interrupted; never shown to a user)."""
