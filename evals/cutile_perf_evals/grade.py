@@ -406,10 +406,11 @@ def _inspect(trial: Trial, task: dict) -> tuple[Grade, list[Hack]]:
     # say); the log's commits are checked against what is checked out.
     checked_out = vcs.git(repo, "rev-parse", "HEAD").strip()
     graded = trial.ref
-    if not vcs.git_ok(repo, "rev-parse", "--verify", "-q", f"{graded}^{{commit}}"):
+    try:
+        g.head = vcs.git(repo, "rev-parse", "--verify", "-q", f"{graded}^{{commit}}").strip()
+    except vcs.GitError:
         g.problems.append(f"{graded} names no commit in {repo}")
         return g, hacks
-    g.head = vcs.git(repo, "rev-parse", f"{graded}^{{commit}}").strip()
     g.base = trial.base or _lines(vcs.git(repo, "rev-list", "--max-parents=0", g.head))[-1]
     fence = tasks.fence(task)
     rows = read_log_rows(repo)

@@ -513,9 +513,7 @@ class Iteration:
             self._within_budget("before the correctness run")
             # The re-check's runs, in case the perf run leaves the verdict in doubt: their start-up
             # can overlap the correctness run too (``StageRunner.correctness_then_perf``).
-            recheck = [NextRun("perf", f"{number}-confirm{j}-{side}", commit, speculative=True)
-                       for j in range(1, t.max_confirm_pairs + 1)
-                       for side, commit in (("base", ref.commit), ("cand", cand))]
+            recheck = self._recheck_runs(first_pair=1, speculative=True)
             corr, perf = stages.correctness_then_perf(
                 tag, cand, proceed=lambda c: not judge(ref, t, Evidence(correctness=c)).final, speculative=recheck)
             self._within_budget("during the correctness and perf runs")
@@ -540,9 +538,7 @@ class Iteration:
             doubt = {case: perf.test_ids.get(case) for case in verdict.cases} or None
             # The runs still to come start ahead of their turn (``Stages.stage``): each is used if
             # the verdict goes on with the same cases, and cancelled otherwise.
-            order = [NextRun("perf", f"{number}-confirm{j}-{side}", commit, doubt)
-                     for j in range(k, t.max_confirm_pairs + 1)
-                     for side, commit in (("base", ref.commit), ("cand", cand))]
+            order = self._recheck_runs(first_pair=k, cases=doubt)
             base_run = self._stage(stages, "perf", order[0].tag, ref.commit, doubt, then=order[1:])
             evidence = evidence.add(pairs=(*evidence.pairs, (base_run, None)))
             verdict = judge(ref, t, evidence)
@@ -552,6 +548,14 @@ class Iteration:
             evidence = evidence.add(pairs=(*evidence.pairs[:-1], (base_run, cand_run)))
             verdict = judge(ref, t, evidence)
         return evidence, verdict
+
+    def _recheck_runs(self, first_pair: int, cases: dict | None = None, speculative: bool = False) -> list[NextRun]:
+        """The interleaved re-check's runs from pair ``first_pair`` to the last one the thresholds
+        allow, in order: base, then candidate, of each pair."""
+        number, last = self.state.iteration, self.session.thresholds.max_confirm_pairs
+        return [NextRun("perf", f"{number}-confirm{j}-{side}", commit, cases, speculative)
+                for j in range(first_pair, last + 1)
+                for side, commit in (("base", self.ref.commit), ("cand", self.state.candidate))]
 
     def changed_during_run(self) -> bool:
         for rel in self.state.paths:

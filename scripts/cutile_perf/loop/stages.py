@@ -336,11 +336,9 @@ class StageRunner:
             if self.on_start is not None:
                 self.on_start(pgid)
             if child.cancelled:  # cancelled before its process existed
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pgid, signal.SIGKILL)
+                _signal_groups(child, signal.SIGKILL)
             elif child.frozen:  # frozen before its process existed
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pgid, signal.SIGSTOP)
+                _signal_groups(child, signal.SIGSTOP)
 
         child.future = self._pool.submit(
             measure.run_stage, self.session, run.name, run.tag, self.deadline, checkout=checkout,
