@@ -9,7 +9,7 @@
 # sandbox/cand/ and sandbox/plan.yaml, then `cutile-perf batch sandbox/plan.yaml --baseline 3
 # --job-seconds N`, where N is what is left of the job (default 600 s) after the set-up. With --check,
 # only `batch --check` runs (no GPU needed). Prints each row with its timings; copies the log and the
-# table to the output folder.
+# table to the output folder, and every child's log (runs.tar.gz).
 #
 # Without PLAN, the plan is ours, for rms_norm (10 perf cases): first a smaller default row tile for
 # rows of 2048-8192 columns, which moves 3 of the 10 cases by a little and so may send them to the
@@ -61,4 +61,5 @@ t0=$SECONDS
 python -m cutile_perf batch sandbox/plan.yaml --baseline 3 --job-seconds "$LEFT"
 echo "[batch: $((SECONDS - t0)) s, exit $?; whole job so far: ${SECONDS} s]"
 cp sandbox/experiments.jsonl sandbox/perf_results.md "$OUT/" 2>/dev/null
+tar czf "$OUT/runs.tar.gz" -C sandbox runs 2>/dev/null  # every child's log
 python "$CP/benchmarks/log_rows.py" "$OUT/experiments.jsonl"

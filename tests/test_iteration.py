@@ -153,6 +153,20 @@ def test_the_re_check_re_measures_only_the_case_in_doubt_and_its_timings_show_it
     assert [run.tag for run in speculative] == tags and all(run.speculative and run.cases is None for run in speculative)
 
 
+def test_each_re_check_run_says_whether_it_runs_the_cases_in_doubt_or_every_case(repo, capsys):
+    # One case in doubt: its runs say so. A geomean in doubt (both cases 4 % faster: borderline here): every case is
+    # run again, each run costs a whole perf run, and the line says so instead of staying silent.
+    edit(repo, "one case borderline")
+    try_change(repo, "one case borderline", stages=scripted(repo, {"a": 1.02, "b": 2.0}, {"a": 1.0, "b": 2.0}))
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "iteration 1: perf (confirm" in ln]
+    assert len(lines) == 6 and all(ln.endswith(", 1 case(s) in doubt") for ln in lines)
+    edit(repo, "geomean borderline")
+    row = try_change(repo, "geomean borderline", stages=scripted(repo, {"a": 0.96, "b": 1.92}, {"a": 1.0, "b": 2.0})).row
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if "iteration 2: perf (confirm" in ln]
+    assert lines and all(ln.endswith(", every case") for ln in lines), row["reason"]
+
+
 def test_a_speculative_run_takes_any_cases_of_its_run_and_hands_their_node_ids_over():
     cases = {"a": "t.py::test[a]", "b": "t.py::test[b]"}
     speculative = NextRun("perf", "1-confirm1-base", "abc", speculative=True)

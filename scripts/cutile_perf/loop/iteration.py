@@ -486,8 +486,9 @@ class Iteration:
 
     def _stage(self, stages: Stages, name: str, tag: str, commit: str, cases: dict | None = None,
                then: Sequence[NextRun] = ()) -> Stage:
-        say(f"iteration {self.state.iteration}: {name}" + (f" ({tag.split('-', 1)[1]})" if "-" in tag else "")
-            + (f", {len(cases)} case(s) in doubt" if cases else ""))
+        # A re-check run names its scope: a run of every case costs a whole perf run (the geomean is in doubt).
+        scope = f", {len(cases)} case(s) in doubt" if cases else (", every case" if "-confirm" in tag else "")
+        say(f"iteration {self.state.iteration}: {name}" + (f" ({tag.split('-', 1)[1]})" if "-" in tag else "") + scope)
         self._within_budget(f"before the {name} run")
         stage = stages.stage(name, tag, commit, cases=cases, then=then)
         self._within_budget(f"during the {name} run")
