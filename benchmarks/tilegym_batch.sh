@@ -4,6 +4,7 @@
 #
 #   bash benchmarks/tilegym_batch.sh <TileGym folder with src/ and tests/> <output folder> [job seconds] [--check]
 #   PLAN=<folder with plan.yaml and cand/> OP=<op> bash benchmarks/tilegym_batch.sh ...   # a prepared plan
+#   INIT_ARGS='--correctness-jobs 4' bash benchmarks/tilegym_batch.sh ...                  # more init options
 #
 # In a fresh git repository made from a copy of the folder: `init`, the candidate files in
 # sandbox/cand/ and sandbox/plan.yaml, then `cutile-perf batch sandbox/plan.yaml --baseline 3
@@ -29,7 +30,7 @@ case "$OP" in
   */*) TEST=tests/ops/${OP%/*}/test_${OP##*/}.py ;;
   *) TEST=tests/ops/test_$OP.py ;;
 esac
-python -m cutile_perf init --kernel "$K" --test "$TEST" > "$OUT/init.txt" 2>&1
+python -m cutile_perf init --kernel "$K" --test "$TEST" ${INIT_ARGS:-} > "$OUT/init.txt" 2>&1
 mkdir -p sandbox/cand
 if [ -n "${PLAN:-}" ]; then
   PLAN=$(cd "$CP" && cd "$PLAN" && pwd) || exit 1

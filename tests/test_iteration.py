@@ -17,6 +17,7 @@ from fixtures_repo import KERNEL_REL, allow_no_gpu, build_tilegym_like_repo, git
 from cutile_perf.cli import main
 from cutile_perf.judge.crash import CrashClass
 from cutile_perf.judge.verdict import Stage
+from cutile_perf.loop import iteration as iteration_mod
 from cutile_perf.loop.baseline import baseline
 from cutile_perf.loop.history import History, anchor_path
 from cutile_perf.loop.iteration import State, patch_name, resume_interrupted, state_key, try_change
@@ -165,6 +166,32 @@ def test_each_re_check_run_says_whether_it_runs_the_cases_in_doubt_or_every_case
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if "iteration 2: perf (confirm" in ln]
     assert lines and all(ln.endswith(", every case") for ln in lines), row["reason"]
+
+
+def test_the_baseline_row_learns_what_its_perf_runs_imported_and_every_try_preloads_only_that(tmp_path, monkeypatch):
+    repo = build_tilegym_like_repo(tmp_path)
+    assert main(["init", "--repo", str(repo), "--kernel", "rms_norm"]) == 0
+    allow_no_gpu(repo)
+    runs = [replace(perf({"a": 1.0, "b": 2.0}), imports=("sympy", "triton")),
+            replace(perf({"a": 1.004, "b": 2.01}), imports=("triton", "transformers")), perf({"a": 0.996, "b": 1.99})]
+    stages = ScriptedStages({("correctness", "candidate"): [passed()], ("perf", "candidate"): runs}, defined={KERNEL})
+    assert baseline(repo=repo, repeats=3, stages=stages).exit_code == 0
+    rows = lambda: History.open(session_mod.load(repo), git_ops.open_repo(repo)).rows  # noqa: E731
+    assert rows()[0]["preload"] == ["sympy", "triton", "transformers"]  # first-seen order, once each
+    # A try's runner preloads the baseline's list; what its own children imported (the candidate's
+    # code chose it) is never learned: the next try preloads the baseline's list again.
+    given = []
+
+    def runner(*args, **kw):
+        given.append(kw.get("preload"))
+        return scripted(repo, {"a": 0.5, "b": 1.0}, defined={KERNEL})
+
+    monkeypatch.setattr(iteration_mod, "StageRunner", runner)
+    for marker in ("one", "two"):
+        edit(repo, marker)
+        assert try_change(repo, marker).row["status"] == "keep"
+    assert given == [["sympy", "triton", "transformers"]] * 2
+    assert all("preload" not in row for row in rows()[1:])
 
 
 def test_a_speculative_run_takes_any_cases_of_its_run_and_hands_their_node_ids_over():

@@ -277,6 +277,10 @@ def test_each_run_of_the_recheck_after_the_first_starts_ahead_and_the_verdict_co
     assert all("(started ahead of its turn)" in (runs / f"0-r{k}-perf.log").read_text().splitlines()[0]
                for k in (2, 3))
     assert "(started ahead of its turn)" not in (runs / "0-r1-perf.log").read_text().splitlines()[0]
+    # What the baseline's perf runs imported from installed code (torch's own lazy imports at least),
+    # never the repository's package: every child started ahead of its turn imports it while it waits.
+    preload = rows(repo)[0]["preload"]
+    assert preload and "fakegym" not in preload and "tests" not in preload, preload
     edit_kernel(repo, latency=BORDERLINE)
     code, data, _ = call(repo, "try", "one case 1 % slower: the re-check decides")
     row = rows(repo)[-1]
@@ -285,6 +289,7 @@ def test_each_run_of_the_recheck_after_the_first_starts_ahead_and_the_verdict_co
     assert len(confirm) == 6, confirm
     ahead = {log.name for log in confirm if "(started ahead of its turn)" in log.read_text().splitlines()[0]}
     assert ahead == {log.name for log in confirm} - {"1-confirm1-base-perf.log"}
+    assert all("the baseline's tests imported" in (runs / name).read_text() for name in ahead)
     assert row["status"] == "revert", row["reason"]  # 1 % slower in every pair: the slowdown test says so
     assert row["timings"]["recheck_runs"] == 6
 

@@ -219,3 +219,118 @@ def test_a_child_started_ahead_has_paid_the_profilers_set_up_without_a_cuda_cont
     assert cuda == "False"
     fresh = _first_profile_s({"PYTHONDONTWRITEBYTECODE": "1"}, tmp_path)
     assert float(seconds) < fresh / 4, (seconds, fresh)
+
+
+# --- preloading what the baseline's tests imported ---------------------------------------------------
+
+
+def test_installed_imports_are_the_top_level_modules_from_outside_the_checkout_in_import_order(tmp_path):
+    checkout, site = tmp_path / "checkout", tmp_path / "site"
+    modules = {
+        "torch": f"{site}/torch/__init__.py",  # imported before the gate anyway
+        "json": "/usr/lib/python3.12/json/__init__.py",  # the standard library
+        "sympy": f"{site}/sympy/__init__.py", "sympy.core": f"{site}/sympy/core/__init__.py",
+        "tilegym": f"{checkout}/src/tilegym/__init__.py",  # the repository's own code
+        "tilegym.ops": f"{checkout}/src/tilegym/ops/__init__.py",
+        "triton": f"{site}/triton/__init__.py",
+        "cuda.tile": f"{site}/cuda/tile/__init__.py",  # "cuda" is a namespace package: no file
+        "cutile_perf": f"{site}/cutile_perf/__init__.py",  # pytest loads it as a plugin after the gate
+        "_private": f"{site}/_private.so",
+        "scratch_mod": f"{tmp_path}/run/scratch/scratch_mod.py",  # written by the run itself
+        "transformers": f"{site}/transformers/__init__.py",
+    }
+    assert warmstart.installed_imports(modules, [checkout, tmp_path / "run"]) == ["sympy", "triton", "transformers"]
+
+
+def test_the_cuda_driver_is_seen_in_the_memory_maps_and_its_runtime_is_not():
+    driver = "7f00-7f10 r-xp 00000000 08:01 42 /usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05\n"
+    runtime = "7f20-7f30 r-xp 00000000 08:01 43 /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so.13\n"
+    assert warmstart.driver_mapped(runtime + driver)
+    assert not warmstart.driver_mapped(runtime + "7f40-7f50 rw-p 00000000 00:00 0 \n")
+
+
+def _site(root: Path, packages: dict[str, str]) -> Path:
+    """A folder of 'installed' packages outside the repository: ``{name: its __init__.py}``."""
+    site = root / "site"
+    for name, code in packages.items():
+        (site / name).mkdir(parents=True)
+        (site / name / "__init__.py").write_text(code)
+    return site
+
+
+def _marking(name: str) -> str:
+    return f"import os\nwith open(os.environ['MARK'], 'a') as fh:\n    fh.write('{name} imported\\n')\n"
+
+
+def _run_ahead_with(repo: Path, mark: Path, log: Path, site: Path, preload: list[str], before_go=None):
+    """``_started_ahead`` with ``site`` on the early PYTHONPATH and CUTILE_PERF_PRELOAD set: returns the
+    child's result and what ``before_go(pid)`` returned while it waited."""
+    import json
+
+    done: dict = {}
+    env = {"MARK": str(mark), "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(site)]),
+           "PYTHONDONTWRITEBYTECODE": "1", "CUTILE_PERF_PRELOAD": json.dumps(preload)}
+    start = runner.StartGate()
+
+    def go():
+        done["result"] = runner.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=repo,
+                                    timeout_s=120, output_path=log, env_overrides=env, start=start,
+                                    on_start=lambda pid: done.setdefault("pid", pid))
+
+    thread = threading.Thread(target=go)
+    thread.start()
+    try:
+        assert start.wait_ready(120, ended=lambda: not thread.is_alive())
+        assert thread.is_alive(), log.read_text()
+        seen = before_go(done["pid"]) if before_go else None
+        start.open()
+    finally:
+        start.close()
+        thread.join(120)
+        start.done()
+    return done["result"], seen
+
+
+def test_a_child_started_ahead_imports_the_installed_preloads_while_it_waits_and_never_the_repository_s(tmp_path):
+    """Red team: the preload list names the repository's own package too (``mypkg``, under src/):
+    with nothing of the checkout on the path, it cannot be imported before the gate."""
+    mark, log = tmp_path / "mark.txt", tmp_path / "child.log"
+    repo = _repo(tmp_path, mark)
+    site = _site(tmp_path, {"heavy": _marking("heavy")})
+    result, waited = _run_ahead_with(repo, mark, log, site, ["heavy", "mypkg", "not_installed"],
+                                     before_go=lambda pid: mark.read_text() if mark.exists() else "")
+    assert waited == "heavy imported\n"  # while it waited: the installed one only
+    assert result.ok, log.read_text()
+    assert mark.read_text().splitlines() == ["heavy imported", "conftest", "imported", "test src"]
+    assert "preloaded 1 installed module(s) the baseline's tests imported" in log.read_text()
+
+
+def _a_library_named_like_the_cuda_driver(root: Path) -> Path | None:
+    import shutil
+
+    for lib in ("/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6", "/lib64/libm.so.6",
+                "/usr/lib64/libm.so.6", "/lib/aarch64-linux-gnu/libm.so.6"):
+        if Path(lib).exists():
+            target = root / "fakedriver" / "libcuda.so.1"
+            target.parent.mkdir()
+            shutil.copyfile(lib, target)
+            return target
+    return None
+
+
+def test_a_preload_that_loads_the_cuda_driver_is_undone_before_the_child_waits(tmp_path):
+    """Red team: an installed module whose import loads the CUDA driver (the way to a CUDA context)
+    must not sit in a child waiting beside a timed run: the child starts again without preloads and
+    waits with no driver mapped. (A copy of libm named libcuda.so.1 stands in for the driver.)"""
+    fake = _a_library_named_like_the_cuda_driver(tmp_path)
+    if fake is None:
+        pytest.skip("no libm.so.6 to stand in for the CUDA driver on this machine")
+    mark, log = tmp_path / "mark.txt", tmp_path / "child.log"
+    repo = _repo(tmp_path, mark)
+    site = _site(tmp_path, {"gpuish": _marking("gpuish") + f"import ctypes\nctypes.CDLL({str(fake)!r})\n"})
+    result, maps = _run_ahead_with(repo, mark, log, site, ["gpuish"],
+                                   before_go=lambda pid: Path(f"/proc/{pid}/maps").read_text())
+    assert not warmstart.driver_mapped(maps)  # what waited has no driver mapped
+    assert "starting again without preloads" in log.read_text()
+    assert result.ok, log.read_text()
+    assert mark.read_text().splitlines() == ["gpuish imported", "conftest", "imported", "test src"]

@@ -24,6 +24,7 @@ OWN_ENV_VARS: dict[str, str] = {
     "CUTILE_PERF_READY_FD": "file descriptor a perf child started ahead of its turn writes one byte to once its early imports are done and it waits; set by the harness",
     "CUTILE_PERF_LATE_PYTHONPATH": "the whole PYTHONPATH of a perf child started ahead of its turn, restored when it is let go (it starts without the checkout's entries); set by the harness",
     "CUTILE_PERF_LATE_CWD": "the checkout a perf child started ahead of its turn moves to when let go (it starts in /); set by the harness",
+    "CUTILE_PERF_PRELOAD": "JSON list of installed top-level modules a perf child started ahead of its turn imports while it waits (those the baseline's perf runs imported from outside their checkout, baseline row field preload); set by the harness",
     "CUTILE_PERF_KEY_FD": "file descriptor the pytest plugin reads the run report's signing key from, once; set by the harness",
     "CUTILE_PERF_TUNE_CACHE_DIR": "directory of the persistent tuning cache (default: the user cache dir)",
     "CUTILE_PERF_BENCH_MODE": "timing mode of cutile_perf.bench in perf tests: cold (default), warm, graph, graph-warm, cupti or cupti-warm",
@@ -185,6 +186,26 @@ def take_late_cwd() -> str:
     return value
 
 
+PRELOAD_MAX = 64  # at most this many preloaded modules (CUTILE_PERF_PRELOAD)
+
+
+def take_preload() -> list[str]:
+    """The installed top-level modules a child started ahead of its turn imports while it waits
+    (``CUTILE_PERF_PRELOAD``, set by the harness), taken out of the environment; [] when unset."""
+    value = os.environ.pop("CUTILE_PERF_PRELOAD", None)
+    if not value:
+        return []
+    try:
+        names = json.loads(value)
+    except ValueError:
+        names = None
+    if not (isinstance(names, list) and len(names) <= PRELOAD_MAX
+            and all(isinstance(n, str) and n.isidentifier() for n in names)):
+        raise BadEnvValue(f"CUTILE_PERF_PRELOAD={value[:80]!r}: expected a JSON list of at most {PRELOAD_MAX} "
+                          "top-level module names")
+    return names
+
+
 def pythonpath() -> str:
     return os.environ.get("PYTHONPATH", "")
 
@@ -261,7 +282,7 @@ def child_env(**overrides: str) -> dict[str, str]:
 # PYTHONSTARTUP, PYTHONHOME, BASH_ENV, tokens, ssh-agent sockets...) does not reach code the kernel
 # module runs. The harness adds its own values on top (child/measure.py, child/runner.py):
 # CUTILE_PERF_REPORT, CUTILE_PERF_KEY_FD, CUTILE_PERF_GATE_FD, CUTILE_PERF_START_FD, CUTILE_PERF_READY_FD,
-# CUTILE_PERF_LATE_PYTHONPATH, CUTILE_PERF_LATE_CWD, CUTILE_PERF_SHARD, CUTILE_PERF_SELECT,
+# CUTILE_PERF_LATE_PYTHONPATH, CUTILE_PERF_LATE_CWD, CUTILE_PERF_PRELOAD, CUTILE_PERF_SHARD, CUTILE_PERF_SELECT,
 # CUTILE_PERF_DEFENCE, PYTHONPATH (the checkout's package roots, then the user's own PYTHONPATH),
 # PYTHONPYCACHEPREFIX or PYTHONDONTWRITEBYTECODE (pristine.child_env), PYTHONNOUSERSITE, CUDA_TILE_CACHE_DIR (only the session cache the harness
 # guards and binds writable; a cache dir of the user's own is not passed: the child could plant

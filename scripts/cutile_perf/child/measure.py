@@ -21,13 +21,13 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cutile_perf.store import jitcache
-from cutile_perf.child import box, pristine, records, runner, runreport
+from cutile_perf.child import box, pristine, records, runner, runreport, warmstart
 from cutile_perf.judge import rules
 from cutile_perf.judge.crash import CrashClass
 from cutile_perf.judge.verdict import Stage
@@ -197,13 +197,14 @@ def _rel(session: Session, path: Path) -> str:
 def run_stage(session: Session, name: str, tag: str, deadline: Deadline, *, checkout: pristine.Checkout,
               fenced_files: list[str], tracked: list[str], on_start: Callable[[int], None] | None = None,
               gate: runner.Gate | None = None, select: list[str] | None = None,
-              start: runner.StartGate | None = None) -> Stage:
+              start: runner.StartGate | None = None, preload: Sequence[str] = ()) -> Stage:
     """Run the ``name`` command ("correctness" or "perf") once in ``checkout``; with ``gate``, the
     child waits on it before its first test (a perf child started during the correctness run);
     with ``start``, it is started ahead of its turn and waits on it before any code of the
     repository runs (``child.warmstart``; the stage is then timed from ``start.open()``);
     with ``select``, it runs only those node ids of the command's selection (``CUTILE_PERF_SELECT``:
-    an interleaved re-check run of the cases in doubt)."""
+    an interleaved re-check run of the cases in doubt); ``preload``: the installed modules a child
+    started ahead of its turn imports while it waits (``CUTILE_PERF_PRELOAD``)."""
     runs = session.sandbox / "runs"
     output = runs / f"{tag}-{name}.log"
     if deadline.left() <= 0:
@@ -216,7 +217,7 @@ def run_stage(session: Session, name: str, tag: str, deadline: Deadline, *, chec
     private = Path(tempfile.mkdtemp(prefix="cutile-perf-run-"))
     try:
         return _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private,
-                          gate, select, start)
+                          gate, select, start, preload)
     except BaseException:
         if start is not None and not start.handed:  # it never reached the runner, which closes them
             start.unused()
@@ -227,8 +228,8 @@ def run_stage(session: Session, name: str, tag: str, deadline: Deadline, *, chec
 
 def _run_child(session, name, deadline, checkout, fenced_files, on_start, output: Path, private: Path,
                shard: tuple[int, int] | None = None, gate: runner.Gate | None = None,
-               select: list[str] | None = None,
-               start: runner.StartGate | None = None) -> tuple[runner.RunResult, runreport.RunReport, Path]:
+               select: list[str] | None = None, start: runner.StartGate | None = None,
+               preload: Sequence[str] = ()) -> tuple[runner.RunResult, runreport.RunReport, Path]:
     """One pytest child of the stage (one share of the tests when ``shard`` is given): its result,
     its verified run report, and the report file (kept next to the log by the caller)."""
     report_file = private / "report.jsonl"
@@ -240,6 +241,8 @@ def _run_child(session, name, deadline, checkout, fenced_files, on_start, output
         overrides["CUTILE_PERF_SHARD"] = f"{shard[0]}/{shard[1]}"
     if select:
         overrides["CUTILE_PERF_SELECT"] = json.dumps(sorted(select))
+    if start is not None and preload:
+        overrides["CUTILE_PERF_PRELOAD"] = json.dumps(list(preload))
     if checkout.compile_cache is not None:
         overrides[jitcache.ENV] = str(checkout.compile_cache)
     boxed = box_why_not(session) is None
@@ -315,7 +318,7 @@ def _run_shards(session, name, deadline, checkout, fenced_files, on_start, outpu
 
 
 def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private,
-               gate=None, select=None, start=None) -> Stage:
+               gate=None, select=None, start=None, preload=()) -> Stage:
     guarded = protected_paths(session, tracked)
     before_user = snapshot(session.repo, guarded)
     # The committed files only: caches and outputs the tests create (.pytest_cache, logs) are theirs.
@@ -341,7 +344,8 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
         report_file = None
     else:
         result, report, report_file = _run_child(session, name, deadline, checkout, fenced_files, on_start,
-                                                 output, private, gate=gate, select=select, start=start)
+                                                 output, private, gate=gate, select=select, start=start,
+                                                 preload=preload)
         if start is not None and start.opened_at is None:
             # Started ahead of its turn and never let go (the run was not asked for, or the
             # command ended): it ran nothing, so no log of a run that did not happen is left.
@@ -412,7 +416,8 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
                       "(does the perf test call record_property('benchmark', ...)?)")
     return Stage(name, crash, result.duration_s, _rel(session, output), shapes, test_ids, kernel_names, detail,
                  ended=report.ended, passed=passed, not_passed=not_passed, restored=tuple(touched_user),
-                 sandbox=box.label(box_why_not(session)))
+                 sandbox=box.label(box_why_not(session)),
+                 imports=tuple(warmstart.installed_imports(report.modules, [checkout.root, private])))
 
 
 def _last_lines(text: str, count: int = 3) -> str:

@@ -12,13 +12,18 @@ next run pay that while the current one starts, and nothing more:
    directory, and the harness moves the checkout's own ``PYTHONPATH`` entries (and any empty or
    relative one, which means the working directory) into ``CUTILE_PERF_LATE_PYTHONPATH``.
    So the imports below can only find installed code, which the box keeps read-only.
-2. It imports ``WARM_MODULES`` and pays the profiler's one-off set-up with a CPU-only session
+2. It imports ``WARM_MODULES``, then the installed modules the baseline's perf runs imported
+   besides (``CUTILE_PERF_PRELOAD``, ``installed_imports``: a TileGym test imports triton, sympy,
+   transformers and more while it collects, seconds that every fresh child paid after its gate).
+   It pays the profiler's one-off set-up with a CPU-only session
    (``bench.prepare_profiler_without_context``: about 4.6 s on the H200 that the run's first
    witness no longer pays), says so on ``CUTILE_PERF_READY_FD``, and blocks on
    ``CUTILE_PERF_START_FD`` (the byte ``1``: go; end of file first: cancelled). What follows the go
    byte, up to the end of file, is the ``CUTILE_PERF_SELECT`` value of a child started before its
    cases were known (the re-check's runs, started with the candidate's correctness run). It has
-   touched no GPU: neither the imports nor that session makes a CUDA context.
+   touched no GPU: neither the imports nor that session makes a CUDA context. A preloaded module
+   that loaded the CUDA driver or initialized torch's CUDA would break that, so the child then
+   starts again with ``WARM_MODULES`` alone (``_cuda_touched``).
 3. Let go, it puts the path back as ``python -m pytest`` would have had it (the working directory
    first, then the whole ``PYTHONPATH``) and runs pytest in this process. If a module it already
    imported would now be found in the checkout instead (a repository that ships its own
@@ -36,12 +41,43 @@ import os
 import runpy
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 # Imported before the gate: everything a perf child of any cuTile repository imports first. Not the
 # record plugin: it must load as pytest loads it, after the gate (it takes its descriptors then).
 WARM_MODULES = ("torch", "cuda.tile", "pytest")
 CANCELLED = 75  # EX_TEMPFAIL: the run it was started for did not happen
+
+
+def installed_imports(modules: dict[str, str], inside: Iterable[str | os.PathLike]) -> list[str]:
+    """The top-level modules a child imported from installed code, in the order it first imported
+    them: ``modules`` is its run report's ``{module: file}``. What a later child started ahead of
+    its turn may import while it waits (``CUTILE_PERF_PRELOAD``, learned from the baseline's perf
+    runs, whose code is the user's own). Left out: everything whose file lies in ``inside`` (the
+    checkout, the run's folder: the repository's code never runs before the gate), the standard
+    library (cheap, and partly imported already), what it imports anyway (``WARM_MODULES``), this
+    package (pytest loads it as a plugin after the gate), private names and namespace packages
+    (no file of their own)."""
+    from cutile_perf import knobs  # noqa: PLC0415 - this module is the child's entry point: imports stay lazy
+
+    roots = [os.path.realpath(p) for p in inside]
+    skip = {*(n.partition(".")[0] for n in WARM_MODULES), "cutile_perf", *sys.stdlib_module_names}
+    found: list[str] = []
+    for name in modules:
+        top = name.partition(".")[0]
+        if top in found or top in skip or top.startswith("_") or not top.isidentifier():
+            continue
+        file = modules.get(top)
+        if not isinstance(file, str) or not os.path.isabs(file):
+            continue
+        real = os.path.realpath(file)
+        if any(real == r or real.startswith(r + os.sep) for r in roots):
+            continue
+        found.append(top)
+        if len(found) == knobs.PRELOAD_MAX:
+            break
+    return found
 
 
 def warm_argv(argv: list[str]) -> list[str] | None:
@@ -102,6 +138,68 @@ class _NotFound:
         return None
 
 
+def _pytest_plugin_packages() -> set[str]:
+    """The top-level packages of pytest's installed plugins (entry points ``pytest11``): pytest
+    imports those itself and rewrites their asserts, which it cannot do once they are imported."""
+    from importlib import metadata  # noqa: PLC0415
+
+    try:
+        return {ep.value.partition(":")[0].partition(".")[0] for ep in metadata.entry_points(group="pytest11")}
+    except Exception:  # noqa: BLE001 - broken metadata: preload nothing rather than guess
+        return {"*"}
+
+
+def _preload(names: list[str]) -> list[str]:
+    """Import ``names`` (installed top-level modules; the checkout is not on the path yet), skipping
+    pytest's plugins and any that fails: a fresh child imports it after the gate and reports that."""
+    plugins = _pytest_plugin_packages()
+    if "*" in plugins:
+        return []
+    done = []
+    for name in names:
+        if name in plugins or name in sys.modules:
+            continue
+        try:
+            importlib.import_module(name)
+        except (Exception, SystemExit):  # noqa: BLE001 - see the docstring
+            continue
+        done.append(name)
+    return done
+
+
+def driver_mapped(maps: str | None = None) -> bool:
+    """Whether the CUDA driver library (``libcuda.so*``) is mapped into this process: no CUDA
+    context can exist without it. ``maps``: the text of /proc/self/maps (read when None)."""
+    if maps is None:
+        try:
+            maps = Path("/proc/self/maps").read_text()
+        except OSError:
+            return False
+    return any(os.path.basename(line.rpartition(" ")[2]).startswith("libcuda.so") for line in maps.splitlines())
+
+
+def _cuda_touched(driver_before: bool) -> bool:
+    """Whether the preloads went near the GPU: they mapped the CUDA driver, or torch's CUDA state
+    was initialized (a context). A waiting child must hold no CUDA context beside a timed run."""
+    torch = sys.modules.get("torch")
+    initialized = getattr(getattr(torch, "cuda", None), "is_initialized", lambda: False)
+    try:
+        touched_torch = bool(initialized())
+    except Exception:  # noqa: BLE001 - a torch in a broken state is no state to wait in
+        touched_torch = True
+    return touched_torch or (driver_mapped() and not driver_before)
+
+
+def _start_again_without_preload(args: list[str], fds: tuple[int, int], late: str, late_cwd: str) -> None:
+    """Become a fresh warm child with ``WARM_MODULES`` alone: what was imported (and any CUDA state
+    it made) goes with this process image; the gate's descriptors stay open across ``exec``."""
+    os.environ.update({"CUTILE_PERF_READY_FD": str(fds[0]), "CUTILE_PERF_START_FD": str(fds[1]),
+                       "CUTILE_PERF_LATE_PYTHONPATH": late, "CUTILE_PERF_LATE_CWD": late_cwd})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-P", "-m", "cutile_perf.child.warmstart", *args])
+
+
 def _wait(ready_fd: int, start_fd: int) -> bytes | None:
     """Say it is ready and wait: None when cancelled, else what the harness handed over after the
     go byte (empty, or the node ids of a speculative re-check run, ``loop.stages.NextRun``)."""
@@ -122,6 +220,7 @@ def main(args: list[str]) -> int:
 
     ready_fd, start_fd = knobs.take_start_fds()
     late, late_cwd = knobs.take_late_pythonpath(), knobs.take_late_cwd()
+    preload = knobs.take_preload()
     early = [e for e in knobs.pythonpath().split(os.pathsep) if e]
     not_found = _NotFound()
     sys.meta_path.append(not_found)
@@ -131,6 +230,15 @@ def main(args: list[str]) -> int:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a fresh child reports it: the plain command runs below
             failed = True
+    if preload and not failed:
+        driver_before, started = driver_mapped(), time.perf_counter()
+        done = _preload(preload)
+        if _cuda_touched(driver_before):
+            print("cutile-perf: a preloaded module went near the GPU while waiting (CUDA driver loaded or "
+                  "torch's CUDA initialized); starting again without preloads", file=sys.stderr, flush=True)
+            _start_again_without_preload(args, (ready_fd, start_fd), late, late_cwd)
+        print(f"cutile-perf: preloaded {len(done)} installed module(s) the baseline's tests imported "
+              f"({time.perf_counter() - started:.2f} s): {', '.join(done)}", file=sys.stderr, flush=True)
     sys.meta_path.remove(not_found)
     if not failed:
         # The profiler's one-off set-up, without a CUDA context (bench.prepare_profiler_without_context):

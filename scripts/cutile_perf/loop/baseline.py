@@ -23,9 +23,11 @@ from cutile_perf.store import session as session_mod
 
 
 def perf_repeats(runner: Stages, thresholds: rules.Thresholds, commit: str, repeats: int, test_ids: dict[str, str],
-                 names: dict[str, str], first: Stage | None = None) -> dict[str, list[float]]:
+                 names: dict[str, str], first: Stage | None = None,
+                 imports: list[str] | None = None) -> dict[str, list[float]]:
     """Per-case medians of ``repeats`` perf runs; a crashed run stops the baseline. ``first``: run 1,
-    already run by a perf child pre-started during the correctness run."""
+    already run by a perf child pre-started during the correctness run. ``imports`` collects the
+    installed modules the runs imported, in first-seen order (the row's ``preload``)."""
     runs: dict[str, list[float]] = {}
     empty = verdict.Reference(commit=commit, medians={}, noise={})
     for k in range(repeats):
@@ -39,6 +41,8 @@ def perf_repeats(runner: Stages, thresholds: rules.Thresholds, commit: str, repe
             raise IterationCrashed(f"baseline perf run failed: {checked.reason}", f"read {stage.output}")
         test_ids.update(stage.test_ids)
         names.update(stage.kernel_names)
+        if imports is not None:
+            imports.extend(m for m in stage.imports if m not in imports)
         for case, value in stage.shapes.items():
             runs.setdefault(case, []).append(value)
     # A case that vanished from one run cannot be compared fairly: keep cases seen every time.
@@ -99,7 +103,8 @@ def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outco
                                        f"read {corr.output}; fix the kernel or the commands in sandbox/session.yaml")
             test_ids: dict[str, str] = {}
             names: dict[str, str] = {}
-            runs = perf_repeats(runner, session.thresholds, head, repeats, test_ids, names, first)
+            imports: list[str] = []
+            runs = perf_repeats(runner, session.thresholds, head, repeats, test_ids, names, first, imports)
             defined = runner.defined_names(head)
             fields_of_runner = runner.row_fields()
         if not runs:
@@ -115,6 +120,7 @@ def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outco
             frozen_env=knobs.measurement_env(), sandbox=iteration.isolation([corr]),
             passed_tests=sorted(corr.passed),
             kernel_names={c: n for c, n in names.items() if c in shapes and verdict.names_defined(n, defined)},
+            preload=imports[:knobs.PRELOAD_MAX],
             **fields_of_runner,
         )
         history.record(entry)

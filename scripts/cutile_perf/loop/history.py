@@ -227,6 +227,12 @@ class History:
         """Correctness test ids that passed at the baseline: each must pass in every later iteration."""
         return frozenset((self.first() or {}).get("passed_tests") or ())
 
+    def preload(self) -> list[str]:
+        """The installed modules the baseline's perf runs imported (``child.warmstart.installed_imports``),
+        which children started ahead of their turn import while they wait. Only the baseline row's:
+        it ran the user's own code, while a candidate's run could name any installed module."""
+        return list((self.first() or {}).get("preload") or [])
+
     def kernel_names(self) -> dict[str, str]:
         """case -> ``kernel_name`` recorded at the baseline, for cases whose kernel the fenced files define."""
         return dict((self.first() or {}).get("kernel_names") or {})

@@ -720,8 +720,8 @@ def try_change(repo: Path, optimization: str, *, stages: Stages | None = None, b
         timeout_s = budget.cap(session.timeout_s) if budget is not None else session.timeout_s
         if stages is not None:
             stages.clock = clock  # scripted stages time themselves into this row, as StageRunner does
-        runner = stages if stages is not None else StageRunner(session, g, measure.Deadline(timeout_s),
-                                                               clock, on_start=it.state.add_child)
+        runner = stages if stages is not None else StageRunner(session, g, measure.Deadline(timeout_s), clock,
+                                                               on_start=it.state.add_child, preload=history.preload())
         cut = None
         try:
             try:

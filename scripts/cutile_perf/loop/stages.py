@@ -152,9 +152,12 @@ class StageRunner:
     for: the baseline, every candidate, the interleaved re-check and ``verify`` all measure this way.
     """
 
-    def __init__(self, session: Session, g, deadline, clock: Clock, on_start=None, fresh_compile_cache: bool = False):
+    def __init__(self, session: Session, g, deadline, clock: Clock, on_start=None, fresh_compile_cache: bool = False,
+                 preload: Sequence[str] = ()):
         """``fresh_compile_cache``: compile everything in an empty cache of this runner's own
-        (``verify``) instead of the session's guarded one; only with ``jit_cache`` on."""
+        (``verify``) instead of the session's guarded one; only with ``jit_cache`` on. ``preload``:
+        the installed modules every child started ahead of its turn imports while it waits (the
+        baseline row's ``preload``, ``History.preload``)."""
         from cutile_perf.child import measure# noqa: PLC0415 - measure imports session, not iteration
 
         self.measure = measure
@@ -163,6 +166,7 @@ class StageRunner:
         self.checkouts: dict = {}
         self.fenced: dict[str, list[str]] = {}
         self.fresh_compile_cache = fresh_compile_cache
+        self.preload = tuple(preload)
         self.compile_cache: Path | None = None  # set on entry when the session keeps a JIT cache
         self.dropped_compiled: list[str] = []  # cache entries no earlier command recorded, dropped on entry
         self._exits = contextlib.ExitStack()
@@ -343,7 +347,7 @@ class StageRunner:
         child.future = self._pool.submit(
             measure.run_stage, self.session, run.name, run.tag, self.deadline, checkout=checkout,
             fenced_files=self.fenced_files(run.commit), tracked=self.tracked, on_start=started, gate=tests,
-            select=run.select, start=start)
+            select=run.select, start=start, preload=self.preload)
         return child
 
     def _claim_ahead(self, run: NextRun) -> _Child | None:
