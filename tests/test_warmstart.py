@@ -237,6 +237,7 @@ def test_installed_imports_are_the_top_level_modules_from_outside_the_checkout_i
         "cutile_perf": f"{site}/cutile_perf/__init__.py",  # pytest loads it as a plugin after the gate
         "_private": f"{site}/_private.so",
         "scratch_mod": f"{tmp_path}/run/scratch/scratch_mod.py",  # written by the run itself
+        "sitecustomize": f"{site}/sitecustomize.py",  # the interpreter ran it at start-up
         "transformers": f"{site}/transformers/__init__.py",
     }
     assert warmstart.installed_imports(modules, [checkout, tmp_path / "run"]) == ["sympy", "triton", "transformers"]
@@ -247,6 +248,29 @@ def test_the_cuda_driver_is_seen_in_the_memory_maps_and_its_runtime_is_not():
     runtime = "7f20-7f30 r-xp 00000000 08:01 43 /opt/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so.13\n"
     assert warmstart.driver_mapped(runtime + driver)
     assert not warmstart.driver_mapped(runtime + "7f40-7f50 rw-p 00000000 00:00 0 \n")
+
+
+class _FakeDriver:
+    """Stands in for libcuda: ``cuDeviceGetCount`` answers ``answer`` (3: not initialized)."""
+
+    def __init__(self, answer: int) -> None:
+        self.answer = answer
+
+    def cuDeviceGetCount(self, _count):  # noqa: N802 - the driver's name
+        return self.answer
+
+
+@pytest.mark.parametrize(("answer", "touched"), [(3, False), (0, True)], ids=["not-initialized", "initialized"])
+def test_a_driver_initialized_by_the_preloads_counts_as_near_the_gpu(monkeypatch, answer, touched):
+    # On the H200 ``import torch`` maps libcuda before any preload (``driver_mapped`` cannot tell),
+    # and leaves it uninitialized: a preload that calls cuInit (every context's first step) is seen.
+    import ctypes
+
+    monkeypatch.setattr(warmstart, "_driver_path", lambda maps=None: "/usr/lib/libcuda.so.1")
+    monkeypatch.setattr(ctypes, "CDLL", lambda path: _FakeDriver(answer))
+    assert warmstart.driver_initialized() is touched
+    assert warmstart._cuda_touched((True, False)) is touched
+    assert warmstart._cuda_touched((True, True)) is False  # initialized before: only torch's check is left
 
 
 def _site(root: Path, packages: dict[str, str]) -> Path:

@@ -22,8 +22,8 @@ next run pay that while the current one starts, and nothing more:
    byte, up to the end of file, is the ``CUTILE_PERF_SELECT`` value of a child started before its
    cases were known (the re-check's runs, started with the candidate's correctness run). It has
    touched no GPU: neither the imports nor that session makes a CUDA context. A preloaded module
-   that loaded the CUDA driver or initialized torch's CUDA would break that, so the child then
-   starts again with ``WARM_MODULES`` alone (``_cuda_touched``).
+   that loaded or initialized the CUDA driver, or initialized torch's CUDA, would break that, so
+   the child then starts again with ``WARM_MODULES`` alone (``_cuda_touched``).
 3. Let go, it puts the path back as ``python -m pytest`` would have had it (the working directory
    first, then the whole ``PYTHONPATH``) and runs pytest in this process. If a module it already
    imported would now be found in the checkout instead (a repository that ships its own
@@ -57,12 +57,13 @@ def installed_imports(modules: dict[str, str], inside: Iterable[str | os.PathLik
     runs, whose code is the user's own). Left out: everything whose file lies in ``inside`` (the
     checkout, the run's folder: the repository's code never runs before the gate), the standard
     library (cheap, and partly imported already), what it imports anyway (``WARM_MODULES``), this
-    package (pytest loads it as a plugin after the gate), private names and namespace packages
-    (no file of their own)."""
+    package (pytest loads it as a plugin after the gate), the interpreter's start-up hooks
+    (``sitecustomize``), private names and namespace packages (no file of their own)."""
     from cutile_perf import knobs  # noqa: PLC0415 - this module is the child's entry point: imports stay lazy
 
     roots = [os.path.realpath(p) for p in inside]
-    skip = {*(n.partition(".")[0] for n in WARM_MODULES), "cutile_perf", *sys.stdlib_module_names}
+    skip = {*(n.partition(".")[0] for n in WARM_MODULES), "cutile_perf", "sitecustomize", "usercustomize",
+            *sys.stdlib_module_names}
     found: list[str] = []
     for name in modules:
         top = name.partition(".")[0]
@@ -167,27 +168,63 @@ def _preload(names: list[str]) -> list[str]:
     return done
 
 
-def driver_mapped(maps: str | None = None) -> bool:
-    """Whether the CUDA driver library (``libcuda.so*``) is mapped into this process: no CUDA
-    context can exist without it. ``maps``: the text of /proc/self/maps (read when None)."""
+CUDA_ERROR_NOT_INITIALIZED = 3  # what the driver API answers before ``cuInit``
+
+
+def _driver_path(maps: str | None = None) -> str | None:
+    """The CUDA driver library (``libcuda.so*``) mapped into this process, or None. ``maps``: the
+    text of /proc/self/maps (read when None)."""
     if maps is None:
         try:
             maps = Path("/proc/self/maps").read_text()
         except OSError:
-            return False
-    return any(os.path.basename(line.rpartition(" ")[2]).startswith("libcuda.so") for line in maps.splitlines())
+            return None
+    for line in maps.splitlines():
+        path = line.rpartition(" ")[2]
+        if os.path.basename(path).startswith("libcuda.so"):
+            return path
+    return None
 
 
-def _cuda_touched(driver_before: bool) -> bool:
-    """Whether the preloads went near the GPU: they mapped the CUDA driver, or torch's CUDA state
-    was initialized (a context). A waiting child must hold no CUDA context beside a timed run."""
+def driver_mapped(maps: str | None = None) -> bool:
+    """Whether the CUDA driver library is mapped into this process (``import torch`` maps it on
+    the H200 without initializing it)."""
+    return _driver_path(maps) is not None
+
+
+def driver_initialized() -> bool:
+    """Whether this process's CUDA driver was initialized (``cuInit``), which every CUDA context
+    needs. Asked without initializing it: ``cuDeviceGetCount`` answers CUDA_ERROR_NOT_INITIALIZED
+    before ``cuInit``. False when no driver is mapped, or the library mapped has no such function.
+    On the H200 it is False after ``import torch, cuda.tile, pytest`` and after TileGym's preloads,
+    and True after the CPU-only profiler session, which makes no context either
+    (``benchmarks/results/2026-12-03-h200-s23/README.md``)."""
+    path = _driver_path()
+    if path is None:
+        return False
+    import ctypes  # noqa: PLC0415
+
+    try:
+        count = ctypes.c_int()
+        return ctypes.CDLL(path).cuDeviceGetCount(ctypes.byref(count)) != CUDA_ERROR_NOT_INITIALIZED
+    except (OSError, AttributeError):
+        return False
+
+
+def _cuda_touched(before: tuple[bool, bool]) -> bool:
+    """Whether the preloads went near the GPU, given ``(driver_mapped(), driver_initialized())``
+    from before them: they initialized the driver (the first step to any context) or mapped it,
+    or torch's CUDA state is initialized. A waiting child must hold no CUDA context beside a timed
+    run; a driver that was initialized before the preloads leaves only the torch check."""
     torch = sys.modules.get("torch")
     initialized = getattr(getattr(torch, "cuda", None), "is_initialized", lambda: False)
     try:
         touched_torch = bool(initialized())
     except Exception:  # noqa: BLE001 - a torch in a broken state is no state to wait in
         touched_torch = True
-    return touched_torch or (driver_mapped() and not driver_before)
+    mapped_before, initialized_before = before
+    return (touched_torch or (driver_mapped() and not mapped_before)
+            or (driver_initialized() and not initialized_before))
 
 
 def _start_again_without_preload(args: list[str], fds: tuple[int, int], late: str, late_cwd: str) -> None:
@@ -231,11 +268,12 @@ def main(args: list[str]) -> int:
         except Exception:  # noqa: BLE001 - a fresh child reports it: the plain command runs below
             failed = True
     if preload and not failed:
-        driver_before, started = driver_mapped(), time.perf_counter()
+        driver_before, started = (driver_mapped(), driver_initialized()), time.perf_counter()
         done = _preload(preload)
         if _cuda_touched(driver_before):
             print("cutile-perf: a preloaded module went near the GPU while waiting (CUDA driver loaded or "
-                  "torch's CUDA initialized); starting again without preloads", file=sys.stderr, flush=True)
+                  "initialized, or torch's CUDA initialized); starting again without preloads", file=sys.stderr,
+                  flush=True)
             _start_again_without_preload(args, (ready_fd, start_fd), late, late_cwd)
         print(f"cutile-perf: preloaded {len(done)} installed module(s) the baseline's tests imported "
               f"({time.perf_counter() - started:.2f} s): {', '.join(done)}", file=sys.stderr, flush=True)
