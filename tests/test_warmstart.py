@@ -89,12 +89,14 @@ def _repo(root: Path, mark: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _started_ahead(repo: Path, mark: Path, log: Path):
+def _started_ahead(repo: Path, mark: Path, log: Path, site: Path | None = None, extra_env: dict | None = None):
     """Start the repository's tests ahead of their turn (the package root src/ on PYTHONPATH, as a
-    checkout's is) and yield ``(start, done)`` once the child waits; on leaving, close the gate (a
-    no-op after ``start.open()``) and wait for the child: ``done["result"]`` is its ``RunResult``."""
+    checkout's is, then ``site``, a folder of 'installed' packages) and yield ``(start, done)`` once
+    the child waits; on leaving, close the gate (a no-op after ``start.open()``) and wait for the
+    child: ``done["result"]`` is its ``RunResult``, ``done["pid"]`` its process."""
     done: dict = {}
-    env = {"MARK": str(mark), "PYTHONPATH": str(repo / "src"), "PYTHONDONTWRITEBYTECODE": "1"}
+    path = [str(repo / "src"), *([str(site)] if site else [])]
+    env = {"MARK": str(mark), "PYTHONPATH": os.pathsep.join(path), "PYTHONDONTWRITEBYTECODE": "1", **(extra_env or {})}
     start = runner.StartGate()
 
     def go():
@@ -286,32 +288,14 @@ def _marking(name: str) -> str:
     return f"import os\nwith open(os.environ['MARK'], 'a') as fh:\n    fh.write('{name} imported\\n')\n"
 
 
-def _run_ahead_with(repo: Path, mark: Path, log: Path, site: Path, preload: list[str], before_go=None):
-    """``_started_ahead`` with ``site`` on the early PYTHONPATH and CUTILE_PERF_PRELOAD set: returns the
-    child's result and what ``before_go(pid)`` returned while it waited."""
+def _run_ahead_with(repo: Path, mark: Path, log: Path, site: Path, preload: list[str], before_go):
+    """Run the tests started ahead of their turn with CUTILE_PERF_PRELOAD set: returns the child's
+    result and what ``before_go(pid)`` returned while it waited."""
     import json
 
-    done: dict = {}
-    env = {"MARK": str(mark), "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(site)]),
-           "PYTHONDONTWRITEBYTECODE": "1", "CUTILE_PERF_PRELOAD": json.dumps(preload)}
-    start = runner.StartGate()
-
-    def go():
-        done["result"] = runner.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=repo,
-                                    timeout_s=120, output_path=log, env_overrides=env, start=start,
-                                    on_start=lambda pid: done.setdefault("pid", pid))
-
-    thread = threading.Thread(target=go)
-    thread.start()
-    try:
-        assert start.wait_ready(120, ended=lambda: not thread.is_alive())
-        assert thread.is_alive(), log.read_text()
-        seen = before_go(done["pid"]) if before_go else None
+    with _started_ahead(repo, mark, log, site, {"CUTILE_PERF_PRELOAD": json.dumps(preload)}) as (start, done):
+        seen = before_go(done["pid"])
         start.open()
-    finally:
-        start.close()
-        thread.join(120)
-        start.done()
     return done["result"], seen
 
 

@@ -390,8 +390,10 @@ def prepare_profiler_without_context() -> bool:
     (``child.warmstart``), where no CUDA context may exist yet. On the H200 the session took 4.58 s
     without making a context (``torch.cuda.is_initialized`` false, ``nvidia-smi`` did not list the
     process), and the process's first CUDA profile then took 0.04 s, against 5.44 s in a process
-    without it (``benchmarks/profiler_warmup.py``, variant ``cpu-session``, single run). Returns
-    whether the session ran; one that cannot run changes nothing (the first witness pays it)."""
+    without it (``benchmarks/profiler_warmup.py``, variant ``cpu-session``, single run). It does
+    initialize the CUDA driver (``cuInit``, no context: ``benchmarks/results/2026-12-03-h200-s23/``,
+    driver probe), which is why ``child.warmstart`` checks its preloads before it. Returns whether
+    the session ran; one that cannot run changes nothing (the first witness pays it)."""
     try:
         import torch  # noqa: PLC0415 - lazy, as everywhere in this module
         from torch import profiler  # noqa: PLC0415
