@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -271,8 +272,19 @@ def test_a_driver_initialized_by_the_preloads_counts_as_near_the_gpu(monkeypatch
     monkeypatch.setattr(warmstart, "_driver_path", lambda maps=None: "/usr/lib/libcuda.so.1")
     monkeypatch.setattr(ctypes, "CDLL", lambda path: _FakeDriver(answer))
     assert warmstart.driver_initialized() is touched
-    assert warmstart._cuda_touched((True, False)) is touched
-    assert warmstart._cuda_touched((True, True)) is False  # initialized before: only torch's check is left
+    before = warmstart.Quiet(driver_mapped=True, driver_initialized=False, torch_cuda=False, threads=2)
+    after = warmstart.Quiet.now()
+    assert (warmstart.preload_problem(before, replace(after, threads=2)) is not None) is touched
+    # initialized before the preloads: only the other checks are left
+    assert warmstart.preload_problem(replace(before, driver_initialized=True), replace(after, threads=2)) is None
+
+
+def test_a_preload_that_starts_a_thread_or_torch_s_cuda_is_a_problem():
+    quiet = warmstart.Quiet(driver_mapped=True, driver_initialized=False, torch_cuda=False, threads=2)
+    assert warmstart.preload_problem(quiet, quiet) is None
+    assert warmstart.preload_problem(quiet, replace(quiet, threads=3)) == "1 thread(s) were started"
+    assert warmstart.preload_problem(quiet, replace(quiet, torch_cuda=True)) == "torch's CUDA was initialized"
+    assert warmstart.preload_problem(replace(quiet, driver_mapped=False), quiet) == "the CUDA driver was loaded"
 
 
 def _site(root: Path, packages: dict[str, str]) -> Path:
@@ -339,6 +351,27 @@ def test_a_preload_that_loads_the_cuda_driver_is_undone_before_the_child_waits(t
     result, maps = _run_ahead_with(repo, mark, log, site, ["gpuish"],
                                    before_go=lambda pid: Path(f"/proc/{pid}/maps").read_text())
     assert not warmstart.driver_mapped(maps)  # what waited has no driver mapped
-    assert "starting again without preloads" in log.read_text()
+    assert "the CUDA driver was loaded; starting again without preloads" in log.read_text()
     assert result.ok, log.read_text()
     assert mark.read_text().splitlines() == ["gpuish imported", "conftest", "imported", "test src"]
+
+
+def test_a_preload_that_starts_a_thread_is_undone_before_the_child_waits(tmp_path):
+    """Red team: an installed module that starts a thread at import (a poller, a telemetry sender)
+    would keep working while the child waits beside a timed run. The child starts again without
+    preloads: what waits has no such thread."""
+    mark, log = tmp_path / "mark.txt", tmp_path / "child.log"
+    repo = _repo(tmp_path, mark)
+    spinner = _marking("spinner") + "import threading, time\n" \
+        "threading.Thread(target=lambda: [time.sleep(0.01) for _ in range(10**6)], daemon=True, name='spin').start()\n"
+    site = _site(tmp_path, {"spinner": spinner})
+    result, threads = _run_ahead_with(repo, mark, log, site, ["spinner"],
+                                      before_go=lambda pid: len(list(Path(f"/proc/{pid}/task").iterdir())))
+    assert "1 thread(s) were started; starting again without preloads" in log.read_text()
+    # What waits is the process started again: as many threads as a child that preloaded nothing.
+    mark2, log2 = tmp_path / "mark2.txt", tmp_path / "child2.log"
+    with _started_ahead(_repo(tmp_path / "plain", mark2), mark2, log2) as (start, done):
+        plain = len(list(Path(f"/proc/{done['pid']}/task").iterdir()))
+        start.open()
+    assert threads == plain, (threads, plain)
+    assert result.ok, log.read_text()

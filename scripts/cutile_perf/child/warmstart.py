@@ -22,8 +22,8 @@ next run pay that while the current one starts, and nothing more:
    byte, up to the end of file, is the ``CUTILE_PERF_SELECT`` value of a child started before its
    cases were known (the re-check's runs, started with the candidate's correctness run). It has
    touched no GPU: neither the imports nor that session makes a CUDA context. A preloaded module
-   that loaded or initialized the CUDA driver, or initialized torch's CUDA, would break that, so
-   the child then starts again with ``WARM_MODULES`` alone (``_cuda_touched``).
+   that loaded or initialized the CUDA driver, initialized torch's CUDA or started a thread would
+   break that, so the child then starts again with ``WARM_MODULES`` alone (``preload_problem``).
 3. Let go, it puts the path back as ``python -m pytest`` would have had it (the working directory
    first, then the whole ``PYTHONPATH``) and runs pytest in this process. If a module it already
    imported would now be found in the checkout instead (a repository that ships its own
@@ -42,6 +42,7 @@ import runpy
 import sys
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 # Imported before the gate: everything a perf child of any cuTile repository imports first. Not the
@@ -211,20 +212,45 @@ def driver_initialized() -> bool:
         return False
 
 
-def _cuda_touched(before: tuple[bool, bool]) -> bool:
-    """Whether the preloads went near the GPU, given ``(driver_mapped(), driver_initialized())``
-    from before them: they initialized the driver (the first step to any context) or mapped it,
-    or torch's CUDA state is initialized. A waiting child must hold no CUDA context beside a timed
-    run; a driver that was initialized before the preloads leaves only the torch check."""
-    torch = sys.modules.get("torch")
-    initialized = getattr(getattr(torch, "cuda", None), "is_initialized", lambda: False)
-    try:
-        touched_torch = bool(initialized())
-    except Exception:  # noqa: BLE001 - a torch in a broken state is no state to wait in
-        touched_torch = True
-    mapped_before, initialized_before = before
-    return (touched_torch or (driver_mapped() and not mapped_before)
-            or (driver_initialized() and not initialized_before))
+@dataclass(frozen=True)
+class Quiet:
+    """What a waiting child may not start on its own, at one moment: the CUDA driver mapped and
+    initialized (every CUDA context needs ``cuInit``), torch's CUDA state, and its thread count (a
+    thread keeps working while the main one blocks at the gate, beside a timed run)."""
+
+    driver_mapped: bool
+    driver_initialized: bool
+    torch_cuda: bool
+    threads: int
+
+    @classmethod
+    def now(cls) -> Quiet:
+        torch = sys.modules.get("torch")
+        initialized = getattr(getattr(torch, "cuda", None), "is_initialized", lambda: False)
+        try:
+            torch_cuda = bool(initialized())
+        except Exception:  # noqa: BLE001 - a torch in a broken state is no state to wait in
+            torch_cuda = True
+        try:
+            threads = len(os.listdir("/proc/self/task"))
+        except OSError:
+            threads = 0
+        return cls(driver_mapped(), driver_initialized(), torch_cuda, threads)
+
+
+def preload_problem(before: Quiet, after: Quiet) -> str | None:
+    """What the preloads started that a child waiting beside a timed run may not hold, or None.
+    A driver already initialized before them leaves the other checks (on the H200 ``import torch``
+    maps it, and only the CPU-only profiler session, which runs after the preloads, initializes it)."""
+    if after.torch_cuda and not before.torch_cuda:
+        return "torch's CUDA was initialized"
+    if after.driver_initialized and not before.driver_initialized:
+        return "the CUDA driver was initialized"
+    if after.driver_mapped and not before.driver_mapped:
+        return "the CUDA driver was loaded"
+    if after.threads > before.threads:
+        return f"{after.threads - before.threads} thread(s) were started"
+    return None
 
 
 def _start_again_without_preload(args: list[str], fds: tuple[int, int], late: str, late_cwd: str) -> None:
@@ -268,11 +294,11 @@ def main(args: list[str]) -> int:
         except Exception:  # noqa: BLE001 - a fresh child reports it: the plain command runs below
             failed = True
     if preload and not failed:
-        driver_before, started = (driver_mapped(), driver_initialized()), time.perf_counter()
+        before, started = Quiet.now(), time.perf_counter()
         done = _preload(preload)
-        if _cuda_touched(driver_before):
-            print("cutile-perf: a preloaded module went near the GPU while waiting (CUDA driver loaded or "
-                  "initialized, or torch's CUDA initialized); starting again without preloads", file=sys.stderr,
+        problem = preload_problem(before, Quiet.now())
+        if problem:
+            print(f"cutile-perf: while preloading, {problem}; starting again without preloads", file=sys.stderr,
                   flush=True)
             _start_again_without_preload(args, (ready_fd, start_fd), late, late_cwd)
         print(f"cutile-perf: preloaded {len(done)} installed module(s) the baseline's tests imported "
