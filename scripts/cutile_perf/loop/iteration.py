@@ -491,7 +491,7 @@ class Iteration:
         say(f"iteration {self.state.iteration}: {name}" + (f" ({tag.split('-', 1)[1]})" if "-" in tag else "") + scope)
         self._within_budget(f"before the {name} run")
         stage = stages.stage(name, tag, commit, cases=cases, then=then)
-        self._within_budget(f"during the {name} run")
+        self._within_budget(f"during the {name} run" + (f" {tag.split('-', 1)[1]}" if "-confirm" in tag else ""))
         return stage
 
     def _within_budget(self, when: str) -> None:
