@@ -205,8 +205,10 @@ def test_a_try_of_40_percent_of_the_budget_runs_until_the_budget_ends_and_the_ne
 def test_a_try_cut_by_the_budgets_end_is_settled_as_interrupted_and_tried_again_by_the_next_job(repo):
     names = write_plan(repo, 2)
     clock = FakeClock()
-    # Borderline: the interleaved re-check starts at 40 s and runs past the 100 s budget.
-    job = run_job(repo, clock, simulated_op(clock, [BORDERLINE, BASE], reference(repo)), budget_s=100)
+    # Borderline: the interleaved re-check starts at 40 s. Its floor (6 runs at the perf run's
+    # speed, half of it for the one test in doubt: 90 s) fits the 100 s left of a 140 s budget, but
+    # its runs take 30 s each, past the budget's end.
+    job = run_job(repo, clock, simulated_op(clock, [BORDERLINE, BASE], reference(repo)), budget_s=140)
     cut = job.data["entries"][0]
     # cut in the re-check: the reason names the run (a re-check run is a perf run of one side)
     assert cut["cut"] and "ran out during the perf run confirm" in cut["cut"] and job.data["cut"] == names[0]
@@ -217,8 +219,8 @@ def test_a_try_cut_by_the_budgets_end_is_settled_as_interrupted_and_tried_again_
     assert "not a verdict" in row["reason"] and (repo / row["patch"]).exists()
     assert_settled(repo)
 
-    # The next job of the same length: idea 1 would need its re-check again (220 s), more than the
-    # whole budget, so it is passed over with that said, and idea 2 runs.
+    # A job of 100 s: idea 1 would need its re-check again (220 s), more than the whole budget, so
+    # it is passed over with that said, and idea 2 runs.
     clock = FakeClock()
     job = run_job(repo, clock, simulated_op(clock, [SLOWER], reference(repo)), budget_s=100)
     assert [(e["optimization"], e["decision"]) for e in job.data["entries"]] == [(names[1], "revert")]
@@ -234,6 +236,30 @@ def test_a_try_cut_by_the_budgets_end_is_settled_as_interrupted_and_tried_again_
         (names[0], "crash"), (names[1], "revert"), (names[0], "keep")]
     assert job.data["not_started"] == [] and job.data["cut"] is None
     assert_settled(repo)
+
+
+def test_a_re_check_that_cannot_end_in_time_is_not_started_and_the_next_entry_runs_in_its_place(repo):
+    names = write_plan(repo, 2)
+    clock = FakeClock()
+    stages = simulated_op(clock, [BORDERLINE, SLOWER], reference(repo))
+    # Idea 1's perf run ends at 40 s of 100: its re-check needs at least 90 s (3 pairs of its one
+    # test in doubt at the perf run's own speed), so none of it starts; idea 2 (a typical 40 s) does.
+    job = run_job(repo, clock, stages, budget_s=100)
+    assert not [tag for _, tag, _ in stages.calls if "confirm" in tag], "no re-check run started"
+    first, second = job.data["entries"]
+    assert first["cut"] and "cannot hold the re-check: it needs at least 90 s" in first["cut"]
+    assert (second["optimization"], second["decision"]) == (names[1], "revert")
+    assert clock.t - 1000.0 == 80.0 and job.data["cut"] == names[0] and "next job" in job.text
+    assert "no verdict (the job's time budget cannot hold the re-check" in job.text
+    row = next(r for r in rows(repo) if r["optimization"] == names[0])
+    assert (row["status"], row["crash_class"]) == ("crash", "interrupted") and "not a verdict" in row["reason"]
+    assert_settled(repo)
+
+
+def test_the_re_check_floor_is_its_pairs_at_the_perf_run_s_own_speed_for_its_share_of_the_tests():
+    assert budget_mod.recheck_floor_s(30.0, tests_in_doubt=1, tests_run=2, min_pairs=3) == pytest.approx(90.0)
+    assert budget_mod.recheck_floor_s(16.4, tests_in_doubt=8, tests_run=8, min_pairs=3) == pytest.approx(98.4)
+    assert budget_mod.recheck_floor_s(10.0, tests_in_doubt=0, tests_run=0, min_pairs=3) == pytest.approx(60.0)
 
 
 def test_a_stage_starts_only_before_the_budgets_end_and_try_refuses_what_does_not_typically_fit(repo):

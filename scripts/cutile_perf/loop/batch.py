@@ -112,8 +112,9 @@ def batch(*, repo: Path, plan_path: Path, budget_s: float | None, job_s: float |
                      "iteration": row["iteration"], "reason": row.get("reason", ""),
                      "commit": row.get("commit"), "stop": tried.stop, "cut": tried.cut,
                      "seconds": round(now() - began, 1)})
-        if tried.cut:
+        if tried.cut and budget.spent():
             return _outcome(done, still_open(n), actions)
+        # Cut before a re-check that could not end in time: the time left may still hold the next entry.
     return _outcome(done, passed_over, actions)
 
 
@@ -232,7 +233,7 @@ def _outcome(done: list[dict], not_started: list[tuple[str, str]], actions: list
         elif d.get("iteration") is not None:
             text += f" (iteration {d['iteration']}, {d['seconds']:.0f} s)"
         if d.get("cut"):
-            return text + " - cut by the budget's end, no verdict: the next job tries it again"
+            return text + f" - no verdict ({d['cut']}): the next job tries it again"
         return text + (f" - {d['reason']}" if d.get("reason") else "")
 
     lines = [*actions, *(line(d) for d in done)]

@@ -4,7 +4,9 @@
 of the rows' ``timings``); ``Budget`` is the job's clock. ``batch`` and ``try --job-seconds`` start
 a try only when a typical one fits what is left, cap every child's timeout at the budget's end,
 and settle a try that the end cuts short as ``interrupted`` (``BudgetSpent``): no verdict, the
-change kept in its patch, the next job tries it again.
+change kept in its patch, the next job tries it again. A re-check that cannot end within what is
+left even at its floor (``recheck_floor_s``) is not started: the try is settled as interrupted at
+once, and a batch goes on with the entries after it while a typical try still fits.
 
 Why a typical try and not the worst case: the worst case (correctness, perf and every re-check
 pair at the slowest child) is several times a typical try, so a job sized for it idles most of
@@ -48,6 +50,15 @@ def unmeasured_first_job_s(repeats: int) -> tuple[float, float]:
         return (correctness + repeats * perf) + (correctness + perf)
     return (need(UNMEASURED_CORRECTNESS_S[0], UNMEASURED_PERF_S[0]),
             need(UNMEASURED_CORRECTNESS_S[1], UNMEASURED_PERF_S[1]))
+
+
+def recheck_floor_s(perf_run_s: float, tests_in_doubt: int, tests_run: int, min_pairs: int) -> float:
+    """The least time an interleaved re-check can take: ``min_pairs`` pairs of runs (the sequential
+    test decides no sooner), each at least the share of the candidate's perf run that its tests in
+    doubt took (``perf_run_s`` counts only the tests: the held child's start-up is hidden). A fresh
+    child pays its start-up on top, so the real re-check takes longer, never less."""
+    share = 1.0 if tests_run <= 0 else min(max(tests_in_doubt, 1) / tests_run, 1.0)
+    return 2 * min_pairs * perf_run_s * share
 
 
 class BudgetSpent(Exception):

@@ -49,7 +49,7 @@ from cutile_perf.judge import rules
 from cutile_perf.kernel import probes
 from cutile_perf.judge.verdict import (Evidence, Reference, Stage, Verdict, correctness_status, judge, paired_samples,
                                        stopped)
-from cutile_perf.loop.budget import Budget, BudgetSpent, DoesNotFit
+from cutile_perf.loop.budget import Budget, BudgetSpent, DoesNotFit, recheck_floor_s
 from cutile_perf.loop.history import History
 from cutile_perf.loop.stages import NextRun, Stages, StageRunner, may_prestart
 from cutile_perf.output import Outcome, say
@@ -531,6 +531,8 @@ class Iteration:
         defined = frozenset(stages.defined_names(cand)) if ref.kernel_names and perf.ok else None
         evidence = evidence.add(perf=perf, defined_names=defined)
         verdict = judge(ref, t, evidence)
+        if verdict.action == "re-measure":
+            self._recheck_fits(perf, verdict.cases)
         # The loop asks the judge after every run, so the re-check stops at the first run after
         # which its verdict is final (a crashed baseline run ends it before the candidate's).
         while verdict.action == "re-measure":
@@ -549,6 +551,20 @@ class Iteration:
             evidence = evidence.add(pairs=(*evidence.pairs[:-1], (base_run, cand_run)))
             verdict = judge(ref, t, evidence)
         return evidence, verdict
+
+    def _recheck_fits(self, perf: Stage, cases: tuple[str, ...]) -> None:
+        """Raise ``BudgetSpent`` when the job's budget cannot hold the re-check even at its floor
+        (``budget.recheck_floor_s``): it could reach no verdict, and the time left may still hold
+        another try of a batch. ``cases``: the cases in doubt (): every case."""
+        if self.budget is None:
+            return
+        ids = set(perf.test_ids.values())
+        doubt = {perf.test_ids.get(c) for c in cases} if cases else ids
+        floor = recheck_floor_s(perf.duration_s, len(doubt), len(ids), self.session.thresholds.min_confirm_pairs)
+        if not self.budget.fits(floor):
+            raise BudgetSpent(f"the job's time budget cannot hold the re-check: it needs at least {floor:.0f} s "
+                              f"({self.session.thresholds.min_confirm_pairs} pairs at the perf run's own speed), "
+                              f"{self.budget.left():.0f} s are left")
 
     def _recheck_runs(self, first_pair: int, cases: dict | None = None, speculative: bool = False) -> list[NextRun]:
         """The interleaved re-check's runs from pair ``first_pair`` to the last one the thresholds
