@@ -368,10 +368,11 @@ def test_a_preload_that_starts_a_thread_is_undone_before_the_child_waits(tmp_pat
     result, threads = _run_ahead_with(repo, mark, log, site, ["spinner"],
                                       before_go=lambda pid: len(list(Path(f"/proc/{pid}/task").iterdir())))
     assert "1 thread(s) were started; starting again without preloads" in log.read_text()
-    # What waits is the process started again: as many threads as a child that preloaded nothing.
+    # What waits is the process started again (exec ends every thread of the one before): no more
+    # threads than a child that preloaded nothing.
     mark2, log2 = tmp_path / "mark2.txt", tmp_path / "child2.log"
     with _started_ahead(_repo(tmp_path / "plain", mark2), mark2, log2) as (start, done):
         plain = len(list(Path(f"/proc/{done['pid']}/task").iterdir()))
         start.open()
-    assert threads == plain, (threads, plain)
+    assert threads <= plain, (threads, plain)
     assert result.ok, log.read_text()
