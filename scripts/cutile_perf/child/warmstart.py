@@ -140,22 +140,24 @@ class _NotFound:
         return None
 
 
-def _pytest_plugin_packages() -> set[str]:
+def _pytest_plugin_packages() -> set[str] | None:
     """The top-level packages of pytest's installed plugins (entry points ``pytest11``): pytest
-    imports those itself and rewrites their asserts, which it cannot do once they are imported."""
+    imports those itself and rewrites their asserts, which it cannot do once they are imported.
+    None when the installed metadata cannot be read."""
     from importlib import metadata  # noqa: PLC0415
 
     try:
         return {ep.value.partition(":")[0].partition(".")[0] for ep in metadata.entry_points(group="pytest11")}
-    except Exception:  # noqa: BLE001 - broken metadata: preload nothing rather than guess
-        return {"*"}
+    except Exception:  # noqa: BLE001 - see the docstring
+        return None
 
 
 def _preload(names: list[str]) -> list[str]:
     """Import ``names`` (installed top-level modules; the checkout is not on the path yet), skipping
-    pytest's plugins and any that fails: a fresh child imports it after the gate and reports that."""
+    pytest's plugins and any that fails: a fresh child imports it after the gate and reports that.
+    Nothing when pytest's plugins cannot be told apart (broken metadata): no guessing."""
     plugins = _pytest_plugin_packages()
-    if "*" in plugins:
+    if plugins is None:
         return []
     done = []
     for name in names:

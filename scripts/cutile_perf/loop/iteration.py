@@ -486,12 +486,14 @@ class Iteration:
 
     def _stage(self, stages: Stages, name: str, tag: str, commit: str, cases: dict | None = None,
                then: Sequence[NextRun] = ()) -> Stage:
+        run = tag.partition("-")[2]  # "confirm1-base" of "4-confirm1-base"; "" for the try's own runs
+        recheck = run.startswith("confirm")
         # A re-check run names its scope: a run of every case costs a whole perf run (the geomean is in doubt).
-        scope = f", {len(cases)} case(s) in doubt" if cases else (", every case" if "-confirm" in tag else "")
-        say(f"iteration {self.state.iteration}: {name}" + (f" ({tag.split('-', 1)[1]})" if "-" in tag else "") + scope)
+        scope = f", {len(cases)} case(s) in doubt" if cases else (", every case" if recheck else "")
+        say(f"iteration {self.state.iteration}: {name}" + (f" ({run})" if run else "") + scope)
         self._within_budget(f"before the {name} run")
         stage = stages.stage(name, tag, commit, cases=cases, then=then)
-        self._within_budget(f"during the {name} run" + (f" {tag.split('-', 1)[1]}" if "-confirm" in tag else ""))
+        self._within_budget(f"during the {name} run" + (f" {run}" if recheck else ""))
         return stage
 
     def _within_budget(self, when: str) -> None:
