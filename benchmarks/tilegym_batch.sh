@@ -5,7 +5,7 @@
 #   bash benchmarks/tilegym_batch.sh <TileGym folder with src/ and tests/> <output folder> [job seconds] [--check]
 #   PLAN=<folder with plan.yaml and cand/> OP=<op> bash benchmarks/tilegym_batch.sh ...   # a prepared plan
 #   INIT_ARGS='--correctness-jobs 4' bash benchmarks/tilegym_batch.sh ...                  # more init options
-#   PLAN_KIND=comments bash benchmarks/tilegym_batch.sh ...                                 # 4 comment-only tries
+#   PLAN=comments bash benchmarks/tilegym_batch.sh ...                                      # 4 comment-only tries
 #
 # In a fresh git repository made from a copy of the folder: `init`, the candidate files in
 # sandbox/cand/ and sandbox/plan.yaml, then `cutile-perf batch sandbox/plan.yaml --baseline 3
@@ -33,7 +33,7 @@ case "$OP" in
 esac
 python -m cutile_perf init --kernel "$K" --test "$TEST" ${INIT_ARGS:-} > "$OUT/init.txt" 2>&1
 mkdir -p sandbox/cand
-if [ "${PLAN_KIND:-}" = comments ]; then
+if [ "${PLAN:-}" = comments ]; then
   # Four changes that leave the kernel as it is: what a try costs when its single run is within
   # noise, and (about every other time so far) when a case lands in doubt and is re-checked.
   tries="tries:"

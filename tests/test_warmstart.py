@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import threading
 import time
@@ -132,6 +133,9 @@ def test_a_child_started_ahead_runs_no_repository_code_until_it_is_let_go(tmp_pa
     # As `python -m pytest` would: the rootdir conftest, the package from src/ (whole PYTHONPATH back).
     assert mark.read_text().splitlines() == ["conftest", "imported", "test src"]
     assert "(started ahead of its turn)" in log.read_text().splitlines()[0]
+    # Its log says how long it waited at the gate: it was ready, then let go half a second later.
+    waited = re.search(r"let go after ([0-9.]+) s at the gate \(ready ([0-9.]+) s after", log.read_text())
+    assert waited and float(waited[1]) >= 0.4 and float(waited[2]) > 0, log.read_text()
 
 
 def test_a_cancelled_child_ends_without_running_anything_of_the_repository(tmp_path):

@@ -283,6 +283,7 @@ def _wait(ready_fd: int, start_fd: int) -> bytes | None:
 def main(args: list[str]) -> int:
     from cutile_perf import knobs  # noqa: PLC0415 - this module is the child's entry point
 
+    began = time.monotonic()
     ready_fd, start_fd = knobs.take_start_fds()
     late, late_cwd = knobs.take_late_pythonpath(), knobs.take_late_cwd()
     preload = knobs.take_preload()
@@ -315,9 +316,14 @@ def main(args: list[str]) -> int:
         if bench.prepare_profiler_without_context():
             print(f"cutile-perf: profiler set up while waiting ({time.perf_counter() - started:.2f} s, "
                   "no CUDA context)", file=sys.stderr, flush=True)
+    ready = time.monotonic()
     handover = _wait(ready_fd, start_fd)
     if handover is None:
         return CANCELLED
+    # Whether it was ready before its turn came (a wait near 0 s: let go while it still imported,
+    # and the rest of its start-up counts in its stage's time) is what its log must show.
+    print(f"cutile-perf: let go after {time.monotonic() - ready:.2f} s at the gate (ready {ready - began:.2f} s "
+          "after it began importing)", file=sys.stderr, flush=True)
     if handover:
         # Started before its cases were known: the record plugin reads them when pytest loads it.
         os.environ["CUTILE_PERF_SELECT"] = handover.decode()
