@@ -75,4 +75,4 @@ python -m cutile_perf batch sandbox/plan.yaml --baseline 3 --job-seconds "$LEFT"
 echo "[batch: $((SECONDS - t0)) s, exit $?; whole job so far: ${SECONDS} s]"
 cp sandbox/experiments.jsonl sandbox/perf_results.md "$OUT/" 2>/dev/null
 tar czf "$OUT/runs.tar.gz" -C sandbox runs 2>/dev/null  # every child's log
-python "$CP/benchmarks/log_rows.py" "$OUT/experiments.jsonl"
+python "$CP/benchmarks/log_rows.py" "$OUT/experiments.jsonl" --runs sandbox/runs

@@ -164,6 +164,8 @@ def test_a_module_the_repository_shadows_is_imported_from_the_repository_as_in_a
         start.open()
     assert done["result"].ok, log.read_text()
     assert mark.read_text().splitlines()[0] == "shadow"
+    # It pays a whole start-up again, so its log says so and why.
+    assert "the checkout provides pluggy: running as a fresh child instead" in log.read_text()
 
 
 def test_a_repository_that_turns_warnings_into_errors_runs_as_under_python_dash_m_pytest(tmp_path):

@@ -335,8 +335,11 @@ def main(args: list[str]) -> int:
     knobs.set_pythonpath(late)  # what the tests' own subprocesses inherit, as in a fresh child
     inside = set(entries) - set(early)  # the checkout's entries (and any relative one)
     plain = [sys.executable, "-m", "pytest", *args]
-    if failed or shadowed({*sys.modules, *not_found.names}, [cwd, *(os.path.join(cwd, e) for e in inside)]):
-        # Not what a fresh child would be: become one.
+    hidden = shadowed({*sys.modules, *not_found.names}, [cwd, *(os.path.join(cwd, e) for e in inside)])
+    if failed or hidden:
+        # Not what a fresh child would be: become one, and say why (it pays a whole start-up again).
+        why = "an early import failed" if failed else f"the checkout provides {', '.join(hidden[:5])}"
+        print(f"cutile-perf: {why}: running as a fresh child instead", file=sys.stderr, flush=True)
         sys.stdout.flush()
         sys.stderr.flush()
         os.execv(sys.executable, plain)
