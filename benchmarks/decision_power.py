@@ -20,6 +20,7 @@ Rows (goals from issue 9):
 Usage:
   python benchmarks/decision_power.py                 # noise 3 %, the issue's setting
   python benchmarks/decision_power.py --noise 0.05 --drift 0.01 --sessions 1000
+  python benchmarks/decision_power.py --threshold confirm_band=0   # what loosening a threshold costs
 """
 from __future__ import annotations
 
@@ -178,8 +179,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10, help="tries in a row of the ratchet row")
     parser.add_argument("--wide", type=int, default=15, help="cases of the wide rows (0: leave them out)")
     parser.add_argument("--wide-tries", type=int, default=300, help="sessions and A/A tries of the wide rows")
+    parser.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
+                        help="a threshold set away from its default, as session.yaml may set it before the baseline "
+                             "(repeatable)")
     args = parser.parse_args(argv)
-    t = rules.Thresholds()
+    try:
+        changed = {name: float(value) if "." in value or "e" in value else int(value)
+                   for name, _, value in (item.partition("=") for item in args.threshold)}
+        t = rules.Thresholds.from_dict(changed)
+    except ValueError as exc:
+        parser.error(f"--threshold: {exc}")
     # One random stream per row: how many runs one row's verdicts took does not move the next
     # row's draws, so two versions of the rules meet the same sessions row by row (until their
     # first different verdict inside a row).
@@ -192,8 +201,10 @@ def main(argv: list[str] | None = None) -> int:
         wide = wide_cases(args.wide)
         rows += (slowdown_rows(args, t, rng("wide slowdown"), wide, args.wide_tries)
                  + aa_rows(args, t, rng("wide A/A"), wide, args.wide_tries))
+    set_away = ", ".join(f"{name}={value}" for name, value, _ in t.changed())
     print(f"noise {args.noise * 100:.1f} % per sample, drift {args.drift * 100:.1f} % per run, baseline "
-          f"{args.repeats} runs, seed {args.seed}, thresholds: defaults of cutile_perf.judge.rules.Thresholds")
+          f"{args.repeats} runs, seed {args.seed}, thresholds: defaults of cutile_perf.judge.rules.Thresholds"
+          + (f" except {set_away}" if set_away else ""))
     print("| scenario | outcome | extra perf runs | goal | verdict |")
     print("|---|---|---|---|---|")
     for row in rows:

@@ -339,3 +339,19 @@ def test_ratchet_at_the_red_team_tests_noise_stays_near_its_measured_rate():
     results = power.ratchet_drifts(150, 6, 0.12, 0.0, 0.04, 3, Thresholds(), random.Random(20261201))
     beyond = sum(drift > gate for drift, gate in results)
     assert beyond <= 15, f"{beyond} of 150 sessions ended beyond the gate (measured rate: 14 of 300)"
+
+
+def test_decision_power_prices_a_loosened_threshold_and_refuses_one_that_does_not_exist(capsys):
+    """``--threshold`` runs the same simulation with a threshold set away from its default (what
+    references/harness.md quotes for the re-check): without any re-check, a real +4 % slowdown on
+    one of three cases mostly slips through, which the script reports as a missed goal."""
+    power = _load_benchmark("decision_power")
+    code = power.main(["--threshold", "confirm_band=0", "--threshold", "recheck_fraction=1.0", "--sessions", "60",
+                       "--tries", "100", "--steps", "3", "--wide", "0"])
+    out = capsys.readouterr().out
+    assert "except confirm_band=0, recheck_fraction=1.0" in out
+    slowdown = next(line for line in out.splitlines() if line.startswith("| +4 % on 1 of 3 cases"))
+    assert slowdown.endswith("| MISSED |") and code == 1
+    with pytest.raises(SystemExit) as exc:
+        power.main(["--threshold", "no_such_threshold=1"])
+    assert exc.value.code == 2 and "unknown threshold" in capsys.readouterr().err
