@@ -414,10 +414,11 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
             crash = CrashClass.NO_RECORD
             detail = (f"the perf command passed but recorded no '{FRAMEWORK}' benchmark "
                       "(does the perf test call record_property('benchmark', ...)?)")
+    # Only a perf run's imports are ever read (the baseline's perf runs teach the preloads).
+    imports = warmstart.installed_imports(report.modules, [checkout.root, private]) if name == "perf" else []
     return Stage(name, crash, result.duration_s, _rel(session, output), shapes, test_ids, kernel_names, detail,
                  ended=report.ended, passed=passed, not_passed=not_passed, restored=tuple(touched_user),
-                 sandbox=box.label(box_why_not(session)),
-                 imports=tuple(warmstart.installed_imports(report.modules, [checkout.root, private])))
+                 sandbox=box.label(box_why_not(session)), imports=tuple(imports))
 
 
 def _last_lines(text: str, count: int = 3) -> str:

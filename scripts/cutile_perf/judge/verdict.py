@@ -49,8 +49,9 @@ class Stage:
     # The cases this run was asked to measure: an interleaved re-check run of the cases in doubt
     # (selected by node id); (): every case the perf command selects.
     cases: tuple[str, ...] = ()
-    # The installed top-level modules the child imported (``child.warmstart.installed_imports``): a
-    # baseline's perf runs teach the children started ahead of their turn what to import while they wait.
+    # The installed top-level modules a perf run's child imported (``child.warmstart.installed_imports``;
+    # () for correctness): a baseline's perf runs teach the children started ahead of their turn what
+    # to import while they wait.
     imports: tuple[str, ...] = ()
 
     @property
