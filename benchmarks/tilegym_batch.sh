@@ -6,6 +6,7 @@
 #   PLAN=<folder with plan.yaml and cand/> OP=<op> bash benchmarks/tilegym_batch.sh ...   # a prepared plan
 #   INIT_ARGS='--correctness-jobs 4' bash benchmarks/tilegym_batch.sh ...                  # more init options
 #   PLAN=comments bash benchmarks/tilegym_batch.sh ...                                      # 4 comment-only tries
+#   RECHECK=one,every bash benchmarks/tilegym_batch.sh ...   # each try re-checked (benchmarks/forced_recheck.py)
 #
 # In a fresh git repository made from a copy of the folder: `init`, the candidate files in
 # sandbox/cand/ and sandbox/plan.yaml, then `cutile-perf batch sandbox/plan.yaml --baseline 3
@@ -71,7 +72,8 @@ if [ "$MODE" = "--check" ]; then
   python -m cutile_perf batch sandbox/plan.yaml --baseline 3 --job-seconds "$LEFT" --check; exit $?
 fi
 t0=$SECONDS
-python -m cutile_perf batch sandbox/plan.yaml --baseline 3 --job-seconds "$LEFT"
+if [ -n "${RECHECK:-}" ]; then CUTILE_PERF=(python "$CP/benchmarks/forced_recheck.py" "$RECHECK"); else CUTILE_PERF=(python -m cutile_perf); fi
+"${CUTILE_PERF[@]}" batch sandbox/plan.yaml --baseline 3 --job-seconds "$LEFT"
 echo "[batch: $((SECONDS - t0)) s, exit $?; whole job so far: ${SECONDS} s]"
 cp sandbox/experiments.jsonl sandbox/perf_results.md "$OUT/" 2>/dev/null
 tar czf "$OUT/runs.tar.gz" -C sandbox runs 2>/dev/null  # every child's log
