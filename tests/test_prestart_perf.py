@@ -253,13 +253,15 @@ AHEAD = pytest.mark.skipif(box.available() is not None or sys.version_info < (3,
                            reason="runs start ahead of their turn only in the box, on Python 3.11 or later (-P)")
 
 
-def _slow_tests_session(tmp_path: Path) -> Path:
+def _slow_tests_session(tmp_path: Path, collect_ahead: bool = False) -> Path:
     """A session whose perf tests each sleep 1 s after collection, so that a timed run lasts well
-    beyond the start-up of a child started beside it."""
+    beyond the start-up of a child started beside it. ``collect_ahead``: children started ahead of
+    their turn collect before it (the default of ``init``); False, the default here: they wait
+    before any code of the repository (``child.warmstart``), which most tests below are about."""
     repo = build_tilegym_like_repo(tmp_path)
     edit_kernel(repo, sleep=1.0)
     git(repo, "commit", "-q", "-am", "tests take a second each")
-    _start(repo, repeats=3)
+    _start(repo, repeats=3, collect_ahead=collect_ahead)
     return repo
 
 

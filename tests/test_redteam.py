@@ -183,10 +183,14 @@ def git_blob(repo: Path, rev: str, rel: str) -> bytes:
 # --- repositories ---------------------------------------------------------------------------------
 
 
-def _start(repo: Path, *, repeats: int = 2, timeout: str = "60", init_args: tuple[str, ...] = ()) -> None:
+def _start(repo: Path, *, repeats: int = 2, timeout: str = "60", init_args: tuple[str, ...] = (),
+           **session_edits) -> None:
+    """``init`` and ``baseline``; ``session_edits``: session.yaml keys set between the two."""
     code, data, _ = call(repo, "init", "--kernel", "rms_norm", "--timeout", timeout, *init_args)
     assert code == 0, data
     allow_no_gpu(repo)
+    if session_edits:
+        edit_session(repo, **session_edits)
     code, data, _ = call(repo, "baseline", "--repeats", str(repeats))
     assert code == 0, data
 

@@ -118,6 +118,38 @@ def kill_group(proc: subprocess.Popen, grace_s: float = _TERM_GRACE_S, settle_s:
         time.sleep(0.01)
 
 
+class ReadyPipe:
+    """The pipe a held child writes one byte to once it waits at its gate: the harness can then ask
+    whether it waits (``ready_now``) or wait for it (``wait_ready``). ``run`` hands the child the
+    write end (``ready_write``) and closes it when the child has ended; the caller closes the read
+    end with ``done()``."""
+
+    def __init__(self) -> None:
+        self._read, self.ready_write = os.pipe()
+
+    def ready_now(self) -> bool:
+        """Whether the child waits at the gate already (no waiting)."""
+        return bool(select.select([self._read], [], [], 0)[0])
+
+    def wait_ready(self, timeout_s: float, ended: Callable[[], bool]) -> bool:
+        """True once the child waits at the gate, or has ended (either way nothing of it runs
+        beside the caller's next step); False when neither happened within ``timeout_s``."""
+        end = time.monotonic() + timeout_s
+        while True:
+            readable, _, _ = select.select([self._read], [], [], 0.2)
+            if readable or ended():
+                return True
+            if time.monotonic() >= end:
+                return False
+
+    def unused(self) -> None:
+        """For a caller that never called ``run``: close the child's end too."""
+        os.close(self.ready_write)
+
+    def done(self) -> None:
+        os.close(self._read)
+
+
 class Gate:
     """A pipe a pre-started pytest child waits on before its first test (``CUTILE_PERF_GATE_FD``):
     ``open()`` lets it run, ``close()`` (or the harness dying) cancels it. Either, once.
@@ -126,17 +158,20 @@ class Gate:
     ended (never earlier: the number could be reused before the child has inherited it); a caller
     that never calls ``run`` closes it with ``unused()``."""
 
-    def __init__(self, hides_start_up: bool = True) -> None:
+    def __init__(self, hides_start_up: bool = True, announces: bool = False) -> None:
         """``hides_start_up``: the child's stage is timed from ``open()`` (its start-up overlapped
-        another run and is not counted twice); False: from its start, as for a child not held."""
+        another run and is not counted twice); False: from its start, as for a child not held.
+        ``announces``: the child was collected ahead of its turn and says on ``ready`` (a
+        ``ReadyPipe``, ``CUTILE_PERF_GATE_READY_FD``) once it waits here."""
         self.read_fd, self._write_fd = os.pipe()
         self.opened_at: float | None = None
         self.hides_start_up = hides_start_up
+        self.ready = ReadyPipe() if announces else None
 
     def open(self, handover: bytes = b"") -> bool:
         """Let the child go, handing it ``handover`` after the go byte (what a child started before
-        its run was known learns only now: ``child.warmstart``); False when it had already ended
-        (nobody read the pipe any more)."""
+        its run was known learns only now: ``child.warmstart``, ``pytest_plugin.Gate``); False when
+        it had already ended (nobody read the pipe any more)."""
         delivered = False
         if self._write_fd is not None:
             with contextlib.suppress(OSError):  # BrokenPipeError: the child has already ended
@@ -156,6 +191,8 @@ class Gate:
 
     def unused(self) -> None:
         os.close(self.read_fd)
+        if self.ready is not None:
+            self.ready.unused()
 
 
 class StartGate:
@@ -168,7 +205,8 @@ class StartGate:
 
     def __init__(self) -> None:
         self.gate = Gate()
-        self._ready_read, self.ready_write = os.pipe()
+        self.ready = ReadyPipe()
+        self.ready_write = self.ready.ready_write
         self.handed = False  # ``run`` took the child's ends (and closes them)
         self._on_open: list[Callable[[], None]] = []
 
@@ -188,30 +226,21 @@ class StartGate:
         return self.gate.open(handover)
 
     def ready_now(self) -> bool:
-        """Whether the child waits at the gate already (no waiting)."""
-        return bool(select.select([self._ready_read], [], [], 0)[0])
+        return self.ready.ready_now()
 
     def close(self) -> None:
         self.gate.close()
 
     def wait_ready(self, timeout_s: float, ended: Callable[[], bool]) -> bool:
-        """True once the child waits at the gate, or has ended (either way nothing of it runs
-        beside the caller's next step); False when neither happened within ``timeout_s``."""
-        end = time.monotonic() + timeout_s
-        while True:
-            readable, _, _ = select.select([self._ready_read], [], [], 0.2)
-            if readable or ended():
-                return True
-            if time.monotonic() >= end:
-                return False
+        return self.ready.wait_ready(timeout_s, ended)
 
     def unused(self) -> None:
         """For a caller that never called ``run``: close the child's ends too."""
         self.gate.unused()
-        os.close(self.ready_write)
+        self.ready.unused()
 
     def done(self) -> None:
-        os.close(self._ready_read)
+        self.ready.done()
 
 
 def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
@@ -248,6 +277,9 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
     if gate is not None:
         pass_fds = (*pass_fds, gate.read_fd)
         env["CUTILE_PERF_GATE_FD"] = str(gate.read_fd)
+        if gate.ready is not None:
+            pass_fds = (*pass_fds, gate.ready.ready_write)
+            env["CUTILE_PERF_GATE_READY_FD"] = str(gate.ready.ready_write)
     command = argv
     if start is not None:
         command = warmstart.warm_argv(argv)
@@ -270,7 +302,9 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
     try:
         with output_path.open("wb") as out:
             out.write(("$ " + " ".join(argv) + (" (in the sandbox)" if box else "")
-                       + (" (started ahead of its turn)" if start else "") + "\n").encode())
+                       + (" (started ahead of its turn)" if start else "")
+                       + (" (collected ahead of its turn)" if gate is not None and gate.ready is not None else "")
+                       + "\n").encode())
             out.flush()
             try:
                 proc = subprocess.Popen(command, cwd=start_dir, stdout=out, stderr=subprocess.STDOUT,

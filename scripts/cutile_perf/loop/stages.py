@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from cutile_perf.child import measure, pristine, runner, warmstart
+from cutile_perf.child import freezer, measure, pristine, runner, warmstart
 from cutile_perf.judge.verdict import Stage
 from cutile_perf.output import say
 from cutile_perf.store import git_ops, jitcache
@@ -89,6 +89,17 @@ class _Child:
     cancelled: bool = False  # ``_end`` began: a process that starts now is killed at once
     frozen: bool = False  # stopped (SIGSTOP) while a run is timed; a process that starts now is stopped at once
     handover: bytes = b""  # what it is told when let go (``NextRun.handover``)
+    stopped: set[int] = field(default_factory=set)  # collected ahead: its whole process tree, stopped while a run is timed
+
+    @property
+    def collected(self) -> bool:
+        """Collected ahead of its turn: held at its tests gate, which says when it waits there."""
+        return self.start is None and self.tests.ready is not None
+
+    @property
+    def waits(self):
+        """What says whether it waits at the gate that holds it (``runner.ReadyPipe`` or ``StartGate``)."""
+        return self.tests.ready if self.collected else self.start
 
 
 def _signal_groups(child: _Child, signum: int) -> None:
@@ -109,8 +120,8 @@ def _end(child: _Child) -> None:
     if child.future is not None:
         with contextlib.suppress(Exception):  # a second Ctrl-C still interrupts the wait
             child.future.result()
-    if child.start is not None and not child.ended:
-        child.start.done()
+    if child.waits is not None and not child.ended:
+        child.waits.done()
     child.ended = True
 
 
@@ -175,6 +186,9 @@ class StageRunner:
         self._ahead: list[_Child] = []
         self._children: list[_Child] = []  # every child run in a worker thread, for ``close``
         self._pool = ThreadPoolExecutor(max_workers=AHEAD_AT_ONCE + 1, thread_name_prefix="cutile-perf-child")
+        self._collect_refusal: str | None = None  # set once a child collected ahead held the GPU
+        self._ahead_serial = itertools.count(1)  # every child collected ahead gets a new checkout
+        self._slots = itertools.count()
 
     def fenced_files(self, commit: str) -> list[str]:
         # Asked for by every stage of a commit: list its tree once.
@@ -182,16 +196,17 @@ class StageRunner:
             self.fenced[commit] = [e.path for e in git_ops.tree_entries(self.g, commit) if self.session.in_fence(e.path)]
         return self.fenced[commit]
 
-    def checkout(self, commit: str, held: bool = False):
+    def checkout(self, commit: str, held: bool | str = False):
         """The checkout of ``commit``, built once; ``held``: a second one of its own for the perf
-        child held during the correctness run (``correctness_then_perf``)."""
+        child held during the correctness run (``correctness_then_perf``), or a name for one of a
+        child collected ahead of its turn (``_launch_ahead``)."""
         from cutile_perf.child import pristine# noqa: PLC0415
 
         key = (commit, held)
         if key not in self.checkouts:
             # With the JIT cache, the n-th checkout of every command has the same path (the cache
             # keys embed it); without it, a fresh random one as always.
-            slot = pristine.slot_root(self.session.repo, len(self.checkouts)) if self.compile_cache else None
+            slot = pristine.slot_root(self.session.repo, next(self._slots)) if self.compile_cache else None
             built = pristine.build(self.g, protected_from=self.session.base_commit, fenced_from=commit,
                                    fence=self.session.fence, root=slot)
             self.checkouts[key] = replace(built, compile_cache=self.compile_cache)
@@ -213,8 +228,9 @@ class StageRunner:
         stage (``verify --full-tests``); the checkouts, fence and protected files stay the runner's.
         ``then``: the runs the caller will ask for next, in order, unless the judge's verdict is
         final first; they are started ahead of their turn (``ahead_refusal``, at most
-        ``AHEAD_AT_ONCE``), and a perf run's first test waits until each of them waits before any
-        code of the repository (``child.warmstart``).
+        ``AHEAD_AT_ONCE``): collected ahead, and stopped with their whole process tree before a
+        perf run's first test (``_stop_collected``), or else held before any code of the repository
+        (``child.warmstart``), and then a perf run's first test waits until each of them waits.
 
         Every run is a fresh child, and no other child does anything while it times: see
         ``correctness_then_perf`` for the one overlap of two working children that is safe."""
@@ -235,23 +251,38 @@ class StageRunner:
                                        checkout=self.checkout(commit), fenced_files=self.fenced_files(commit),
                                        tracked=self.tracked, on_start=self.on_start, select=run.select)
         else:
+            waited = 0.0
             try:
-                if current is not None and not current.start.open(current.handover):  # it died while it waited
+                if current is not None and current.collected:
+                    # Its collection may not be over (it was stopped while the run before was timed):
+                    # what is left of it counts in this run's time.
+                    began = time.monotonic()
+                    ready = current.waits.wait_ready(min(AHEAD_READY_S, max(self.deadline.left(), 0.0)),
+                                                     ended=current.future.done)
+                    waited = time.monotonic() - began
+                    if not ready or current.future.done():
+                        say(f"{tag}: the child collected ahead of its turn "
+                            f"{'ended' if ready else 'had not collected in time'}; it starts fresh")
+                        _end(current)
+                        current = None
+                elif current is not None and not current.start.open(current.handover):  # it died while it waited
                     _end(current)
                     current = None
                 if current is None:
                     current = self._launch(run, self.checkout(commit), start=None)
                 if name == "perf":
                     self._settle_ahead()
-                current.tests.open()  # nothing else runs any more: the children ahead wait
+                # Nothing else runs any more: the children ahead wait, or are stopped.
+                current.tests.open(current.handover if current.collected else b"")
                 result = current.future.result()
             except BaseException:  # Ctrl-C or a signal: the child runs in a worker thread, so end it here
                 if current is not None:
                     _end(current)
                 raise
-            if current.start is not None:
-                current.start.done()
+            if current.waits is not None:
+                current.waits.done()
             current.ended = True
+            result = replace(result, duration_s=result.duration_s + waited)
         self.clock.add_child(result.duration_s, f"{tag}-{name}")
         return replace(result, cases=tuple(sorted(cases))) if cases else result
 
@@ -286,24 +317,65 @@ class StageRunner:
         for child in self._ahead[kept:]:
             _end(child)
         del self._ahead[kept:]
-        new = [self._launch(run, self.checkout(run.commit), start=runner.StartGate()) for run in wanted[kept:]]
+        new = [self._launch_ahead(run) for run in wanted[kept:]]
         self._ahead.extend(new)
         return new
+
+    def collect_refusal(self) -> str | None:
+        """Why a child started ahead of its turn may not collect ahead of it here, or None. It then
+        waits before any code of the repository (``child.warmstart``) and collects after its gate."""
+        if not self.session.collect_ahead:
+            return "session.yaml has collect_ahead: false"
+        return self._collect_refusal
+
+    def _launch_ahead(self, run: NextRun) -> _Child:
+        """Start ``run``'s child ahead of its turn: collected ahead, held at its tests gate in a
+        checkout of its own (no other child, not even its commit's run before it, writes what it
+        collects), or else held before any code of the repository (``child.warmstart``)."""
+        if self.collect_refusal() is None:
+            home = self.checkout(run.commit, held=f"{run.tag} ahead #{next(self._ahead_serial)}")
+            return self._launch(run, home, start=None, collect=True)
+        return self._launch(run, self.checkout(run.commit), start=runner.StartGate())
+
+    def _stop_collected(self) -> None:
+        """Before a run is timed: stop the whole process tree of every child collected ahead of its
+        turn, and end any of them that holds the GPU (``child.freezer``: a tree without a GPU
+        mapping has no CUDA context, so nothing of it runs beside the timed run). After one held
+        it, the children started later wait before any code of the repository instead."""
+        for child in list(self._ahead):
+            if not child.collected or child.future.done():
+                continue
+            if not child.groups:  # no process yet: ``_launch`` stops it as soon as it exists
+                child.frozen = True
+                continue
+            child.stopped |= freezer.stop_tree(child.groups[0])
+            held = freezer.gpu_holders(child.stopped)
+            if held:
+                files = sorted({f for found in held.values() for f in found})
+                say(f"{child.run.tag}: the child collected ahead of its turn held the GPU before its turn "
+                    f"({', '.join(files)} mapped); it is ended and will start fresh, and later children start "
+                    "ahead without collecting")
+                self._collect_refusal = "a child collected ahead of its turn held the GPU before its turn"
+                _end(child)
+                self._ahead.remove(child)
 
     def _settle_ahead(self, freeze_speculative: bool = False) -> None:
         """Return once every child started ahead waits at its gate (or has ended); one not ready in
         time is stopped with all after it (they will start fresh). ``freeze_speculative``: a
         speculative child (``NextRun.speculative``) that is not ready now is frozen instead of
         waited for (SIGSTOP: it runs nothing beside the timed run; ``_thaw_ahead`` lets it go on)."""
+        self._stop_collected()
         if freeze_speculative:
             for child in self._ahead:
+                if child.collected:
+                    continue
                 if child.run.speculative and not child.start.ready_now() and not child.future.done():
                     child.frozen = True
                     _signal_groups(child, signal.SIGSTOP)
         # One window for all of them: they started together and import side by side.
         end_by = time.monotonic() + min(AHEAD_READY_S, max(self.deadline.left(), 0.0))
         for index, child in enumerate(self._ahead):
-            if child.frozen:
+            if child.frozen or child.collected:
                 continue
             if not child.start.wait_ready(max(end_by - time.monotonic(), 0.0), ended=child.future.done):
                 say(f"{child.run.tag}: the child started ahead of its turn was not ready in time; it is stopped "
@@ -314,8 +386,11 @@ class StageRunner:
                 return
 
     def _thaw_ahead(self) -> None:
-        """Let every frozen child go on with its start-up (``_settle_ahead``)."""
+        """Let every frozen or stopped child go on with its start-up (``_settle_ahead``)."""
         for child in self._ahead:
+            if child.stopped:
+                freezer.continue_tree(child.stopped)
+                child.stopped = set()
             if child.frozen:
                 child.frozen = False
                 _signal_groups(child, signal.SIGCONT)
@@ -328,10 +403,11 @@ class StageRunner:
             return f"{cpus} CPUs (fewer than {SPECULATIVE_MIN_CPUS})"
         return None
 
-    def _launch(self, run: NextRun, checkout, start: runner.StartGate | None) -> _Child:
+    def _launch(self, run: NextRun, checkout, start: runner.StartGate | None, collect: bool = False) -> _Child:
         """Start ``run``'s child in ``checkout``; its first test waits on the returned child's ``tests``
-        gate (timed from its start, or from ``start``'s opening when given)."""
-        tests = runner.Gate(hides_start_up=False)
+        gate (timed from its start, or from ``start``'s opening when given; ``collect``: collected
+        ahead of its turn, timed from the gate's opening, and it says when it waits there)."""
+        tests = runner.Gate(hides_start_up=collect, announces=collect)
         child = _Child(run, checkout, tests, start)
         self._children.append(child)  # before it exists: an interrupt from here on still ends it (close)
 
@@ -390,12 +466,15 @@ class StageRunner:
         own, and each runs in its box (``prestart_refusal``), so neither can change a file the
         other reads and put it back before its own stage's check.
 
-        This is the only child the loop holds after it has collected (run code of the repository).
-        Children started ahead of their turn (``then``) hold only an interpreter with torch,
-        cuda.tile and pytest imported, no CUDA context. A child held beside a *timed* run after
-        collection would not be isolated from it: the candidate's code runs at import and could load the GPU while the
-        baseline is timed, and even an idle baseline child holds a CUDA context the baseline was not
-        measured beside. Nor does a perf child run a second time for the interleaved re-check:
+        This child is held after it has collected (run code of the repository) beside the
+        correctness run only, which is not timed, and it may hold a CUDA context. Children started
+        ahead of their turn (``then``) and collected ahead are not trusted to sit still beside a
+        *timed* run: the candidate's code has run at import and could load the CPU or the GPU while
+        the baseline is timed, and even an idle child holding a CUDA context is a neighbour the
+        baseline was not measured beside. So before a perf run's first test their whole process
+        trees are stopped, and any that maps a GPU device file is ended (``_stop_collected``,
+        ``child.freezer``); those held before any code of the repository hold only an interpreter
+        with torch, cuda.tile and pytest imported. Nor does a perf child run a second time for the interleaved re-check:
         runs in one process share its state (autotuner choices, allocations), so the pairs would not
         be independent samples, and the candidate's perf run is the one that chose the cases in
         doubt, whose luck a re-run in its process would carry into the pairs. What the re-check's

@@ -140,6 +140,12 @@ class Session:
     # before it was the default) keeps false, as its baseline froze it. Done only where the
     # children run in the sandbox (StageRunner.prestart_refusal says why).
     prestart_perf: bool = False
+    # Perf children started ahead of their turn (the re-check's runs, the baseline's later runs)
+    # collect before it, in a checkout of their own, and are stopped with their whole process tree
+    # while any other run is timed (loop/stages.py, child/freezer.py). False: they wait before any
+    # code of the repository and collect after their gate (child/warmstart.py). Not frozen: either
+    # way every run is a fresh child and nothing runs beside a timed one.
+    collect_ahead: bool = True
     # Children compile into the session's guarded cuTile cache (sandbox/jit-cache/) and checkouts
     # sit at stable paths, so kernels a change leaves alone are not recompiled (jitcache.py). False:
     # fresh checkout paths and the user's own cuTile cache, as before the setting existed.
@@ -312,7 +318,7 @@ def load(repo: Path) -> Session:
     if unknown:
         raise UsageError(f"{path}: unknown keys {sorted(unknown)}", f"allowed: {sorted(known)}")
     timeout_s = parse_timeout(data.get("timeout_s", 600.0), f"{path}: timeout_s")
-    for key in ("require_gpu", "defence", "prestart_perf", "jit_cache"):
+    for key in ("require_gpu", "defence", "prestart_perf", "collect_ahead", "jit_cache"):
         if not isinstance(data.get(key, False), bool):
             raise UsageError(f"{path}: {key} must be true or false")
     if not isinstance(data.get("timing", {}), dict):

@@ -1,0 +1,217 @@
+"""Children collected ahead of their turn (``collect_ahead``, the default): the re-check's runs and
+the baseline's later runs collect before their turn, each in a checkout of its own, and are stopped
+with their whole process tree while any other run is timed; one that holds the GPU is ended.
+
+On CPU, through the real CLI, on the SIMULATED TileGym-shaped repository of ``fixtures_repo`` (its
+fake tests need no GPU); ``freezer`` is tested on plain processes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from fixtures_repo import edit_kernel
+from test_prestart_perf import AHEAD, BORDERLINE, TO_PERF_LOG, _slow_tests_session
+from test_redteam import append_to_kernel, call, rows
+
+from cutile_perf.child import freezer, runner
+from cutile_perf.loop import stages
+
+# --- freezer, on plain processes ---------------------------------------------------------------------
+
+# A process that starts a grandchild in a session of its own (out of the group: killpg and a
+# group's SIGSTOP miss it), then both print a counter every 20 ms.
+ESCAPING = r'''
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    while True:
+        print("grandchild", time.time(), flush=True); time.sleep(0.02)
+while True:
+    print("child", time.time(), flush=True); time.sleep(0.02)
+'''
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc: Linux only")
+def test_stop_tree_stops_a_grandchild_that_left_the_group(tmp_path):
+    log = tmp_path / "ticks.txt"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", ESCAPING], stdout=out, start_new_session=True)
+    try:
+        time.sleep(0.5)
+        stopped = freezer.stop_tree(proc.pid)
+        assert len(stopped) == 2 and proc.pid in stopped
+        size = log.stat().st_size
+        time.sleep(0.4)
+        assert log.stat().st_size == size, "a stopped tree printed nothing"
+        freezer.continue_tree(stopped)
+        time.sleep(0.3)
+        assert log.stat().st_size > size
+        assert {"child", "grandchild"} <= {line.split()[0] for line in log.read_text().splitlines() if line}
+    finally:
+        for pid in freezer.process_tree(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_gpu_files_are_the_ones_a_cuda_context_maps():
+    assert freezer.is_gpu_file("/dev/nvidia0") and freezer.is_gpu_file("/dev/nvidia7")
+    assert freezer.is_gpu_file("/dev/nvidia-uvm")
+    # cuInit alone opens these; the CPU-only profiler session a waiting child runs makes no context.
+    assert not freezer.is_gpu_file("/dev/nvidiactl") and not freezer.is_gpu_file("/dev/nvidia-uvm-tools")
+    assert not freezer.is_gpu_file("/dev/nvidia-caps/nvidia-cap1")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc: Linux only")
+def test_gpu_holders_reads_a_mapping_from_outside(tmp_path, monkeypatch):
+    device = tmp_path / "fake-gpu-device"
+    device.write_bytes(b"\0" * 4096)
+    code = f"import mmap, time; f = open({str(device)!r}, 'r+b'); m = mmap.mmap(f.fileno(), 4096); " \
+           "print('mapped', flush=True); time.sleep(30)"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "mapped"
+        monkeypatch.setattr(freezer, "is_gpu_file", lambda path: path.endswith("/fake-gpu-device"))
+        assert freezer.gpu_holders({proc.pid, os.getpid()}) == {proc.pid: [str(device)]}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# --- the loop ------------------------------------------------------------------------------------------
+
+
+def _heads(runs, pattern: str) -> dict[str, str]:
+    return {log.name: log.read_text().splitlines()[0] for log in sorted(runs.glob(pattern))}
+
+
+@pytest.mark.slow
+@AHEAD
+def test_recheck_runs_collected_ahead_run_the_cases_in_doubt_and_the_verdict_comes_as_before(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(stages, "SPECULATIVE_MIN_CPUS", 1)
+    repo = _slow_tests_session(tmp_path, collect_ahead=True)
+    runs = repo / "sandbox" / "runs"
+    heads = _heads(runs, "0-r*-perf.log")
+    assert all("(collected ahead of its turn)" in heads[f"0-r{k}-perf.log"] for k in (2, 3)), heads
+    edit_kernel(repo, latency=BORDERLINE)
+    code, data, _ = call(repo, "try", "one case 1 % slower: the re-check decides")
+    row = rows(repo)[-1]
+    assert row["status"] == "revert" and row["timings"]["recheck_runs"] == 6, row  # as in the other modes
+    heads = _heads(runs, "1-confirm*-perf.log")
+    assert len(heads) == 6 and all("(collected ahead of its turn)" in h for h in heads.values()), heads
+    # Collected before its cases were known, each ran only the one in doubt (handed over at its gate).
+    for name in heads:
+        report = (runs / name).with_suffix(".report.jsonl")
+        records = [json.loads(line) for line in report.read_text().splitlines()]
+        shapes = {r["nodeid"].split("[")[1].split("-")[0] for r in records if r["type"] == "record"}
+        assert shapes == {"256x1024"}, (name, shapes)
+
+
+# The candidate's kernel module, at import (while it is collected ahead of its turn), starts a thread
+# and a grandchild in a session of its own; both write the time into its perf log every 20 ms.
+TICKING = TO_PERF_LOG + '''
+import threading as _threading, time as _time
+def _tick(_who):
+    while True:
+        _to_perf_log(f"\\nTICK {_who} {_time.time()!r}\\n")
+        _time.sleep(0.02)
+if _os.fork() == 0:
+    _os.setsid()
+    _tick("grandchild")
+_threading.Thread(target=_tick, args=("thread",), daemon=True).start()
+'''
+
+
+def _timed_windows(monkeypatch) -> list[tuple[str, float, float]]:
+    """``(tag, first test may start, run ended)`` in wall time for every perf run the loop times:
+    from its tests gate's opening to the end of its stage."""
+    windows: list[tuple[str, float, float]] = []
+    opened: list[float] = []
+    real_open, real_stage = runner.Gate.open, stages.StageRunner.stage
+
+    def open_and_note(self, handover=b""):
+        opened.append(time.time())
+        return real_open(self, handover)
+
+    def stage_and_note(self, name, tag, commit, cases=None, session=None, then=()):
+        opened.clear()
+        result = real_stage(self, name, tag, commit, cases, session, then)
+        if name == "perf" and opened:
+            windows.append((tag, opened[-1], time.time()))
+        return result
+
+    monkeypatch.setattr(runner.Gate, "open", open_and_note)
+    monkeypatch.setattr(stages.StageRunner, "stage", stage_and_note)
+    return windows
+
+
+@pytest.mark.slow
+@AHEAD
+@pytest.mark.parametrize("stopped", [True, False], ids=["stopped", "not-stopped"])
+def test_a_candidate_collected_ahead_does_nothing_while_the_baseline_is_timed(tmp_path, monkeypatch, stopped):
+    """Red team. Collected ahead of its turn, the candidate's module has run (it imports at
+    collection) and left a thread and a grandchild that escaped its process group, both working.
+    Beside the baseline's timed runs of the re-check they could load the machine to slow the
+    baseline down and make the candidate look faster in every pair. Its whole process tree is
+    stopped while another run is timed: none of them writes a tick inside a baseline run's window.
+    ``not-stopped`` shows what the test sees without the stop."""
+    monkeypatch.setattr(stages, "SPECULATIVE_MIN_CPUS", 1)
+    repo = _slow_tests_session(tmp_path, collect_ahead=True)
+    edit_kernel(repo, latency=BORDERLINE)
+    append_to_kernel(repo, TICKING)
+    if not stopped:
+        monkeypatch.setattr(stages.StageRunner, "_stop_collected", lambda self: None)
+    windows = _timed_windows(monkeypatch)
+    code, data, _ = call(repo, "try", "borderline, and its module leaves workers behind at import")
+    assert rows(repo)[-1].get("confirm"), rows(repo)[-1]  # the re-check ran
+    runs = repo / "sandbox" / "runs"
+    ticks = [float(line.split()[2]) for log in runs.glob("1-*cand-perf.log")
+             for line in log.read_text().splitlines() if line.startswith("TICK ")]
+    assert ticks, "the candidate's workers never ran: nothing was tested"
+    base = [(start, end) for tag, start, end in windows if tag.endswith("-base")]
+    assert len(base) == 3, windows
+    inside = [t for t in ticks for start, end in base if start < t < end]
+    if stopped:
+        assert not inside, f"{len(inside)} ticks of the candidate's workers inside the baseline's timed runs"
+    else:
+        assert len(inside) > 10, inside  # what the stop prevents
+
+
+# The candidate's kernel module, at import, maps a file the test names a GPU device file: what a
+# module that makes a CUDA context at import leaves in its process.
+MAPS_A_DEVICE = '''
+import mmap as _mmap, os as _os2
+_dev = _os2.path.join(_os2.path.dirname(_os2.path.abspath(__file__)), "fake-gpu-device")
+with open(_dev, "wb") as _f:
+    _f.write(bytes(4096))
+_dev_file = open(_dev, "r+b")
+_DEVICE_MAP = _mmap.mmap(_dev_file.fileno(), 4096)
+'''
+
+
+@pytest.mark.slow
+@AHEAD
+def test_a_child_that_holds_the_gpu_before_its_turn_is_ended_and_the_rest_wait_before_collecting(
+        tmp_path, monkeypatch, capsys):
+    """Red team. A candidate whose module makes a CUDA context at import would hold it, collected
+    ahead of its turn, beside the baseline's timed runs: work it queued before it was stopped would
+    still run on the GPU. Such a child is ended (its run starts fresh in its turn), and the children
+    started ahead after it wait before any code of the repository (``child.warmstart``)."""
+    monkeypatch.setattr(stages, "SPECULATIVE_MIN_CPUS", 1)
+    monkeypatch.setattr(freezer, "is_gpu_file", lambda path: path.endswith("/fake-gpu-device"))
+    repo = _slow_tests_session(tmp_path, collect_ahead=True)
+    edit_kernel(repo, latency=BORDERLINE)
+    append_to_kernel(repo, MAPS_A_DEVICE)
+    code, data, _ = call(repo, "try", "borderline, and its module maps the GPU at import")
+    row = rows(repo)[-1]
+    assert row["status"] == "revert" and row["timings"]["recheck_runs"] == 6, row  # the verdict as before
+    err = capsys.readouterr().err
+    assert "held the GPU before its turn (" in err and "fake-gpu-device mapped" in err, err
+    heads = _heads(repo / "sandbox" / "runs", "1-confirm*-perf.log")
+    assert any("(collected ahead of its turn)" not in h for h in heads.values()), heads
