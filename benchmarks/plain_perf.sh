@@ -10,12 +10,10 @@
 # as a user's second run would. Prints one line per run: wall seconds and pytest's summary line.
 set -u
 TG=$(cd "$1" && pwd); OP=$2; RUNS=${3:-3}
+CP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WORK=$(mktemp -d)
 cp -r "$TG" "$WORK/tilegym" && cd "$WORK/tilegym" || exit 1
-case "$OP" in
-  */*) TEST=tests/ops/${OP%/*}/test_${OP##*/}.py ;;
-  *) TEST=tests/ops/test_$OP.py ;;
-esac
+. "$CP/benchmarks/tilegym_test_path.sh" && TEST=$(tilegym_test_path "$OP")
 export CUDA_TILE_CACHE_DIR=$WORK/jit-cache  # empty before run 1
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 for i in $(seq "$RUNS"); do

@@ -29,10 +29,7 @@ rm -rf .git && git init -q -b main && git add -A && git -c user.email=loop@examp
 export PYTHONPATH=$CP/scripts:${PYTHONPATH:-}
 OP=${OP:-rms_norm}  # a path under ops/cutile/ (activation/geglu: its test is tests/ops/activation/test_geglu.py)
 K=src/tilegym/ops/cutile/$OP.py
-case "$OP" in
-  */*) TEST=tests/ops/${OP%/*}/test_${OP##*/}.py ;;
-  *) TEST=tests/ops/test_$OP.py ;;
-esac
+. "$CP/benchmarks/tilegym_test_path.sh" && TEST=$(tilegym_test_path "$OP")
 python -m cutile_perf init --kernel "$K" --test "$TEST" ${INIT_ARGS:-} > "$OUT/init.txt" 2>&1
 [ -n "${COLLECT_AHEAD:-}" ] && sed -i "s/^collect_ahead: .*/collect_ahead: $COLLECT_AHEAD/" sandbox/session.yaml
 grep -H "^collect_ahead:" sandbox/session.yaml
