@@ -34,14 +34,20 @@ def _parent(pid: int) -> int | None:
     return int(fields[1]) if len(fields) > 1 else None
 
 
-def process_tree(root: int) -> set[int]:
-    """``root`` and every live process descended from it."""
+def _children() -> dict[int, list[int]]:
+    """Every live process's children, from one pass over ``/proc``."""
     children: dict[int, list[int]] = {}
     for entry in PROC.iterdir():
         if entry.name.isdigit():
             parent = _parent(int(entry.name))
             if parent is not None:
                 children.setdefault(parent, []).append(int(entry.name))
+    return children
+
+
+def process_tree(root: int, children: dict[int, list[int]] | None = None) -> set[int]:
+    """``root`` and every live process descended from it (``children``: one ``/proc`` pass to reuse)."""
+    children = _children() if children is None else children
     tree, todo = set(), [root]
     while todo:
         pid = todo.pop()
@@ -51,18 +57,26 @@ def process_tree(root: int) -> set[int]:
     return tree
 
 
-def stop_tree(root: int) -> set[int]:
-    """Stop every process of ``root``'s tree; returns them. A stopped process forks nothing, so the
-    tree is walked again until a walk finds no process it had not stopped."""
-    stopped: set[int] = set()
+def stop_trees(roots: list[int]) -> dict[int, set[int]]:
+    """Stop every process of each root's tree; returns ``{root: its processes}``. A stopped process
+    forks nothing, so ``/proc`` is read again until a pass finds no process not stopped yet (one
+    pass serves every tree: each costs a read of every process's ``stat``)."""
+    stopped: dict[int, set[int]] = {root: set() for root in roots}
     while True:
-        new = process_tree(root) - stopped
-        if not new:
+        children = _children()
+        new = {root: process_tree(root, children) - stopped[root] for root in roots}
+        if not any(new.values()):
             return stopped
-        for pid in new:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGSTOP)
-        stopped |= new
+        for root, pids in new.items():
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGSTOP)
+            stopped[root] |= pids
+
+
+def stop_tree(root: int) -> set[int]:
+    """Stop every process of ``root``'s tree; returns them (``stop_trees``)."""
+    return stop_trees([root])[root]
 
 
 def continue_tree(pids: set[int]) -> None:

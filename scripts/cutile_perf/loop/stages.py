@@ -342,13 +342,14 @@ class StageRunner:
         turn, and end any of them that holds the GPU (``child.freezer``: a tree without a GPU
         mapping has no CUDA context, so nothing of it runs beside the timed run). After one held
         it, the children started later wait before any code of the repository instead."""
-        for child in list(self._ahead):
-            if not child.collected or child.future.done():
-                continue
+        waiting = [c for c in self._ahead if c.collected and not c.future.done()]
+        for child in waiting:
             if not child.groups:  # no process yet: ``_launch`` stops it as soon as it exists
                 child.frozen = True
-                continue
-            child.stopped |= freezer.stop_tree(child.groups[0])
+        waiting = [c for c in waiting if c.groups]
+        trees = freezer.stop_trees([c.groups[0] for c in waiting])
+        for child in waiting:
+            child.stopped |= trees[child.groups[0]]
             held = freezer.gpu_holders(child.stopped)
             if held:
                 files = sorted({f for found in held.values() for f in found})
