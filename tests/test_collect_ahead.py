@@ -59,12 +59,20 @@ def test_stop_tree_stops_a_grandchild_that_left_the_group(tmp_path):
         proc.wait()
 
 
-def test_gpu_files_are_the_ones_a_cuda_context_maps():
-    assert freezer.is_gpu_file("/dev/nvidia0") and freezer.is_gpu_file("/dev/nvidia7")
+def test_the_sign_of_a_context_is_the_unified_memory_device_not_the_gpu_node():
+    """On the H200 a process that had only collected TileGym's tests mapped /dev/nvidia0 and
+    /dev/nvidiactl with no context (nvidia-smi listed none); a tensor on the GPU added /dev/nvidia-uvm
+    (``freezer``'s docstring)."""
     assert freezer.is_gpu_file("/dev/nvidia-uvm")
-    # cuInit alone opens these; the CPU-only profiler session a waiting child runs makes no context.
-    assert not freezer.is_gpu_file("/dev/nvidiactl") and not freezer.is_gpu_file("/dev/nvidia-uvm-tools")
-    assert not freezer.is_gpu_file("/dev/nvidia-caps/nvidia-cap1")
+    assert not freezer.is_gpu_file("/dev/nvidia0") and not freezer.is_gpu_file("/dev/nvidiactl")
+    assert not freezer.is_gpu_file("/dev/nvidia-uvm-tools") and not freezer.is_gpu_file("/dev/nvidia-caps/nvidia-cap1")
+
+
+def test_the_drivers_list_names_a_process_that_maps_nothing(monkeypatch):
+    assert freezer.parse_compute_pids("493\n 612\n\nNo running processes found\n") == {493, 612}
+    monkeypatch.setattr(freezer, "gpu_files", lambda pid: [])
+    assert freezer.gpu_holders({7, 8}, listed={8, 99}) == {8: ["a CUDA context (nvidia-smi)"]}
+    assert freezer.gpu_holders({7, 8}, listed=None) == {}
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc: Linux only")
@@ -77,7 +85,7 @@ def test_gpu_holders_reads_a_mapping_from_outside(tmp_path, monkeypatch):
     try:
         assert proc.stdout.readline().strip() == "mapped"
         monkeypatch.setattr(freezer, "is_gpu_file", lambda path: path.endswith("/fake-gpu-device"))
-        assert freezer.gpu_holders({proc.pid, os.getpid()}) == {proc.pid: [str(device)]}
+        assert freezer.gpu_holders({proc.pid, os.getpid()}) == {proc.pid: [f"{device} mapped"]}
     finally:
         proc.kill()
         proc.wait()

@@ -4,24 +4,32 @@ its turn may hold beside a timed run.
 A child that has run code of the repository (collection imports the tests and the kernel) may not
 do anything while another run is timed. It says nothing it could lie about: the harness stops every
 process of its tree (``SIGSTOP`` cannot be caught, blocked or ignored, and a process that left its
-group with ``setsid`` is still a descendant), then reads in ``/proc`` whether any of them maps a GPU
-device file. GPU work is queued through memory the driver maps from ``/dev/nvidia<N>`` and
-``/dev/nvidia-uvm`` into every process that holds a CUDA context; a process without such a mapping
-has no context, so nothing of it can run on the GPU while it is stopped. One that does is ended:
-the run it was started for starts fresh in its turn.
+group with ``setsid`` is still a descendant), then asks whether any of them holds a CUDA context:
+the driver's list of compute processes (``nvidia-smi``, NVML) and the kernel's record of each
+process's mappings (``/proc/<pid>/maps``: a context maps ``/dev/nvidia-uvm``). A stopped process
+without a context has nothing that can run on the GPU. One that holds one is ended: the run it was
+started for starts fresh in its turn.
+
+What the H200 showed (``benchmarks/probes/collect_context.py``, session 25): after collecting
+TileGym's rms_norm tests (its conftest asks torch for the device's capability) the process had
+torch's CUDA initialized and mapped ``/dev/nvidia0`` and ``/dev/nvidiactl``, and nvidia-smi listed
+no process; after one tensor on the GPU it also mapped ``/dev/nvidia-uvm`` and nvidia-smi listed it
+by the pid it has in its own namespace. So ``/dev/nvidia0`` alone is no sign of a context.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 PROC = Path("/proc")
-# The device files a CUDA context maps. Not /dev/nvidiactl: ``cuInit`` alone opens it (the CPU-only
-# profiler session a waiting child runs initializes the driver and makes no context).
+# The device file a CUDA context maps (unified memory). Not /dev/nvidia<N> nor /dev/nvidiactl: the
+# driver's initialization maps those without a context (module docstring).
 GPU_FILES = ("/dev/nvidia-uvm",)
-GPU_FILE_PREFIX = "/dev/nvidia"
+NVIDIA_SMI_TIMEOUT_S = 10.0
 
 
 def _parent(pid: int) -> int | None:
@@ -86,11 +94,8 @@ def continue_tree(pids: set[int]) -> None:
 
 
 def is_gpu_file(path: str) -> bool:
-    """A device file a CUDA context maps: ``/dev/nvidia<N>`` or ``/dev/nvidia-uvm``."""
-    if path in GPU_FILES:
-        return True
-    rest = path[len(GPU_FILE_PREFIX):] if path.startswith(GPU_FILE_PREFIX) else ""
-    return rest.isdigit()
+    """A device file a CUDA context maps (``GPU_FILES``)."""
+    return path in GPU_FILES
 
 
 def gpu_files(pid: int) -> list[str]:
@@ -103,6 +108,35 @@ def gpu_files(pid: int) -> list[str]:
     return sorted({p for p in (line.rpartition(" ")[2].strip() for line in maps.splitlines()) if is_gpu_file(p)})
 
 
-def gpu_holders(pids: set[int]) -> dict[int, list[str]]:
-    """``{pid: device files}`` for every process of ``pids`` that maps a GPU device file."""
-    return {pid: files for pid in sorted(pids) if (files := gpu_files(pid))}
+def compute_pids() -> set[int] | None:
+    """The processes the driver lists with a CUDA context on any GPU (``nvidia-smi``, by the pid
+    this process sees them under), or None when it cannot be asked (no nvidia-smi, or it failed)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        done = subprocess.run([smi, "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=NVIDIA_SMI_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    return parse_compute_pids(done.stdout)
+
+
+def parse_compute_pids(text: str) -> set[int]:
+    """The pids of ``nvidia-smi --query-compute-apps=pid --format=csv,noheader``'s output."""
+    return {int(line.strip()) for line in text.splitlines() if line.strip().isdigit()}
+
+
+def gpu_holders(pids: set[int], listed: set[int] | None = None) -> dict[int, list[str]]:
+    """``{pid: why}`` for every process of ``pids`` that holds a CUDA context: the GPU device files
+    it maps, and "a CUDA context (nvidia-smi)" when the driver lists it (``listed``: that list,
+    ``compute_pids``; None when it could not be asked)."""
+    held = {}
+    for pid in sorted(pids):
+        why = [f"{f} mapped" for f in gpu_files(pid)] + (["a CUDA context (nvidia-smi)"] if listed and pid in listed
+                                                         else [])
+        if why:
+            held[pid] = why
+    return held

@@ -347,14 +347,17 @@ class StageRunner:
             if not child.groups:  # no process yet: ``_launch`` stops it as soon as it exists
                 child.frozen = True
         waiting = [c for c in waiting if c.groups]
+        if not waiting:
+            return
         trees = freezer.stop_trees([c.groups[0] for c in waiting])
+        listed = freezer.compute_pids()  # asked once every tree is stopped: none can make a context after it
         for child in waiting:
             child.stopped |= trees[child.groups[0]]
-            held = freezer.gpu_holders(child.stopped)
+            held = freezer.gpu_holders(child.stopped, listed)
             if held:
-                files = sorted({f for found in held.values() for f in found})
+                signs = sorted({sign for found in held.values() for sign in found})
                 say(f"{child.run.tag}: the child collected ahead of its turn held the GPU before its turn "
-                    f"({', '.join(files)} mapped); it is ended and will start fresh, and later children start "
+                    f"({', '.join(signs)}); it is ended and will start fresh, and later children start "
                     "ahead without collecting")
                 self._collect_refusal = "a child collected ahead of its turn held the GPU before its turn"
                 _end(child)
