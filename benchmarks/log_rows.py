@@ -33,11 +33,12 @@ def row_line(row: dict) -> str:
 
 def child_log_facts(text: str) -> dict:
     """What a child's log says of its time: ``session_s`` (pytest's own, from its summary line),
-    ``ahead`` (started ahead of its turn), ``preloads``/``preload_s``, ``waited_s``/``ready_s``
+    ``ahead`` (started ahead of its turn), ``collected`` (collected ahead of its turn), ``preloads``/``preload_s``, ``waited_s``/``ready_s``
     (at its gate), ``started_again`` (why it ran as a fresh child after all); a key is missing when
     the log does not say."""
     lines = text.splitlines()
-    facts: dict = {"ahead": bool(lines) and "(started ahead of its turn)" in lines[0]}
+    facts: dict = {"ahead": bool(lines) and "(started ahead of its turn)" in lines[0],
+                   "collected": bool(lines) and "(collected ahead of its turn)" in lines[0]}
     sessions = [m for line in lines if ("passed" in line or "failed" in line) and (m := _SESSION.search(line))]
     if sessions:
         facts["session_s"] = float(sessions[-1][1])
@@ -58,6 +59,8 @@ def stage_line(stage: str, seconds: float, facts: dict) -> str:
         parts.append(f"pytest session {facts['session_s']:.2f} s, begun while it was held at its gate")
     if facts.get("ahead"):
         parts.append("started ahead")
+    if facts.get("collected"):
+        parts.append("collected ahead (its session counts from its start, wait included)")
     if "preloads" in facts:
         parts.append(f"{facts['preloads']} preloads in {facts['preload_s']:.2f} s")
     if "waited_s" in facts:

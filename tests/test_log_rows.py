@@ -26,10 +26,10 @@ FF                                                                       [100%]
 
 
 def test_a_child_log_gives_its_session_preloads_and_wait_at_the_gate():
-    assert log_rows.child_log_facts(AHEAD_LOG) == {"ahead": True, "session_s": 5.69, "preloads": 6, "preload_s": 3.03,
-                                                   "waited_s": 0.01, "ready_s": 9.87}
-    assert log_rows.child_log_facts(FRESH_LOG) == {"ahead": False, "session_s": 12.5}
-    assert log_rows.child_log_facts("") == {"ahead": False}
+    assert log_rows.child_log_facts(AHEAD_LOG) == {"ahead": True, "collected": False, "session_s": 5.69, "preloads": 6,
+                                                   "preload_s": 3.03, "waited_s": 0.01, "ready_s": 9.87}
+    assert log_rows.child_log_facts(FRESH_LOG) == {"ahead": False, "collected": False, "session_s": 12.5}
+    assert log_rows.child_log_facts("") == {"ahead": False, "collected": False}
     again = AHEAD_LOG.replace("......", "cutile-perf: the checkout provides pluggy: running as a fresh child instead\n......")
     assert log_rows.child_log_facts(again)["started_again"] == "the checkout provides pluggy"
 
@@ -55,3 +55,17 @@ def test_with_runs_each_stage_is_printed_with_what_its_log_says(tmp_path, capsys
     assert capsys.readouterr().out.splitlines()[2] == (
         "  2-perf: 6.0 s, pytest session 12.50 s, begun while it was held at its gate")
     assert log_rows.main([str(log), "--bogus"]) == 2
+
+
+# The first and last lines of a child collected ahead on the H200 (session 25, call 2).
+COLLECTED_LOG = """\
+$ /opt/torch/.venv/bin/python -m pytest tests/ops/test_rms_norm.py -k test_perf and cutile and not cutile_rs -q --print-record -p no:cutile_perf -p cutile_perf.pytest_plugin (in the sandbox) (collected ahead of its turn)
+1 passed, 77 deselected in 22.98s
+"""
+
+
+def test_a_child_collected_ahead_is_named_so_and_its_session_is_not_read_as_its_stage():
+    facts = log_rows.child_log_facts(COLLECTED_LOG)
+    assert facts == {"ahead": False, "collected": True, "session_s": 22.98}
+    line = log_rows.stage_line("1-confirm1-base-perf", 3.4, facts)
+    assert "collected ahead" in line and "outside it" not in line, line
