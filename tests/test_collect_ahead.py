@@ -223,3 +223,20 @@ def test_a_child_that_holds_the_gpu_before_its_turn_is_ended_and_the_rest_wait_b
     assert "held the GPU before its turn (" in err and "fake-gpu-device mapped" in err, err
     heads = _heads(repo / "sandbox" / "runs", "1-confirm*-perf.log")
     assert any("(collected ahead of its turn)" not in h for h in heads.values()), heads
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc: Linux only")
+def test_a_killed_child_counts_as_gone_once_it_has_exited_not_when_it_was_signalled(monkeypatch):
+    """Its CUDA context, and any work it queued, ends with its exit, so the next timed run waits
+    for that; a zombie has exited already."""
+    monkeypatch.setattr(freezer, "compute_pids", lambda: None)  # no driver here
+    proc = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                             "lambda *a: (time.sleep(0.5), exit(0))); print('up', flush=True); time.sleep(30)"],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up"
+    proc.terminate()  # it takes half a second to exit
+    assert not freezer.wait_gone({proc.pid}, timeout_s=0.1)
+    assert freezer.wait_gone({proc.pid}, timeout_s=10.0)  # gone before it was reaped: a zombie
+    proc.wait()
+    monkeypatch.setattr(freezer, "compute_pids", lambda: {proc.pid})  # still listed by the driver
+    assert not freezer.wait_gone({proc.pid}, timeout_s=0.1)

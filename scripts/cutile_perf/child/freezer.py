@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -85,6 +86,33 @@ def stop_trees(roots: list[int]) -> dict[int, set[int]]:
 def stop_tree(root: int) -> set[int]:
     """Stop every process of ``root``'s tree; returns them (``stop_trees``)."""
     return stop_trees([root])[root]
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs: a zombie has already released its memory and files (a CUDA
+    context goes with them), so it counts as gone."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rpartition(")")[2].split()
+    return bool(fields) and fields[0] not in ("Z", "X")
+
+
+def wait_gone(pids: set[int], timeout_s: float, poll_s: float = 0.02) -> bool:
+    """Wait until none of ``pids`` runs and the driver lists none of them (``compute_pids``): a
+    process that held a CUDA context is killed asynchronously (its box's init dies after the
+    group's leader), and its context, with any work it queued, ends only when it has exited.
+    False when that took longer than ``timeout_s``."""
+    end = time.monotonic() + timeout_s
+    while True:
+        running = {pid for pid in pids if _alive(pid)}
+        listed = compute_pids() if not running else None
+        if not running and not (listed and listed & pids):
+            return True
+        if time.monotonic() >= end:
+            return False
+        time.sleep(poll_s)
 
 
 def continue_tree(pids: set[int]) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cutile_perf.child import freezer, measure, pristine, runner, warmstart
+from cutile_perf.errors import IterationCrashed
 from cutile_perf.judge.verdict import Stage
 from cutile_perf.output import say
 from cutile_perf.store import git_ops, jitcache
@@ -37,6 +38,8 @@ AHEAD_AT_ONCE = 6
 # perf child (one CPU each), and on fewer CPUs they would slow those two down for a re-check that
 # most tries never run.
 SPECULATIVE_MIN_CPUS = 8
+# How long a killed child that held the GPU may take to exit before no run can be timed any more.
+GONE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -362,6 +365,11 @@ class StageRunner:
                 self._collect_refusal = "a child collected ahead of its turn held the GPU before its turn"
                 _end(child)
                 self._ahead.remove(child)
+                # Its context (and any work it queued) ends only once its processes have exited.
+                if not freezer.wait_gone(child.stopped, GONE_S):
+                    raise IterationCrashed(f"{child.run.tag}: a child that held the GPU was still running "
+                                           f"{GONE_S:.0f} s after it was killed; nothing is timed beside it",
+                                           "see what runs on the GPU (nvidia-smi), then run the command again")
 
     def _settle_ahead(self, freeze_speculative: bool = False) -> None:
         """Return once every child started ahead waits at its gate (or has ended); one not ready in
