@@ -43,14 +43,18 @@ def test_stop_tree_stops_a_grandchild_that_left_the_group(tmp_path):
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-c", ESCAPING], stdout=out, start_new_session=True)
     try:
-        time.sleep(0.5)
+        end = time.monotonic() + 10.0
+        while not {"child", "grandchild"} <= set(log.read_text().split()) and time.monotonic() < end:
+            time.sleep(0.05)
         stopped = freezer.stop_tree(proc.pid)
         assert len(stopped) == 2 and proc.pid in stopped
         size = log.stat().st_size
         time.sleep(0.4)
         assert log.stat().st_size == size, "a stopped tree printed nothing"
         freezer.continue_tree(stopped)
-        time.sleep(0.3)
+        end = time.monotonic() + 10.0  # a loaded machine may take a while to run them again
+        while log.stat().st_size == size and time.monotonic() < end:
+            time.sleep(0.05)
         assert log.stat().st_size > size
         assert {"child", "grandchild"} <= {line.split()[0] for line in log.read_text().splitlines() if line}
     finally:
