@@ -342,9 +342,10 @@ class StageRunner:
 
     def _stop_collected(self) -> None:
         """Before a run is timed: stop the whole process tree of every child collected ahead of its
-        turn, and end any of them that holds the GPU (``child.freezer``: a tree without a GPU
-        mapping has no CUDA context, so nothing of it runs beside the timed run). After one held
-        it, the children started later wait before any code of the repository instead."""
+        turn, and end any of them that holds a CUDA context (``child.freezer``: the driver's list,
+        a ``/dev/nvidia-uvm`` mapping); a stopped tree without one runs nothing beside the timed
+        run. After one held it, the children started later wait before any code of the repository
+        instead."""
         waiting = [c for c in self._ahead if c.collected and not c.future.done()]
         for child in waiting:
             if not child.groups:  # no process yet: ``_launch`` stops it as soon as it exists
