@@ -111,11 +111,15 @@ def test_recheck_runs_collected_ahead_run_the_cases_in_doubt_and_the_verdict_com
     runs = repo / "sandbox" / "runs"
     heads = _heads(runs, "0-r*-perf.log")
     assert all("(collected ahead of its turn)" in heads[f"0-r{k}-perf.log"] for k in (2, 3)), heads
+    edit_kernel(repo, latency={"256x1024": 2.0, "4096x1024": 4.0})
+    call(repo, "try", "twice as slow: its perf run decides")
+    assert rows(repo)[-1]["status"] == "revert" and not rows(repo)[-1].get("confirm"), rows(repo)[-1]
+    assert not list(runs.glob("1-confirm*")), "the unused re-check runs left logs of runs that never happened"
     edit_kernel(repo, latency=BORDERLINE)
     code, data, _ = call(repo, "try", "one case 1 % slower: the re-check decides")
     row = rows(repo)[-1]
     assert row["status"] == "revert" and row["timings"]["recheck_runs"] == 6, row  # as in the other modes
-    heads = _heads(runs, "1-confirm*-perf.log")
+    heads = _heads(runs, "2-confirm*-perf.log")
     assert len(heads) == 6 and all("(collected ahead of its turn)" in h for h in heads.values()), heads
     # Collected before its cases were known, each ran only the one in doubt (handed over at its gate).
     for name in heads:

@@ -346,10 +346,13 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
         result, report, report_file = _run_child(session, name, deadline, checkout, fenced_files, on_start,
                                                  output, private, gate=gate, select=select, start=start,
                                                  preload=preload)
-        if start is not None and start.opened_at is None:
-            # Started ahead of its turn and never let go (the run was not asked for, or the
-            # command ended): it ran nothing, so no log of a run that did not happen is left.
+        if (start is not None and start.opened_at is None) or (
+                gate is not None and gate.ready is not None and gate.opened_at is None):
+            # Started (or collected) ahead of its turn and never let go (the run was not asked
+            # for, or the command ended): it timed nothing, so no log of a run that did not
+            # happen is left.
             output.unlink(missing_ok=True)
+            report_file = None
         # A pre-started child's own stage begins when it is let go; its start-up overlapped another
         # run (the correctness run, or the run before it) and is not counted twice.
         begun = start.opened_at if start is not None else (
