@@ -33,14 +33,20 @@ GPU_FILES = ("/dev/nvidia-uvm",)
 NVIDIA_SMI_TIMEOUT_S = 10.0
 
 
-def _parent(pid: int) -> int | None:
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name, or None when it has ended: state
+    is [0], the parent [1], the group [2], the start time [19]. The name may hold spaces and
+    parentheses (and bytes that are no text), so the fields start after the last ")"."""
     try:
-        stat = (PROC / str(pid) / "stat").read_text()
+        stat = (PROC / str(pid) / "stat").read_bytes().decode("ascii", errors="replace")
     except OSError:
         return None
-    # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")".
-    fields = stat.rpartition(")")[2].split()
-    return int(fields[1]) if len(fields) > 1 else None
+    return stat.rpartition(")")[2].split()
+
+
+def _parent(pid: int) -> int | None:
+    fields = stat_fields(pid)
+    return int(fields[1]) if fields and len(fields) > 1 else None
 
 
 def _children() -> dict[int, list[int]]:
@@ -91,11 +97,7 @@ def stop_tree(root: int) -> set[int]:
 def _alive(pid: int) -> bool:
     """Whether ``pid`` still runs: a zombie has already released its memory and files (a CUDA
     context goes with them), so it counts as gone."""
-    try:
-        stat = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return False
-    fields = stat.rpartition(")")[2].split()
+    fields = stat_fields(pid)
     return bool(fields) and fields[0] not in ("Z", "X")
 
 

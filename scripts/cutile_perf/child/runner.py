@@ -20,6 +20,7 @@ from pathlib import Path
 
 from cutile_perf import knobs
 from cutile_perf.child import box as boxmod
+from cutile_perf.child import freezer
 from cutile_perf.child import warmstart
 from cutile_perf.child.box import Box
 from cutile_perf.judge.crash import CrashClass
@@ -80,13 +81,8 @@ def _live_members(pgid: int) -> int:
     there is no /proc to read."""
     count = 0
     for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so split after the last ")".
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+        fields = freezer.stat_fields(int(entry.name))
+        if fields and len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
             count += 1
     return count
 

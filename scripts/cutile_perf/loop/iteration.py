@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from cutile_perf import knobs
-from cutile_perf.child import envcheck, measure
+from cutile_perf.child import envcheck, freezer, measure
 from cutile_perf.errors import EXIT_CRASH, EXIT_OK, EXIT_REJECTED, EnvMissing, FenceViolation, IterationCrashed, Locked, NoChange, Refused
 from cutile_perf.judge import rules
 from cutile_perf.kernel import probes
@@ -172,11 +172,8 @@ def process_start(pid: int) -> str | None:
     A pid and its start time name one process for the life of the machine: a pid reused by an
     unrelated process has another start time.
     """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[-1].split()[19]
+    fields = freezer.stat_fields(pid)
+    return fields[19] if fields and len(fields) > 19 else None
 
 
 def end_children(children: list) -> list[int]:
