@@ -25,7 +25,6 @@ OWN_ENV_VARS: dict[str, str] = {
     "CUTILE_PERF_READY_FD": "file descriptor a perf child started ahead of its turn writes one byte to once its early imports are done and it waits; set by the harness",
     "CUTILE_PERF_LATE_PYTHONPATH": "the whole PYTHONPATH of a perf child started ahead of its turn, restored when it is let go (it starts without the checkout's entries); set by the harness",
     "CUTILE_PERF_LATE_CWD": "the checkout a perf child started ahead of its turn moves to when let go (it starts in /); set by the harness",
-    "CUTILE_PERF_WARM_STAGE": "correctness or perf: the stage a child started ahead of its turn (cutile_perf.child.warmstart) will run; only a perf child sets up the profiler while it waits; set by the harness",
     "CUTILE_PERF_PRELOAD": "JSON list of installed top-level modules a perf child started ahead of its turn imports while it waits (those the baseline's perf runs imported from outside their checkout, baseline row field preload); set by the harness",
     "CUTILE_PERF_KEY_FD": "file descriptor the pytest plugin reads the run report's signing key from, once; set by the harness",
     "CUTILE_PERF_TUNE_CACHE_DIR": "directory of the persistent tuning cache (default: the user cache dir)",
@@ -216,15 +215,6 @@ def take_preload() -> list[str]:
         raise BadEnvValue(f"CUTILE_PERF_PRELOAD={value[:80]!r}: expected a JSON list of at most {PRELOAD_MAX} "
                           "top-level module names")
     return names
-
-
-def take_warm_stage() -> str:
-    """The stage a child started ahead of its turn will run (``CUTILE_PERF_WARM_STAGE``), taken out
-    of the environment; "perf" when unset."""
-    value = os.environ.pop("CUTILE_PERF_WARM_STAGE", None) or "perf"
-    if value not in ("correctness", "perf"):
-        raise BadEnvValue(f"CUTILE_PERF_WARM_STAGE={value[:40]!r}: expected correctness or perf")
-    return value
 
 
 def pythonpath() -> str:

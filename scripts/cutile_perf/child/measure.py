@@ -197,18 +197,14 @@ def _rel(session: Session, path: Path) -> str:
 def run_stage(session: Session, name: str, tag: str, deadline: Deadline, *, checkout: pristine.Checkout,
               fenced_files: list[str], tracked: list[str], on_start: Callable[[int], None] | None = None,
               gate: runner.Gate | None = None, select: list[str] | None = None,
-              start: runner.StartGate | None = None, preload: Sequence[str] = (),
-              rebuilt: Callable[[], tuple[pristine.Checkout, list[str]]] | None = None) -> Stage:
+              start: runner.StartGate | None = None, preload: Sequence[str] = ()) -> Stage:
     """Run the ``name`` command ("correctness" or "perf") once in ``checkout``; with ``gate``, the
     child waits on it before its first test (a perf child started during the correctness run);
     with ``start``, it is started ahead of its turn and waits on it before any code of the
     repository runs (``child.warmstart``; the stage is then timed from ``start.open()``);
     with ``select``, it runs only those node ids of the command's selection (``CUTILE_PERF_SELECT``:
     an interleaved re-check run of the cases in doubt); ``preload``: the installed modules a child
-    started ahead of its turn imports while it waits (``CUTILE_PERF_PRELOAD``). ``rebuilt``: with
-    ``start``, the checkout was filled again in place for the commit the child is let go for (a
-    correctness child started during the try before, ``stages.Relay``); called when it is let go,
-    it returns that checkout and the commit's fenced files, which the stage's checks then use."""
+    started ahead of its turn imports while it waits (``CUTILE_PERF_PRELOAD``)."""
     runs = session.sandbox / "runs"
     output = runs / f"{tag}-{name}.log"
     if deadline.left() <= 0:
@@ -221,7 +217,7 @@ def run_stage(session: Session, name: str, tag: str, deadline: Deadline, *, chec
     private = Path(tempfile.mkdtemp(prefix="cutile-perf-run-"))
     try:
         return _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private,
-                          gate, select, start, preload, rebuilt)
+                          gate, select, start, preload)
     except BaseException:
         if start is not None and not start.handed:  # it never reached the runner, which closes them
             start.unused()
@@ -245,10 +241,8 @@ def _run_child(session, name, deadline, checkout, fenced_files, on_start, output
         overrides["CUTILE_PERF_SHARD"] = f"{shard[0]}/{shard[1]}"
     if select:
         overrides["CUTILE_PERF_SELECT"] = json.dumps(sorted(select))
-    if start is not None:
-        overrides["CUTILE_PERF_WARM_STAGE"] = name
-        if preload:
-            overrides["CUTILE_PERF_PRELOAD"] = json.dumps(list(preload))
+    if start is not None and preload:
+        overrides["CUTILE_PERF_PRELOAD"] = json.dumps(list(preload))
     if checkout.compile_cache is not None:
         overrides[jitcache.ENV] = str(checkout.compile_cache)
     boxed = box_why_not(session) is None
@@ -324,22 +318,16 @@ def _run_shards(session, name, deadline, checkout, fenced_files, on_start, outpu
 
 
 def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private,
-               gate=None, select=None, start=None, preload=(), rebuilt=None) -> Stage:
+               gate=None, select=None, start=None, preload=()) -> Stage:
     guarded = protected_paths(session, tracked)
-    released: dict = {}
+    before_user = snapshot(session.repo, guarded)
+    # The committed files only: caches and outputs the tests create (.pytest_cache, logs) are theirs.
+    checkout_files = list(checkout.written)
+    released: dict[str, dict] = {}
 
     def at_release() -> None:
-        nonlocal checkout, fenced_files
-        # Taken when the child is let go: one started ahead may wait through a whole try, whose
-        # own row goes into the log meanwhile (before that it ran nothing of the repository, in a
-        # box that hides the user's files).
-        released["user"] = snapshot(session.repo, guarded)
-        if rebuilt is not None:
-            checkout, fenced_files = rebuilt()
         pristine.sweep(checkout)  # what an earlier child of this checkout left never reaches this one
-        # The committed files only: caches and outputs the tests create (.pytest_cache, logs) are theirs.
-        released["files"] = list(checkout.written)
-        released["checkout"] = digest_tree(checkout.root, released["files"])
+        released["checkout"] = digest_tree(checkout.root, checkout_files)
 
     # A child started ahead of its turn may share its checkout with the child running now (the
     # same commit's previous run): it reads nothing of it until let go, so the checkout is swept
@@ -372,13 +360,11 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
         if begun is not None:
             result = replace(result, duration_s=max(time.monotonic() - begun, 0.0))
 
-    before_user = released.get("user")
-    after_user = snapshot(session.repo, guarded) if before_user is not None else {}
-    touched_user = sorted(p for p in guarded if after_user[p] != before_user[p]) if before_user is not None else []
+    after_user = snapshot(session.repo, guarded)
+    touched_user = sorted(p for p in guarded if after_user[p] != before_user[p])
     touched_checkout: list[str] = []
     before_checkout = released.get("checkout")
     if before_checkout is not None:  # else never let go (cancelled while it waited): it ran nothing there
-        checkout_files = released["files"]
         after_checkout = digest_tree(checkout.root, checkout_files)
         touched_checkout = sorted(p for p in checkout_files if after_checkout[p] != before_checkout[p])
     if touched_user:

@@ -92,16 +92,11 @@ def slot_root(repo: Path, index: int) -> Path | None:
     return base / tag / f"slot-{index}"
 
 
-def build(g, *, protected_from: str, fenced_from: str, fence: Iterable[str], root: Path | None = None,
-          in_place: bool = False) -> Checkout:
+def build(g, *, protected_from: str, fenced_from: str, fence: Iterable[str], root: Path | None = None) -> Checkout:
     """Write the composed tree into ``root`` (emptied first: a slot from ``slot_root``) or, without
-    it, into a new temporary directory; either way outside the repository. ``in_place``: empty
-    ``root`` without replacing the folder itself, which a waiting child's box has bound already
-    (``stages.Relay``): a new folder at the same path would never reach it."""
+    it, into a new temporary directory; either way outside the repository."""
     if root is None:
         root = Path(tempfile.mkdtemp(prefix="cutile-perf-checkout-"))
-    elif in_place and root.is_dir() and not root.is_symlink():
-        _empty(root)
     else:
         if root.is_symlink():  # rmtree refuses a link, and writing through one would leave the slot
             root.unlink()
@@ -129,15 +124,6 @@ def build(g, *, protected_from: str, fenced_from: str, fence: Iterable[str], roo
         if entry.mode == _MODE_EXEC:
             target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return Checkout(root, protected_from, fenced_from, tuple(sorted(skipped)), tuple(written), tuple(links))
-
-
-def _empty(folder: Path) -> None:
-    """Remove everything in ``folder``, never following a link out of it."""
-    for entry in os.scandir(folder):
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path, ignore_errors=True)
-        else:
-            os.unlink(entry.path)
 
 
 def sweep(checkout: Checkout) -> list[str]:

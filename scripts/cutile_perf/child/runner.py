@@ -205,10 +205,6 @@ class StartGate:
         self.ready_write = self.ready.ready_write
         self.handed = False  # ``run`` took the child's ends (and closes them)
         self._on_open: list[Callable[[], None]] = []
-        # The child's timeout, counted from ``open()``: it may wait through whole runs (in a batch,
-        # a whole try) before its own begins, so its time is set by whoever lets it go, from the
-        # deadline of the run it serves then. None: the timeout ``run`` was given, from ``open()``.
-        self.timeout_s: float | None = None
 
     @property
     def opened_at(self) -> float | None:
@@ -312,7 +308,7 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
             except OSError as exc:  # the interpreter or command does not exist
                 out.write(f"cannot start: {exc}\n".encode())
                 return RunResult(tuple(argv), 127, False, time.monotonic() - began, output_path)
-            result = _wait(proc, argv, timeout_s, output_path, began, on_start, start)
+            result = _wait(proc, argv, timeout_s, output_path, began, on_start)
             if box is not None:
                 result = replace(result, returncode=boxmod.returncode(result.returncode))
             return result
@@ -321,23 +317,13 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
             os.close(fd)
 
 
-def _wait(proc: subprocess.Popen, argv: list[str], timeout_s: float, output_path: Path, began: float,
-          on_start: Callable[[int], None] | None, start: StartGate | None = None) -> RunResult:
+def _wait(proc: subprocess.Popen, argv: list[str], timeout_s: float, output_path: Path, start: float,
+          on_start: Callable[[int], None] | None) -> RunResult:
     try:
         if on_start is not None:
             on_start(proc.pid)  # the pid is the group id: start_new_session=True
         timed_out = False
-        left = timeout_s
-        if start is not None:
-            # Held ahead of its turn: no timeout until it is let go (closing the gate, or ending
-            # it, is how a child that is not wanted stops), then the one its opener set.
-            while start.opened_at is None and proc.poll() is None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=0.25)
-            if start.opened_at is not None:
-                timeout_s = start.timeout_s if start.timeout_s is not None else timeout_s
-                left = timeout_s - (time.monotonic() - start.opened_at)
-        proc.wait(timeout=max(left, 0.001))
+        proc.wait(timeout=max(timeout_s, 0.001))
     except subprocess.TimeoutExpired:
         timed_out = True
         kill_group(proc)
@@ -350,7 +336,7 @@ def _wait(proc: subprocess.Popen, argv: list[str], timeout_s: float, output_path
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    duration = time.monotonic() - began
+    duration = time.monotonic() - start
     if timed_out:
         with output_path.open("ab") as out:
             out.write(f"\ncutile-perf: killed after {timeout_s:.0f} s (iteration time budget)\n".encode())

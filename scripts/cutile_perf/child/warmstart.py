@@ -255,12 +255,11 @@ def preload_problem(before: Quiet, after: Quiet) -> str | None:
     return None
 
 
-def _start_again_without_preload(args: list[str], fds: tuple[int, int], late: str, late_cwd: str, stage: str) -> None:
+def _start_again_without_preload(args: list[str], fds: tuple[int, int], late: str, late_cwd: str) -> None:
     """Become a fresh warm child with ``WARM_MODULES`` alone: what was imported (and any CUDA state
     it made) goes with this process image; the gate's descriptors stay open across ``exec``."""
     os.environ.update({"CUTILE_PERF_READY_FD": str(fds[0]), "CUTILE_PERF_START_FD": str(fds[1]),
-                       "CUTILE_PERF_LATE_PYTHONPATH": late, "CUTILE_PERF_LATE_CWD": late_cwd,
-                       "CUTILE_PERF_WARM_STAGE": stage})
+                       "CUTILE_PERF_LATE_PYTHONPATH": late, "CUTILE_PERF_LATE_CWD": late_cwd})
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, [sys.executable, "-P", "-m", "cutile_perf.child.warmstart", *args])
@@ -288,7 +287,6 @@ def main(args: list[str]) -> int:
     ready_fd, start_fd = knobs.take_start_fds()
     late, late_cwd = knobs.take_late_pythonpath(), knobs.take_late_cwd()
     preload = knobs.take_preload()
-    stage = knobs.take_warm_stage()
     early = [e for e in knobs.pythonpath().split(os.pathsep) if e]
     not_found = _NotFound()
     sys.meta_path.append(not_found)
@@ -305,11 +303,11 @@ def main(args: list[str]) -> int:
         if problem:
             print(f"cutile-perf: while preloading, {problem}; starting again without preloads", file=sys.stderr,
                   flush=True)
-            _start_again_without_preload(args, (ready_fd, start_fd), late, late_cwd, stage)
+            _start_again_without_preload(args, (ready_fd, start_fd), late, late_cwd)
         print(f"cutile-perf: preloaded {len(done)} installed module(s) the baseline's tests imported "
               f"({time.perf_counter() - started:.2f} s): {', '.join(done)}", file=sys.stderr, flush=True)
     sys.meta_path.remove(not_found)
-    if not failed and stage == "perf":  # a correctness run times nothing
+    if not failed:
         # The profiler's one-off set-up, without a CUDA context (bench.prepare_profiler_without_context):
         # otherwise the first record's witness pays it after the gate, several seconds a run.
         from cutile_perf import bench  # noqa: PLC0415

@@ -16,7 +16,7 @@ from cutile_perf.judge import rules, stats, verdict
 from cutile_perf.judge.verdict import Stage
 from cutile_perf.loop import iteration
 from cutile_perf.loop.history import History
-from cutile_perf.loop.stages import NextRun, Relay, Stages, StageRunner, may_prestart
+from cutile_perf.loop.stages import NextRun, Stages, StageRunner, may_prestart
 from cutile_perf.output import Outcome, say
 from cutile_perf.store import git_ops
 from cutile_perf.store import session as session_mod
@@ -54,10 +54,8 @@ def later_runs(commit: str, after: int, repeats: int) -> tuple[NextRun, ...]:
     return tuple(NextRun("perf", f"0-r{k}", commit) for k in range(after + 1, repeats + 1))
 
 
-def baseline(*, repo: Path, repeats: int, stages: Stages | None = None, relay: Relay | None = None) -> Outcome:
-    """Record iteration 0. ``stages``: what runs the tests (default: pytest children, ``StageRunner``).
-    ``relay``: a try follows in the same command (``batch``, the demo), whose correctness child may
-    start during the baseline's correctness run (``stages.Relay``)."""
+def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outcome:
+    """Record iteration 0. ``stages``: what runs the tests (default: pytest children, ``StageRunner``)."""
     if repeats < 1:
         raise UsageError("--repeats must be at least 1")
     clock = iteration.Clock()
@@ -81,7 +79,7 @@ def baseline(*, repo: Path, repeats: int, stages: Stages | None = None, relay: R
         if stages is not None:
             stages.clock = clock  # scripted stages time themselves into this row, as StageRunner does
         runner = stages if stages is not None else StageRunner(session, g, measure.Deadline(session.timeout_s * repeats),
-                                                               clock, relay=relay)
+                                                               clock)
         with runner:
             empty = verdict.Reference(commit=head, medians={}, noise={})
             # Perf run 1 starts with the correctness run and waits before its first test, as a

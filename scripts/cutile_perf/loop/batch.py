@@ -26,7 +26,7 @@ from cutile_perf.loop import iteration, plan
 from cutile_perf.loop.baseline import baseline
 from cutile_perf.loop.budget import Budget, DoesNotFit, unmeasured_first_job_s
 from cutile_perf.loop.history import History
-from cutile_perf.loop.stages import Relay, Stages
+from cutile_perf.loop.stages import Stages
 from cutile_perf.output import Outcome, say
 from cutile_perf.store import git_ops
 from cutile_perf.store import session as session_mod
@@ -52,75 +52,70 @@ def batch(*, repo: Path, plan_path: Path, budget_s: float | None, job_s: float |
     iteration.require_session_branch(session, g)  # before anything is put back or run
     actions = _finish_earlier_job(session, g, entries)
     _refuse_fenced_work(session, g, entries)
-    # Each try's correctness child starts during the try before it (``stages.Relay``).
-    with Relay() as relay:
+    history = History.open(session, g)
+    if history.reference() is None:
+        if baseline_repeats is None:
+            raise Refused("no baseline recorded yet", "run `cutile-perf baseline` first, or pass --baseline N")
+        say(f"no baseline yet: recording it first ({baseline_repeats} perf runs)")
+        recorded = baseline(repo=session.repo, repeats=baseline_repeats, stages=stages)
+        if recorded.exit_code != EXIT_OK:
+            return recorded
         history = History.open(session, g)
-        if history.reference() is None:
-            if baseline_repeats is None:
-                raise Refused("no baseline recorded yet", "run `cutile-perf baseline` first, or pass --baseline N")
-            say(f"no baseline yet: recording it first ({baseline_repeats} perf runs)")
-            relay.wanted = bool(entries)
-            recorded = baseline(repo=session.repo, repeats=baseline_repeats, stages=stages, relay=relay)
-            if recorded.exit_code != EXIT_OK:
-                return recorded
-            history = History.open(session, g)
 
-        decided, cut_before = history.decided_plan_entries(), history.cut_plan_entries()
-        done: list[dict] = []
-        passed_over: list[tuple[str, str]] = []  # (entry, why): not started, the entries after it were
+    decided, cut_before = history.decided_plan_entries(), history.cut_plan_entries()
+    done: list[dict] = []
+    passed_over: list[tuple[str, str]] = []  # (entry, why): not started, the entries after it were
 
-        def still_open(first: int) -> list[tuple[str, str]]:
-            return passed_over + [(e.optimization, "budget") for e, d in zip(entries[first:], digests[first:])
-                                  if d not in decided]
+    def still_open(first: int) -> list[tuple[str, str]]:
+        return passed_over + [(e.optimization, "budget") for e, d in zip(entries[first:], digests[first:])
+                              if d not in decided]
 
-        for n, (entry, digest) in enumerate(zip(entries, digests), 1):
-            if digest in decided:
-                row = decided[digest]
-                done.append({"entry": n, "optimization": entry.optimization, "decision": row["status"],
-                             "iteration": row["iteration"], "reason": row.get("reason", ""), "commit": row.get("commit"),
-                             "earlier": True})
-                continue
-            expected = history.try_estimate()
-            if digest in cut_before and expected is not None and not budget.fits(expected.with_recheck_s):
-                # Cut short before: it most likely needs its re-check again, and starting it only to be
-                # cut again would spend the job on nothing; the entries after it may still fit.
-                why = f"cut short before; with its re-check it needs about {expected.with_recheck_s:.0f} s"
-                if budget.seconds is not None and expected.with_recheck_s > budget.seconds:
-                    why += f", more than a whole budget of {budget.seconds:.0f} s: give it a longer job"
-                say(f"batch {n}/{len(entries)}: {entry.optimization}: not started ({why})")
-                passed_over.append((entry.optimization, why))
-                continue
-            say(f"batch {n}/{len(entries)}: {entry.optimization}")
-            for target, candidate in entry.files:
-                shutil.copyfile(session.repo / candidate, session.repo / target)
-            began = now()
-            # Another entry may follow: its correctness child starts during this try's (``stages.Relay``).
-            relay.wanted = any(d not in decided for d in digests[n:])
-            try:
-                tried = iteration.try_change(session.repo, " ".join(entry.optimization.split()), stages=stages,
-                                             budget=budget, plan_entry=digest, relay=relay)
-            except NoChange:  # the candidate is the current code: nothing to measure
-                done.append({"entry": n, "optimization": entry.optimization, "decision": "skipped",
-                             "reason": "the candidate is the same as the kept code", "seconds": 0.0})
-                continue
-            except DoesNotFit as exc:  # checked under the lock, before anything moved
-                git_ops.restore_paths(g, git_ops.head(g), [t for t, _ in entry.files])
-                say(f"budget: {budget.elapsed():.0f} s used; {exc.message}")
-                return _outcome(done, still_open(n - 1), actions)
-            except Refused:
-                # Refused before touching anything: take our copies back out, leave the rest to the user.
-                git_ops.restore_paths(g, git_ops.head(g), [t for t, _ in entry.files])
-                raise
-            history = tried.history
-            row = tried.row
+    for n, (entry, digest) in enumerate(zip(entries, digests), 1):
+        if digest in decided:
+            row = decided[digest]
             done.append({"entry": n, "optimization": entry.optimization, "decision": row["status"],
-                         "iteration": row["iteration"], "reason": row.get("reason", ""),
-                         "commit": row.get("commit"), "stop": tried.stop, "cut": tried.cut,
-                         "seconds": round(now() - began, 1)})
-            if tried.cut and budget.spent():
-                return _outcome(done, still_open(n), actions)
-            # Cut before a re-check that could not end in time: the time left may still hold the next entry.
-        return _outcome(done, passed_over, actions)
+                         "iteration": row["iteration"], "reason": row.get("reason", ""), "commit": row.get("commit"),
+                         "earlier": True})
+            continue
+        expected = history.try_estimate()
+        if digest in cut_before and expected is not None and not budget.fits(expected.with_recheck_s):
+            # Cut short before: it most likely needs its re-check again, and starting it only to be
+            # cut again would spend the job on nothing; the entries after it may still fit.
+            why = f"cut short before; with its re-check it needs about {expected.with_recheck_s:.0f} s"
+            if budget.seconds is not None and expected.with_recheck_s > budget.seconds:
+                why += f", more than a whole budget of {budget.seconds:.0f} s: give it a longer job"
+            say(f"batch {n}/{len(entries)}: {entry.optimization}: not started ({why})")
+            passed_over.append((entry.optimization, why))
+            continue
+        say(f"batch {n}/{len(entries)}: {entry.optimization}")
+        for target, candidate in entry.files:
+            shutil.copyfile(session.repo / candidate, session.repo / target)
+        began = now()
+        try:
+            tried = iteration.try_change(session.repo, " ".join(entry.optimization.split()), stages=stages,
+                                         budget=budget, plan_entry=digest)
+        except NoChange:  # the candidate is the current code: nothing to measure
+            done.append({"entry": n, "optimization": entry.optimization, "decision": "skipped",
+                         "reason": "the candidate is the same as the kept code", "seconds": 0.0})
+            continue
+        except DoesNotFit as exc:  # checked under the lock, before anything moved
+            git_ops.restore_paths(g, git_ops.head(g), [t for t, _ in entry.files])
+            say(f"budget: {budget.elapsed():.0f} s used; {exc.message}")
+            return _outcome(done, still_open(n - 1), actions)
+        except Refused:
+            # Refused before touching anything: take our copies back out, leave the rest to the user.
+            git_ops.restore_paths(g, git_ops.head(g), [t for t, _ in entry.files])
+            raise
+        history = tried.history
+        row = tried.row
+        done.append({"entry": n, "optimization": entry.optimization, "decision": row["status"],
+                     "iteration": row["iteration"], "reason": row.get("reason", ""),
+                     "commit": row.get("commit"), "stop": tried.stop, "cut": tried.cut,
+                     "seconds": round(now() - began, 1)})
+        if tried.cut and budget.spent():
+            return _outcome(done, still_open(n), actions)
+        # Cut before a re-check that could not end in time: the time left may still hold the next entry.
+    return _outcome(done, passed_over, actions)
 
 
 def _own_copies(session, g, entries: list) -> list[str]:

@@ -26,7 +26,6 @@ from cutile_perf.store import git_ops
 from cutile_perf.loop.baseline import baseline
 from cutile_perf.loop.init import init
 from cutile_perf.loop.iteration import decision_line, try_change, try_outcome
-from cutile_perf.loop.stages import Relay
 from cutile_perf.loop.report import report
 
 # Names people type for the bundled ops.
@@ -146,24 +145,19 @@ def demo(*, kernel: str, dest: Path | None = None) -> Outcome:
         except EnvMissing:
             shutil.rmtree(dest, ignore_errors=True)
             raise
+    say("baseline (3 perf runs for the noise floor)")
+    lines.append(baseline(repo=dest, repeats=3).text)
+    lines.append(f"the demo runs all {len(steps)} prepared steps, even once a stop rule holds, to show keeps and reverts")
     results = []
-    # Each step's correctness child starts during the step before it (``stages.Relay``).
-    with Relay() as relay:
-        say("baseline (3 perf runs for the noise floor)")
-        relay.wanted = bool(steps)
-        lines.append(baseline(repo=dest, repeats=3, relay=relay).text)
-        lines.append(f"the demo runs all {len(steps)} prepared steps, even once a stop rule holds, to show keeps "
-                     "and reverts")
-        for number, step in enumerate(steps, start=1):
-            say(f"step {number}/{len(steps)}: {step.name} (expected: {step.expect or 'unknown'})")
-            shutil.copyfile(step.file, dest / kernel_file)
-            relay.wanted = number < len(steps)
-            tried = try_change(dest, step.name, relay=relay)
-            outcome = try_outcome(tried.row, tried.stop)
-            results.append({"step": step.name, "file": step.file.name, "expect": step.expect,
-                            "exit_code": outcome.exit_code, "result": outcome.data})
-            lines.append(step_line(number, step, decision_line(outcome.data), outcome.data.get("stop"),
-                                   last=number == len(steps)))
+    for number, step in enumerate(steps, start=1):
+        say(f"step {number}/{len(steps)}: {step.name} (expected: {step.expect or 'unknown'})")
+        shutil.copyfile(step.file, dest / kernel_file)
+        tried = try_change(dest, step.name)
+        outcome = try_outcome(tried.row, tried.stop)
+        results.append({"step": step.name, "file": step.file.name, "expect": step.expect,
+                        "exit_code": outcome.exit_code, "result": outcome.data})
+        lines.append(step_line(number, step, decision_line(outcome.data), outcome.data.get("stop"),
+                               last=number == len(steps)))
     final = report(repo=dest, output=None)
     lines += [final.text, f"results table: {dest / 'sandbox' / 'perf_results.md'}"]
     return Outcome("\n".join(lines), {"repo": str(dest), "kernel": op, "steps": results, "report": final.data})

@@ -51,7 +51,7 @@ from cutile_perf.judge.verdict import (Evidence, Reference, Stage, Verdict, corr
                                        stopped)
 from cutile_perf.loop.budget import Budget, BudgetSpent, DoesNotFit, recheck_floor_s
 from cutile_perf.loop.history import History
-from cutile_perf.loop.stages import NextRun, Relay, Stages, StageRunner, may_prestart
+from cutile_perf.loop.stages import NextRun, Stages, StageRunner, may_prestart
 from cutile_perf.output import Outcome, say
 from cutile_perf.skill.install import is_installed_skill_path
 from cutile_perf.store import atomic, git_ops, session as session_mod
@@ -709,7 +709,7 @@ class TryResult:
 
 
 def try_change(repo: Path, optimization: str, *, stages: Stages | None = None, budget: Budget | None = None,
-               plan_entry: str | None = None, relay: Relay | None = None) -> TryResult:
+               plan_entry: str | None = None) -> TryResult:
     """One ``try``: the change in the work tree, committed, measured, judged, recorded, settled.
 
     ``stages``: what runs the tests (default: pytest children in pristine checkouts, ``StageRunner``);
@@ -717,8 +717,6 @@ def try_change(repo: Path, optimization: str, *, stages: Stages | None = None, b
     (``DoesNotFit``, nothing touched) unless a typical try of this session fits what is left; each
     child's timeout is capped at its end; a try it cuts short is settled as ``interrupted``
     (``TryResult.cut``). ``plan_entry``: the batch plan entry's digest, recorded in the row.
-    ``relay``: the command runs tries one after another (``batch``, the demo); this try may use the
-    correctness child the one before started for it, and starts the next one's (``stages.Relay``).
     """
     clock = Clock()  # from the first line: the harness time includes loading and checks
     probe = envcheck.Probe()  # nvidia-smi and versions in the background while git and pytest work
@@ -738,8 +736,7 @@ def try_change(repo: Path, optimization: str, *, stages: Stages | None = None, b
         if stages is not None:
             stages.clock = clock  # scripted stages time themselves into this row, as StageRunner does
         runner = stages if stages is not None else StageRunner(session, g, measure.Deadline(timeout_s), clock,
-                                                               on_start=it.state.add_child, preload=history.preload(),
-                                                               relay=relay)
+                                                               on_start=it.state.add_child, preload=history.preload())
         cut = None
         try:
             try:

@@ -13,7 +13,6 @@ import itertools
 import json
 import os
 import signal
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -137,77 +136,6 @@ def may_prestart(stages: Stages, session: Session) -> tuple[bool, str | None]:
     return bool(session.prestart_perf) and why_not is None, why_not
 
 
-class Relay:
-    """A correctness child started during one try for the try after it, in the commands that run
-    tries one after another (``batch``; ``baseline`` when a batch records it first).
-
-    Within its own try a correctness child cannot start ahead of its turn: it is the try's first
-    run. But a batch knows another try comes next, so while a try's correctness runs (the machine
-    is busy starting children anyway, and nothing is timed) the runner starts the next try's
-    correctness child (``StageRunner._relay_next``): in a checkout of its own, built from the
-    current commit only so that its package roots are known, and held before any code of the
-    repository, as every child started ahead is (``child.warmstart``: interpreter, torch,
-    cuda.tile, pytest and the baseline's preloads, no CUDA context). Like a speculative re-check
-    run it is frozen (SIGSTOP) while a run is timed unless it already waits.
-
-    The next try claims it (``claim``) for its own correctness run, in order:
-
-    * its tag must be the one predicted (the iteration after the one that started it), its
-      command and session the same, and its commit's package roots the ones the child was started
-      with; otherwise the child is ended and the run starts fresh;
-    * the checkout is rebuilt in place from the claiming commit (``pristine.build(in_place=True)``:
-      the child's box bound that very folder) and, when let go, swept and fingerprinted like every
-      checkout (``measure.run_stage``'s ``rebuilt``); the user's files are snapshotted then too;
-    * its timeout is the claiming try's, counted from that moment (``runner.StartGate.timeout_s``);
-    * its process groups are added to the claiming try's state, so ``resume`` ends it after a kill.
-
-    A child never claimed is ended when the next try does not want it or the command ends
-    (``close``). Between tries it is never left frozen (``thaw``): a frozen child would not see the
-    gate close if the harness died, a waiting one ends then.
-    """
-
-    def __init__(self) -> None:
-        self.wanted = False  # set by the command before each try: another try comes after it
-        self.child: _Child | None = None
-        self.tag: str | None = None  # the tag of the run it was started for
-        self.roots: list[str] = []  # the package roots it was started with
-        self._rebuilt: tuple[Any, list[str]] | None = None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cutile-perf-relay")
-
-    def hold(self, child: _Child, tag: str, roots: list[str]) -> None:
-        self.child, self.tag, self.roots = child, tag, roots
-
-    def take(self) -> _Child | None:
-        child, self.child = self.child, None
-        return child
-
-    def rebuilt(self) -> tuple[Any, list[str]]:
-        """What ``measure.run_stage`` reads when the claimed child is let go: its rebuilt checkout."""
-        assert self._rebuilt is not None, "a relayed child is let go only after claim() rebuilt its checkout"
-        return self._rebuilt
-
-    def thaw(self) -> None:
-        if self.child is not None and self.child.frozen:
-            self.child.frozen = False
-            _signal_groups(self.child, signal.SIGCONT)
-
-    def drop(self) -> None:
-        child = self.take()
-        if child is not None:
-            _end(child)
-            child.checkout.remove()
-
-    def close(self) -> None:
-        self.drop()
-        self._pool.shutdown(wait=True)
-
-    def __enter__(self) -> Relay:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
 class Stages(Protocol):
     """Runs one iteration's stages; a context manager around all of them."""
 
@@ -239,13 +167,11 @@ class StageRunner:
     """
 
     def __init__(self, session: Session, g, deadline, clock: Clock, on_start=None, fresh_compile_cache: bool = False,
-                 preload: Sequence[str] = (), relay: Relay | None = None):
+                 preload: Sequence[str] = ()):
         """``fresh_compile_cache``: compile everything in an empty cache of this runner's own
         (``verify``) instead of the session's guarded one; only with ``jit_cache`` on. ``preload``:
         the installed modules every child started ahead of its turn imports while it waits (the
-        baseline row's ``preload``, ``History.preload``). ``relay``: the command runs tries one
-        after another; this runner's correctness run may use the child the try before started
-        for it, and starts the next try's (``Relay``)."""
+        baseline row's ``preload``, ``History.preload``)."""
         from cutile_perf.child import measure# noqa: PLC0415 - measure imports session, not iteration
 
         self.measure = measure
@@ -255,7 +181,6 @@ class StageRunner:
         self.fenced: dict[str, list[str]] = {}
         self.fresh_compile_cache = fresh_compile_cache
         self.preload = tuple(preload)
-        self.relay = relay
         self.compile_cache: Path | None = None  # set on entry when the session keeps a JIT cache
         self.dropped_compiled: list[str] = []  # cache entries no earlier command recorded, dropped on entry
         self._exits = contextlib.ExitStack()
@@ -319,9 +244,6 @@ class StageRunner:
             current, then = None, ()
         else:
             current = self._claim_ahead(run)
-            if name == "correctness":
-                current = current or self._claim_relay(run)
-                self._relay_next(tag, commit)  # the next try's correctness child imports beside this one
         new = self._start_ahead(then)
         # A fresh perf child starts beside the new ones and its first test waits for them (their
         # imports overlap its start-up); any other fresh run just runs (it is not timed).
@@ -346,11 +268,9 @@ class StageRunner:
                             f"{'ended' if ready else 'had not collected in time'}; it starts fresh")
                         _end(current)
                         current = None
-                elif current is not None:
-                    current.start.timeout_s = max(self.deadline.left(), 0.0)  # counted from now, within this run's
-                    if not current.start.open(current.handover):  # it died while it waited
-                        _end(current)
-                        current = None
+                elif current is not None and not current.start.open(current.handover):  # it died while it waited
+                    _end(current)
+                    current = None
                 if current is None:
                     current = self._launch(run, self.checkout(commit), start=None)
                 if name == "perf":
@@ -458,13 +378,13 @@ class StageRunner:
         speculative child (``NextRun.speculative``) that is not ready now is frozen instead of
         waited for (SIGSTOP: it runs nothing beside the timed run; ``_thaw_ahead`` lets it go on)."""
         self._stop_collected()
-        relayed = [self.relay.child] if self.relay is not None and self.relay.child is not None else []
-        for child in [*(self._ahead if freeze_speculative else []), *relayed]:
-            if child.collected or not (child.run.speculative or child in relayed):
-                continue
-            if not child.frozen and not child.start.ready_now() and not child.future.done():
-                child.frozen = True
-                _signal_groups(child, signal.SIGSTOP)
+        if freeze_speculative:
+            for child in self._ahead:
+                if child.collected:
+                    continue
+                if child.run.speculative and not child.start.ready_now() and not child.future.done():
+                    child.frozen = True
+                    _signal_groups(child, signal.SIGSTOP)
         # One window for all of them: they started together and import side by side.
         end_by = time.monotonic() + min(AHEAD_READY_S, max(self.deadline.left(), 0.0))
         for index, child in enumerate(self._ahead):
@@ -487,8 +407,6 @@ class StageRunner:
             if child.frozen:
                 child.frozen = False
                 _signal_groups(child, signal.SIGCONT)
-        if self.relay is not None:
-            self.relay.thaw()
 
     def speculation_refusal(self) -> str | None:
         """Why the re-check's runs may not start speculatively with the candidate's correctness run
@@ -498,24 +416,13 @@ class StageRunner:
             return f"{cpus} CPUs (fewer than {SPECULATIVE_MIN_CPUS})"
         return None
 
-    def _launch(self, run: NextRun, checkout, start: runner.StartGate | None, collect: bool = False,
-                relay: Relay | None = None) -> _Child:
+    def _launch(self, run: NextRun, checkout, start: runner.StartGate | None, collect: bool = False) -> _Child:
         """Start ``run``'s child in ``checkout``; its first test waits on the returned child's ``tests``
         gate (timed from its start, or from ``start``'s opening when given; ``collect``: collected
-        ahead of its turn, timed from the gate's opening, and it says when it waits there).
-        ``relay``: a child for the next try, which outlives this runner: it runs in the relay's
-        worker and the relay ends it."""
+        ahead of its turn, timed from the gate's opening, and it says when it waits there)."""
         tests = runner.Gate(hides_start_up=collect, announces=collect)
-        # Only a perf child waits at the plugin's gate before its first test: a child given that gate
-        # sets up the CUDA profiler and makes its first test wait for it (``pytest_plugin.Gate``),
-        # seconds a run that a correctness run, which times nothing, would pay in its stage (the
-        # relayed correctness children of sessions 24 and 25 did: 14-18 s against 9-11 s fresh).
-        held_at_tests = run.name == "perf"
-        if not held_at_tests:
-            tests.unused()  # opening or closing it later does nothing
         child = _Child(run, checkout, tests, start)
-        if relay is None:
-            self._children.append(child)  # before it exists: an interrupt from here on still ends it (close)
+        self._children.append(child)  # before it exists: an interrupt from here on still ends it (close)
 
         def started(pgid: int) -> None:
             child.groups.append(pgid)
@@ -526,77 +433,10 @@ class StageRunner:
             elif child.frozen:  # frozen before its process existed
                 _signal_groups(child, signal.SIGSTOP)
 
-        child.future = (relay._pool if relay is not None else self._pool).submit(
+        child.future = self._pool.submit(
             measure.run_stage, self.session, run.name, run.tag, self.deadline, checkout=checkout,
-            fenced_files=self.fenced_files(run.commit), tracked=self.tracked, on_start=started,
-            gate=tests if held_at_tests else None, select=run.select, start=start, rebuilt=relay.rebuilt if relay is not None else None,
-            # A relayed child has the try's correctness run to get ready in, beside that run's own
-            # children; with the preloads it was not ready and paid them in its stage (session 24).
-            preload=() if relay is not None else self.preload)
-        return child
-
-    def relay_refusal(self) -> str | None:
-        """Why the next try's correctness child may not start during this try's (``Relay``), or None."""
-        if self.fresh_compile_cache:
-            return "a run with a compile cache of its own"
-        if self.session.correctness_jobs > 1:
-            return "the correctness run is split over several children"
-        if not self.session.prestart_perf:
-            return "session.yaml has prestart_perf: false"
-        if warmstart.warm_argv(self.session.argv("correctness")) is None:
-            return "the correctness command is not '{python} -m pytest ...'"
-        return self.prestart_refusal() or self.speculation_refusal()
-
-    def _relay_next(self, tag: str, commit: str) -> None:
-        """Start the next try's correctness child, held, when the command wants one (``Relay``)."""
-        relay = self.relay
-        if relay is None or not relay.wanted or relay.child is not None or not tag.isdigit() \
-                or self.relay_refusal() is not None:
-            return
-        root = Path(tempfile.mkdtemp(prefix="cutile-perf-relay-"))
-        built = pristine.build(self.g, protected_from=self.session.base_commit, fenced_from=commit,
-                               fence=self.session.fence, root=root)
-        checkout = replace(built, compile_cache=self.compile_cache)
-        following = str(int(tag) + 1)
-        child = self._launch(NextRun("correctness", following, commit), checkout, start=runner.StartGate(), relay=relay)
-        relay.hold(child, following, [str(p) for p in pristine.package_roots(root, self.fenced_files(commit))])
-
-    def _claim_relay(self, run: NextRun) -> _Child | None:
-        """The correctness child the try before started for ``run`` (``Relay``), its checkout rebuilt
-        in place from ``run``'s commit; None (the child ended) when it cannot serve ``run``."""
-        relay = self.relay
-        child = relay.take() if relay is not None else None
-        if child is None:
-            return None
-        why = None
-        if child.future.done():
-            why = "it ended while it waited"
-        elif relay.tag != run.tag:
-            why = f"it was started for iteration {relay.tag}"
-        else:
-            fenced = self.fenced_files(run.commit)
-            built = pristine.build(self.g, protected_from=self.session.base_commit, fenced_from=run.commit,
-                                   fence=self.session.fence, root=child.checkout.root, in_place=True)
-            built = replace(built, compile_cache=self.compile_cache)
-            if [str(p) for p in pristine.package_roots(built.root, fenced)] != relay.roots:
-                why = "this commit's package roots differ from those it was started with"
-        if why is not None:
-            say(f"{run.tag}: the correctness child started during the try before is not used ({why}); "
-                "a fresh one runs")
-            _end(child)
-            child.checkout.remove()
-            return None
-        relay._rebuilt = (built, fenced)
-        if child.frozen:
-            child.frozen = False
-            _signal_groups(child, signal.SIGCONT)
-        # From here on it is this runner's: removed and ended with it, recorded for ``resume``.
-        self.checkouts[(run.commit, "relay")] = built
-        self._children.append(child)
-        if self.on_start is not None:
-            for pgid in child.groups:
-                self.on_start(pgid)
-        child.run = run
+            fenced_files=self.fenced_files(run.commit), tracked=self.tracked, on_start=started, gate=tests,
+            select=run.select, start=start, preload=self.preload)
         return child
 
     def _claim_ahead(self, run: NextRun) -> _Child | None:
@@ -704,8 +544,6 @@ class StageRunner:
 
     def close(self) -> None:
         try:
-            if self.relay is not None:
-                self.relay.thaw()  # never left frozen between tries (``Relay``)
             self._ahead = []
             for child in self._children:  # an interrupt can leave one running: none outlives the runner
                 if not child.ended:
