@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The demo, run by two versions of the harness in turn on one machine, with what each step cost:
 # the whole demo's wall time, its experiments.jsonl (each row's `timings`) and every child's log
-# (pytest's own "in N s" against the stage's seconds), kept flat: the device returns 3 levels. Compare ratios from one call, not across
-# machines.
+# (pytest's own "in N s" against the stage's seconds) in runs.tar.gz, since the device returns a
+# few files only. Compare ratios from one call, not across machines.
 #
 #   bash benchmarks/demo_ab.sh OUT ORDER [OLD]
 #
@@ -44,7 +44,7 @@ for line in sys.stdin:
   demo=$(find "$work" "$path/.." -maxdepth 3 -type d -path '*demo/sandbox' 2>/dev/null | head -1)
   if [ -n "$demo" ]; then
     cp "$demo/experiments.jsonl" "$dest/" 2>/dev/null
-    for log in "$demo"/runs/*.log; do cp "$log" "$dest/run-$(basename "$log")"; done 2>/dev/null
+    tar czf "$dest/runs.tar.gz" -C "$demo" runs 2>/dev/null
   fi
   tail -1 "$dest/demo.txt"
   rm -rf "$work"
