@@ -72,6 +72,20 @@ def test_the_sign_of_a_context_is_the_unified_memory_device_not_the_gpu_node():
     assert not freezer.is_gpu_file("/dev/nvidia-uvm-tools") and not freezer.is_gpu_file("/dev/nvidia-caps/nvidia-cap1")
 
 
+def test_a_mapped_path_with_a_space_is_read_whole():
+    """``/proc/<pid>/maps`` puts the path after five fields, and a path may hold spaces: read at
+    its last space, a device file under such a folder, or the driver's library, would be missed."""
+    maps = ("7f00-7f10 rw-s 00000000 00:05 91 /dev/nvidia-uvm\n"
+            "7f10-7f20 r-xp 00000000 08:01 42 /opt/my drivers/libcuda.so.1\n"
+            "7f20-7f30 rw-p 00000000 00:00 0 \n"
+            "7f30-7f40 r--p 00000000 08:01 43 /usr/lib/libfoo.so (deleted)\n")
+    assert freezer.mapped_paths(maps) == ["/dev/nvidia-uvm", "/opt/my drivers/libcuda.so.1",
+                                          "/usr/lib/libfoo.so (deleted)"]
+    from cutile_perf.child import warmstart
+
+    assert warmstart.driver_mapped(maps)
+
+
 def test_the_drivers_list_names_a_process_that_maps_nothing(monkeypatch):
     assert freezer.parse_compute_pids("493\n 612\n\nNo running processes found\n") == {493, 612}
     monkeypatch.setattr(freezer, "gpu_files", lambda pid: [])

@@ -128,6 +128,18 @@ def is_gpu_file(path: str) -> bool:
     return path in GPU_FILES
 
 
+def mapped_paths(maps: str) -> list[str]:
+    """The file of every line of a ``/proc/<pid>/maps`` text that names one, in order. A line is
+    five fields and then the path, which may itself hold spaces (a folder name, or the kernel's
+    " (deleted)" after a file removed since), so it is split five times, not at its last space."""
+    paths = []
+    for line in maps.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) == 6:
+            paths.append(fields[5].strip())
+    return paths
+
+
 def gpu_files(pid: int) -> list[str]:
     """The GPU device files process ``pid`` maps (``/proc/<pid>/maps``), sorted; [] when it has
     ended. A mapping is read from the kernel's record of the process, which it cannot change."""
@@ -135,7 +147,7 @@ def gpu_files(pid: int) -> list[str]:
         maps = (PROC / str(pid) / "maps").read_text()
     except OSError:
         return []
-    return sorted({p for p in (line.rpartition(" ")[2].strip() for line in maps.splitlines()) if is_gpu_file(p)})
+    return sorted({path for path in mapped_paths(maps) if is_gpu_file(path)})
 
 
 def compute_pids() -> set[int] | None:

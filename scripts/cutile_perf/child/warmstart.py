@@ -182,11 +182,9 @@ def _driver_path(maps: str | None = None) -> str | None:
             maps = Path("/proc/self/maps").read_text()
         except OSError:
             return None
-    for line in maps.splitlines():
-        path = line.rpartition(" ")[2]
-        if os.path.basename(path).startswith("libcuda.so"):
-            return path
-    return None
+    from cutile_perf.child.freezer import mapped_paths  # noqa: PLC0415 - this module is the child's entry point
+
+    return next((path for path in mapped_paths(maps) if os.path.basename(path).startswith("libcuda.so")), None)
 
 
 def driver_mapped(maps: str | None = None) -> bool:
