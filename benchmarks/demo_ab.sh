@@ -9,7 +9,8 @@
 # OUT: the folder for the results. ORDER: the runs, in turn, e.g. "new old new" ("new": this tree;
 # "old": the harness under OLD, default .old, a copy of another commit's scripts/ made with
 #   mkdir .old && git archive <commit> scripts | tar -x -C .old
-# and kept out of git with .git/info/exclude). Each run's demo is stopped after DEMO_TIMEOUT
+# and kept out of git with .git/info/exclude). A version may end in +jobsN: that run's demo has
+# --correctness-jobs N (e.g. "new new+jobs3"). Each run's demo is stopped after DEMO_TIMEOUT
 # seconds (default 190).
 set -u
 out=$1; order=$2; old=$(cd "${3:-.old}" 2>/dev/null && pwd || true)
@@ -21,20 +22,25 @@ fi
 n=0
 for version in $order; do
   n=$((n + 1))
+  args=()
   case $version in
+    *+jobs*) args=(--correctness-jobs "${version##*+jobs}") ;;
+  esac
+  case ${version%%+*} in
     new) path=$here/scripts ;;
     old) [ -n "$old" ] || { echo "demo_ab: no old tree" >&2; exit 2; }; path=$old/scripts ;;
     *) echo "demo_ab: $version is neither new nor old" >&2; exit 2 ;;
   esac
-  dest=$out/$n-$version
+  dest=$out/$n-${version//+/-}  # the device returns no file whose name holds odd characters
   mkdir -p "$dest"
   work=$(mktemp -d)
   (
     cd "$work"
     export PYTHONPATH=$path${PYTHONPATH:+:$PYTHONPATH}
     python -c 'import cutile_perf, sys; print("harness:", cutile_perf.__file__)'
+    echo "demo arguments: --kernel rmsnorm ${args[*]}"
     began=$(date +%s.%N)
-    timeout "${DEMO_TIMEOUT:-190}" python -u -m cutile_perf demo --kernel rmsnorm 2>&1 \
+    timeout "${DEMO_TIMEOUT:-190}" python -u -m cutile_perf demo --kernel rmsnorm "${args[@]}" 2>&1 \
       | python -u -c 'import sys, time
 t0 = time.time()
 for line in sys.stdin:

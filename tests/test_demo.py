@@ -49,6 +49,33 @@ def test_demo_whose_torch_sees_no_gpu_removes_its_copy(monkeypatch, tmp_path):
     assert not dest.exists()
 
 
+def test_demo_correctness_jobs_out_of_range_is_a_usage_error_before_anything(no_gpu, tmp_path, capsys):
+    dest = tmp_path / "demo"
+    with pytest.raises(UsageError, match="--correctness-jobs must be from 1 to 16, not 0"):
+        demo_mod.demo(kernel="rmsnorm", dest=dest, correctness_jobs=0)
+    assert not dest.exists()
+    assert main(["demo", "--correctness-jobs", "17"]) == UsageError.exit_code
+    assert capsys.readouterr().err.strip().count("\n") == 0
+
+
+def test_demo_correctness_jobs_reach_the_demo_session(monkeypatch, tmp_path):
+    """The option is init's, for the demo's own session: its init is asked for it (the copy is
+    removed again here, torch seeing no GPU)."""
+    smi_only = envcheck.Environment(gpu="NVIDIA H200", compute_capability="9.0", cuda_tile="1.7.0", tileiras="13.4")
+    no_torch_gpu = envcheck.Environment(problems=(envcheck.Problem("torch", "torch sees no CUDA GPU"),))
+    monkeypatch.setattr(envcheck, "check", lambda *, with_torch=True: no_torch_gpu if with_torch else smi_only)
+    asked, real = [], demo_mod.init
+
+    def init(**kw):
+        asked.append(kw["correctness_jobs"])
+        return real(**kw)
+
+    monkeypatch.setattr(demo_mod, "init", init)
+    with pytest.raises(EnvMissing):
+        demo_mod.demo(kernel="rmsnorm", dest=tmp_path / "demo", correctness_jobs=3)
+    assert asked == [3]
+
+
 @pytest.mark.skipif(gpu_skip_reason() is None, reason="this machine has a GPU: the demo would really run")
 def test_demo_on_this_cpu_machine_refuses(tmp_path):
     dest = tmp_path / "demo"

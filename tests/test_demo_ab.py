@@ -52,3 +52,15 @@ def test_each_run_imports_the_harness_its_version_names(tmp_path):
         assert "cannot run here" in log and log.rstrip().splitlines()[-1].startswith("exit 3,")
     # The old tree reads this checkout's suite and templates through links, made once.
     assert (old / "examples").is_symlink() and (old / "templates").is_symlink()
+
+
+def test_a_version_ending_in_jobs_passes_correctness_jobs_to_its_demo(tmp_path):
+    """``new+jobs0``: the demo is asked for --correctness-jobs 0 and refuses it (exit 2) before it
+    looks for a GPU, on any machine."""
+    out = tmp_path / "out"
+    done = _run(tmp_path, str(out), "new+jobs0")
+    assert done.returncode == 0, done.stderr
+    log = (out / "1-new-jobs0" / "demo.txt").read_text()
+    assert "demo arguments: --kernel rmsnorm --correctness-jobs 0" in log
+    assert "--correctness-jobs must be from 1 to 16, not 0" in log
+    assert log.rstrip().splitlines()[-1].startswith("exit 2,")

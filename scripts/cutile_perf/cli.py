@@ -297,11 +297,14 @@ def _add_demo(subparsers) -> None:
     p = _sub(subparsers, "demo", "run the whole loop on a bundled kernel in sandbox/demo/ (needs a GPU)",
              "Example:\n  cutile-perf demo --kernel rmsnorm")
     p.add_argument("--kernel", default="rmsnorm", help="bundled kernel to optimize (default rmsnorm)")
+    p.add_argument("--correctness-jobs", type=int, default=1, metavar="N",
+                   help="the demo session's correctness tests in N pytest children at once, as init "
+                        "--correctness-jobs (default 1)")
 
     def run(a: argparse.Namespace) -> Outcome:
         from cutile_perf.commands.demo import demo  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
-        return demo(kernel=a.kernel)
+        return demo(kernel=a.kernel, correctness_jobs=a.correctness_jobs)
 
     p.set_defaults(handler=run)
 

@@ -23,6 +23,7 @@ from cutile_perf.output import Outcome, say
 from cutile_perf.errors import EnvMissing, Refused, UsageError
 from cutile_perf.child import envcheck
 from cutile_perf.store import git_ops
+from cutile_perf.store import session as session_mod
 from cutile_perf.loop.baseline import baseline
 from cutile_perf.loop.init import init
 from cutile_perf.loop.iteration import decision_line, try_change, try_outcome
@@ -125,7 +126,13 @@ def step_line(number: int, step: Step, decision_text: str, stop: str | None, *, 
     return line
 
 
-def demo(*, kernel: str, dest: Path | None = None) -> Outcome:
+def demo(*, kernel: str, dest: Path | None = None, correctness_jobs: int = 1) -> Outcome:
+    """``correctness_jobs``: the session's ``correctness_jobs`` (``init --correctness-jobs``). Most of a
+    demo step is its correctness run, six tests that each compile the candidate in turn; several
+    children compile side by side (``benchmarks/demo_ab.sh`` compares the two on a GPU)."""
+    if not 1 <= correctness_jobs <= session_mod.MAX_CORRECTNESS_JOBS:  # before the GPU check: a usage error
+        raise UsageError(f"--correctness-jobs must be from 1 to {session_mod.MAX_CORRECTNESS_JOBS}, "
+                         f"not {correctness_jobs}")
     suite = assets.kernel_suite()  # package data (a wheel) or the checkout's examples/kernels
     op = resolve_kernel(kernel, available_ops(suite))
     assets.refuse_if_withheld(op)  # the demo applies every prepared step: the answers of an evaluation on op
@@ -140,7 +147,8 @@ def demo(*, kernel: str, dest: Path | None = None) -> Outcome:
         say(f"copying the kernel suite to {dest}")
         _fresh_copy(suite, dest)
         try:
-            lines = [init(repo=dest, kernel=op, test=None, branch=None, allow=[], timeout_s=600).text.splitlines()[0]]
+            lines = [init(repo=dest, kernel=op, test=None, branch=None, allow=[], timeout_s=600,
+                          correctness_jobs=correctness_jobs).text.splitlines()[0]]
             _require_gpu(torch_view.result())
         except EnvMissing:
             shutil.rmtree(dest, ignore_errors=True)
