@@ -245,6 +245,16 @@ def test_a_child_that_holds_the_gpu_before_its_turn_is_ended_and_the_rest_wait_b
     assert "held the GPU before its turn (" in err and "fake-gpu-device mapped" in err, err
     heads = _heads(repo / "sandbox" / "runs", "1-confirm*-perf.log")
     assert any("(collected ahead of its turn)" not in h for h in heads.values()), heads
+    assert "fake-gpu-device mapped" in row["collect_ahead_refused"], row
+    # The next try believes the row: its children start ahead without collecting, so none is
+    # ended to learn it again.
+    edit_kernel(repo, latency=BORDERLINE)
+    call(repo, "try", "borderline again, its module as the baseline's")
+    assert rows(repo)[-1]["timings"]["recheck_runs"] == 6, rows(repo)[-1]
+    assert "held the GPU" not in capsys.readouterr().err
+    heads = _heads(repo / "sandbox" / "runs", "2-confirm*-perf.log")
+    assert len(heads) == 6 and not any("(collected ahead of its turn)" in h for h in heads.values()), heads
+    assert "collect_ahead_refused" not in rows(repo)[-1]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc: Linux only")

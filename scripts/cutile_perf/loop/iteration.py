@@ -736,7 +736,8 @@ def try_change(repo: Path, optimization: str, *, stages: Stages | None = None, b
         if stages is not None:
             stages.clock = clock  # scripted stages time themselves into this row, as StageRunner does
         runner = stages if stages is not None else StageRunner(session, g, measure.Deadline(timeout_s), clock,
-                                                               on_start=it.state.add_child, preload=history.preload())
+                                                               on_start=it.state.add_child, preload=history.preload(),
+                                                               collect_refusal=history.collect_refusal())
         cut = None
         try:
             try:

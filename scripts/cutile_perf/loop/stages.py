@@ -167,11 +167,12 @@ class StageRunner:
     """
 
     def __init__(self, session: Session, g, deadline, clock: Clock, on_start=None, fresh_compile_cache: bool = False,
-                 preload: Sequence[str] = ()):
+                 preload: Sequence[str] = (), collect_refusal: str | None = None):
         """``fresh_compile_cache``: compile everything in an empty cache of this runner's own
         (``verify``) instead of the session's guarded one; only with ``jit_cache`` on. ``preload``:
         the installed modules every child started ahead of its turn imports while it waits (the
-        baseline row's ``preload``, ``History.preload``)."""
+        baseline row's ``preload``, ``History.preload``). ``collect_refusal``: why no child collects
+        ahead of its turn here, learnt by an earlier command (``History.collect_refusal``)."""
         from cutile_perf.child import measure# noqa: PLC0415 - measure imports session, not iteration
 
         self.measure = measure
@@ -189,7 +190,8 @@ class StageRunner:
         self._ahead: list[_Child] = []
         self._children: list[_Child] = []  # every child run in a worker thread, for ``close``
         self._pool = ThreadPoolExecutor(max_workers=AHEAD_AT_ONCE + 1, thread_name_prefix="cutile-perf-child")
-        self._collect_refusal: str | None = None  # set once a child collected ahead held the GPU
+        self._collect_refusal = collect_refusal  # set once a child collected ahead held the GPU
+        self._collect_refused_here: str | None = None  # ... in this runner: its row says so
         self._ahead_serial = itertools.count(1)  # every child collected ahead gets a new checkout
         self._slots = itertools.count()
 
@@ -363,7 +365,8 @@ class StageRunner:
                 say(f"{child.run.tag}: the child collected ahead of its turn held the GPU before its turn "
                     f"({', '.join(signs)}); it is ended and will start fresh, and later children start "
                     "ahead without collecting")
-                self._collect_refusal = "a child collected ahead of its turn held the GPU before its turn"
+                self._collect_refusal = self._collect_refused_here = (
+                    f"a child collected ahead of its turn held the GPU before its turn ({', '.join(signs)})")
                 _end(child)
                 self._ahead.remove(child)
                 # Its context (and any work it queued) ends only once its processes have exited.
@@ -535,9 +538,13 @@ class StageRunner:
         return correctness, perf
 
     def row_fields(self) -> dict:
-        """What a baseline or try row says of this runner: the unrecorded compiled kernels it dropped,
-        when there were any (on the record a reviewer reads, not only on stderr)."""
-        return {"compile_cache_dropped": len(self.dropped_compiled)} if self.dropped_compiled else {}
+        """What a baseline or try row says of this runner, on the record a reviewer reads and not only
+        on stderr: the unrecorded compiled kernels it dropped, and that a child collected ahead of
+        its turn held the GPU (which later commands believe, ``History.collect_refusal``)."""
+        fields: dict = {"compile_cache_dropped": len(self.dropped_compiled)} if self.dropped_compiled else {}
+        if self._collect_refused_here:  # later commands start children ahead without collecting
+            fields["collect_ahead_refused"] = self._collect_refused_here
+        return fields
 
     def defined_names(self, commit: str) -> set[str]:
         return measure.defined_names(self.checkout(commit).root, self.fenced_files(commit))
