@@ -51,6 +51,7 @@ for line in sys.stdin:
   if [ -n "$demo" ]; then
     cp "$demo/experiments.jsonl" "$dest/" 2>/dev/null
     tar czf "$dest/runs.tar.gz" -C "$demo" runs 2>/dev/null
+    rm -rf "$demo"  # a later run whose demo stops before its copy must not find this one's
   fi
   tail -1 "$dest/demo.txt"
   rm -rf "$work"
