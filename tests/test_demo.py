@@ -37,12 +37,17 @@ def test_cli_demo_without_gpu_exits_3_with_one_line(no_gpu, capsys):
     assert "demo measures kernels and cannot run here" in err
 
 
-def test_demo_whose_torch_sees_no_gpu_removes_its_copy(monkeypatch, tmp_path):
-    """nvidia-smi finds a GPU, so the copy and init start; torch's view (checked meanwhile, its
-    import is slow) then refuses, and the copy the demo made is removed again."""
+@pytest.fixture
+def torch_sees_no_gpu(monkeypatch):
+    """nvidia-smi finds a GPU, torch's view does not: the demo copies and runs init, then refuses."""
     smi_only = envcheck.Environment(gpu="NVIDIA H200", compute_capability="9.0", cuda_tile="1.7.0", tileiras="13.4")
     no_torch_gpu = envcheck.Environment(problems=(envcheck.Problem("torch", "torch sees no CUDA GPU"),))
     monkeypatch.setattr(envcheck, "check", lambda *, with_torch=True: no_torch_gpu if with_torch else smi_only)
+
+
+def test_demo_whose_torch_sees_no_gpu_removes_its_copy(torch_sees_no_gpu, tmp_path):
+    """nvidia-smi finds a GPU, so the copy and init start; torch's view (checked meanwhile, its
+    import is slow) then refuses, and the copy the demo made is removed again."""
     dest = tmp_path / "demo"
     with pytest.raises(EnvMissing, match="torch sees no CUDA GPU"):
         demo_mod.demo(kernel="rmsnorm", dest=dest)
@@ -58,12 +63,9 @@ def test_demo_correctness_jobs_out_of_range_is_a_usage_error_before_anything(no_
     assert capsys.readouterr().err.strip().count("\n") == 0
 
 
-def test_demo_correctness_jobs_reach_the_demo_session(monkeypatch, tmp_path):
+def test_demo_correctness_jobs_reach_the_demo_session(torch_sees_no_gpu, monkeypatch, tmp_path):
     """The option is init's, for the demo's own session: its init is asked for it (the copy is
     removed again here, torch seeing no GPU)."""
-    smi_only = envcheck.Environment(gpu="NVIDIA H200", compute_capability="9.0", cuda_tile="1.7.0", tileiras="13.4")
-    no_torch_gpu = envcheck.Environment(problems=(envcheck.Problem("torch", "torch sees no CUDA GPU"),))
-    monkeypatch.setattr(envcheck, "check", lambda *, with_torch=True: no_torch_gpu if with_torch else smi_only)
     asked, real = [], demo_mod.init
 
     def init(**kw):

@@ -130,9 +130,7 @@ def demo(*, kernel: str, dest: Path | None = None, correctness_jobs: int = 1) ->
     """``correctness_jobs``: the session's ``correctness_jobs`` (``init --correctness-jobs``). Most of a
     demo step is its correctness run, six tests that each compile the candidate in turn; several
     children compile side by side (``benchmarks/demo_ab.sh`` compares the two on a GPU)."""
-    if not 1 <= correctness_jobs <= session_mod.MAX_CORRECTNESS_JOBS:  # before the GPU check: a usage error
-        raise UsageError(f"--correctness-jobs must be from 1 to {session_mod.MAX_CORRECTNESS_JOBS}, "
-                         f"not {correctness_jobs}")
+    session_mod.parse_correctness_jobs(correctness_jobs)  # before the GPU check: a usage error
     suite = assets.kernel_suite()  # package data (a wheel) or the checkout's examples/kernels
     op = resolve_kernel(kernel, available_ops(suite))
     assets.refuse_if_withheld(op)  # the demo applies every prepared step: the answers of an evaluation on op

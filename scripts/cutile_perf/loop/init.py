@@ -52,9 +52,7 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
         raise UsageError(f"sandbox mode {sandbox_mode!r}: choose one of {', '.join(session_mod.SANDBOX_MODES)}")
     if not kernel.strip():
         raise UsageError("--kernel: empty", "pass a name like rms_norm or a path to the kernel file")
-    if not 1 <= correctness_jobs <= session_mod.MAX_CORRECTNESS_JOBS:
-        raise UsageError(f"--correctness-jobs must be from 1 to {session_mod.MAX_CORRECTNESS_JOBS}, "
-                         f"not {correctness_jobs}")
+    session_mod.parse_correctness_jobs(correctness_jobs)
     g = git_ops.open_repo(repo)
     root = git_ops.root(g).resolve()
     if not git_ops.has_commits(g):

@@ -371,6 +371,13 @@ def parse_timeout(value, what: str = "--timeout") -> float:
     return seconds
 
 
+def parse_correctness_jobs(jobs: int, what: str = "--correctness-jobs") -> int:
+    """A number of correctness children: from 1 to ``MAX_CORRECTNESS_JOBS``."""
+    if not 1 <= jobs <= MAX_CORRECTNESS_JOBS:
+        raise UsageError(f"{what} must be from 1 to {MAX_CORRECTNESS_JOBS}, not {jobs}")
+    return jobs
+
+
 def save(session: Session) -> Path:
     return atomic.write_text(session.sandbox / SESSION_FILE, session.to_yaml())
 
