@@ -10,8 +10,9 @@
 # "old": the harness under OLD, default .old, a copy of another commit's scripts/ made with
 #   mkdir .old && git archive <commit> scripts | tar -x -C .old
 # and kept out of git with .git/info/exclude). A version may end in +jobsN: that run's demo has
-# --correctness-jobs N (e.g. "new new+jobs3"). Each run's demo is stopped after DEMO_TIMEOUT
-# seconds (default 190).
+# --correctness-jobs N (e.g. "new new+jobs3"); in +nobytecode: its boxed children compile installed
+# code from source (CUTILE_PERF_INSTALLED_BYTECODE=0, child/bytecode.py). Each run's demo is stopped
+# after DEMO_TIMEOUT seconds (default 190).
 set -u
 out=$1; order=$2; old=$(cd "${3:-.old}" 2>/dev/null && pwd || true)
 here=$(pwd)
@@ -22,9 +23,10 @@ fi
 n=0
 for version in $order; do
   n=$((n + 1))
-  args=()
+  args=(); bytecode=1
   case $version in
     *+jobs*) args=(--correctness-jobs "${version##*+jobs}") ;;
+    *+nobytecode) bytecode=0 ;;
   esac
   case ${version%%+*} in
     new) path=$here/scripts ;;
@@ -36,9 +38,9 @@ for version in $order; do
   work=$(mktemp -d)
   (
     cd "$work"
-    export PYTHONPATH=$path${PYTHONPATH:+:$PYTHONPATH}
+    export PYTHONPATH=$path${PYTHONPATH:+:$PYTHONPATH} CUTILE_PERF_INSTALLED_BYTECODE=$bytecode
     python -c 'import cutile_perf, sys; print("harness:", cutile_perf.__file__)'
-    echo "demo arguments: --kernel rmsnorm ${args[*]}"
+    echo "demo arguments: --kernel rmsnorm ${args[*]} (CUTILE_PERF_INSTALLED_BYTECODE=$bytecode)"
     began=$(date +%s.%N)
     timeout "${DEMO_TIMEOUT:-190}" python -u -m cutile_perf demo --kernel rmsnorm "${args[@]}" 2>&1 \
       | python -u -c 'import sys, time

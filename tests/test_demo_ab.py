@@ -61,6 +61,17 @@ def test_a_version_ending_in_jobs_passes_correctness_jobs_to_its_demo(tmp_path):
     done = _run(tmp_path, str(out), "new+jobs0")
     assert done.returncode == 0, done.stderr
     log = (out / "1-new-jobs0" / "demo.txt").read_text()
-    assert "demo arguments: --kernel rmsnorm --correctness-jobs 0" in log
+    assert "demo arguments: --kernel rmsnorm --correctness-jobs 0 (" in log
     assert "--correctness-jobs must be from 1 to 16, not 0" in log
     assert log.rstrip().splitlines()[-1].startswith("exit 2,")
+
+
+@NO_GPU
+def test_a_version_ending_in_nobytecode_switches_the_installed_bytecode_off(tmp_path):
+    """``new+nobytecode``: that run's harness has CUTILE_PERF_INSTALLED_BYTECODE=0 (child/bytecode.py),
+    a plain ``new`` run has 1."""
+    out = tmp_path / "out"
+    done = _run(tmp_path, str(out), "new+nobytecode new")
+    assert done.returncode == 0, done.stderr
+    assert "(CUTILE_PERF_INSTALLED_BYTECODE=0)" in (out / "1-new-nobytecode" / "demo.txt").read_text()
+    assert "(CUTILE_PERF_INSTALLED_BYTECODE=1)" in (out / "2-new" / "demo.txt").read_text()

@@ -445,6 +445,48 @@ def test_bytecode_planted_by_one_child_never_reaches_the_next_child_of_its_check
     assert row["status"] == "revert" and row["correctness"] == "PASS", row
 
 
+# The same forged __init__, written where a child with a bytecode prefix looks first: the folder of
+# installed-code bytecode the harness shares between its boxed children (child/bytecode.py). The
+# checkout's path in the box is the same for every child, so a .pyc planted there for the
+# checkout's own __init__ would load in the next child, and the sweep never looks in that folder.
+PLANTED_IN_PREFIX = """
+# ATTACK planted-bytecode-in-prefix
+import importlib.util as _ilu, pathlib as _pl, sys as _sys
+from importlib._bootstrap_external import _code_to_timestamp_pyc as _as_pyc
+_init = _pl.Path(__file__).with_name("__init__.py")
+_code = compile("import importlib as _il\\n_k = _il.import_module(__name__ + '.rms_norm')\\n"
+                "_k.LATENCY_MS = {s: v / 4 for s, v in _k.LATENCY_MS.items()}\\n", str(_init), "exec")
+_st = _init.stat()
+if _sys.pycache_prefix:
+    try:
+        _pyc = _pl.Path(_ilu.cache_from_source(str(_init)))
+        _pyc.parent.mkdir(parents=True, exist_ok=True)
+        _pyc.write_bytes(bytes(_as_pyc(_code, int(_st.st_mtime), _st.st_size)))
+    except OSError:
+        pass
+"""
+
+
+@pytest.mark.skipif(box.available() is not None, reason="the installed-code bytecode is given to boxed children only")
+def test_bytecode_planted_in_the_shared_prefix_never_reaches_the_next_child(tmp_path):
+    """The boxed children read the installed-code bytecode the harness compiled, from a folder
+    they all share (``child.bytecode``). The candidate's correctness child plants a forged
+    ``__init__`` .pyc there for the perf child: the box shows that folder read-only, so the
+    3x slower kernel is reverted. With the folder writable, it is kept as 2x faster."""
+    from cutile_perf.child import bytecode
+
+    repo = build_tilegym_like_repo(tmp_path)
+    _start(repo, init_args=("--no-prestart-perf",))
+    assert bytecode.is_filled(bytecode.folder(), ("pytest",))  # the children had the prefix to attack
+    before = snapshot(repo)
+    edit_kernel(repo, latency=SLOW)
+    append_to_kernel(repo, PLANTED_IN_PREFIX)
+    code, data, _ = call(repo, "try", "slower, helped by bytecode planted in the shared prefix")
+    row = assert_not_kept_nothing_lost(repo, before, code, marker="# ATTACK planted-bytecode-in-prefix")
+    assert row["status"] == "revert" and row["correctness"] == "PASS", row
+    assert "installed_bytecode" not in row, row  # no "why not": the children read the prefix
+
+
 def test_package_imported_from_another_copy_is_never_measured(repo, tmp_path, monkeypatch):
     """The H200 incident: the target package importable from a pristine copy that loads first, so
     the candidate never runs and a real regression is kept as 'within noise'."""

@@ -90,22 +90,27 @@ class Box:
                 json.dumps(self.spec(cwd)), "--", *argv]
 
 
-def for_stage(repo: Path, checkout_root: Path, private: Path, compile_cache: Path | None) -> Box:
+def for_stage(repo: Path, checkout_root: Path, private: Path, compile_cache: Path | None,
+              read_only: tuple[Path, ...] = ()) -> Box:
     """The box of one test child: the checkout, the run's ``private`` folder (a ``scratch``
-    folder is made in it for HOME and TMPDIR) and the guarded compile cache are writable."""
+    folder is made in it for HOME and TMPDIR) and the guarded compile cache are writable;
+    ``read_only`` folders of the harness's (the installed-code bytecode, ``child.bytecode``) are
+    shown read-only at their own paths, even under the hidden temp folder."""
     (private / "scratch").mkdir(exist_ok=True)
     binds = [(_real(checkout_root), CHECKOUT), (_real(private), RUN)]
     if compile_cache is not None:
         compile_cache.mkdir(parents=True, exist_ok=True)
         binds.append((_real(compile_cache), CACHE))
-    return make(binds, hide=[_real(repo), _real(tempfile.gettempdir())])
+    return make(binds, hide=[_real(repo), _real(tempfile.gettempdir())], read_only=read_only)
 
 
-def make(binds: list[tuple[str, str]], hide: list[str]) -> Box:
-    """A box with the interpreter and this package revealed where ``hide`` (or /tmp) covers them."""
+def make(binds: list[tuple[str, str]], hide: list[str], read_only: tuple[Path, ...] = ()) -> Box:
+    """A box with the interpreter, this package and ``read_only`` revealed where ``hide`` (or /tmp)
+    covers them."""
     hidden = boxinit.hidden_roots({"hide": hide})
     wanted = {_real(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                                 os.path.dirname(os.path.realpath(sys.executable)), _package_parent())}
+                                 os.path.dirname(os.path.realpath(sys.executable)), _package_parent(),
+                                 *read_only)}
     # The toolchain the harness itself runs with (cuda.tile on PYTHONPATH, tileiras on PATH, its
     # libraries): a GPU host's set-up may unpack it under /tmp, which the box hides. Never anything
     # inside the user's repository (``hide[0]`` for a stage): the child imports from its checkout.

@@ -246,16 +246,21 @@ def _run_child(session, name, deadline, checkout, fenced_files, on_start, output
     if checkout.compile_cache is not None:
         overrides[jitcache.ENV] = str(checkout.compile_cache)
     boxed = box_why_not(session) is None
-    # Installed packages' own bytecode only for a boxed child alone in its checkout (``child_env``):
+    # A boxed child reads the installed-code bytecode the harness compiled (``child.bytecode``),
+    # which its box shows read-only; with the prefix set, no ``__pycache__`` in the checkout is
+    # read either, so shares of a sharded stage cannot plant bytecode for one another. Without it,
+    # installed packages' own bytecode only for a boxed child alone in its checkout (``child_env``):
     # the shares of a sharded stage run at once in one checkout, where one could plant bytecode
     # for another after the sweep; an unboxed child could write into any __pycache__.
-    pycache = None if boxed and shard is None else private / "pycache"
+    shared = checkout.installed_bytecode if boxed else None
+    pycache = shared if shared is not None else None if boxed and shard is None else private / "pycache"
     env = pristine.child_env(checkout.root, fenced_files, pycache,
                              {**overrides, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
     argv = [*session.argv(name), *records.PYTEST_PLUGIN_ARGS]
     # In the box every value the harness sets is passed (its environment is an allow-list, not a
     # copy of ours); the paths in them are rewritten to the box's fixed paths by the runner.
-    the_box = box.for_stage(session.repo, checkout.root, private, checkout.compile_cache) if boxed else None
+    the_box = box.for_stage(session.repo, checkout.root, private, checkout.compile_cache,
+                            read_only=(shared,) if shared is not None else ()) if boxed else None
     result = runner.run(argv, cwd=checkout.root, timeout_s=deadline.left(), output_path=output,
                         env_overrides=env if the_box else {k: v for k, v in env.items() if v != os.environ.get(k)},
                         secret=key, on_start=on_start, gate=gate, box=the_box, start=start)

@@ -48,6 +48,8 @@ class Checkout:
     links: tuple[str, ...] = ()  # committed symlinks recreated in it (each points inside the checkout)
     # The cuTile compile cache its children use (jitcache.py); None: whatever the environment says.
     compile_cache: Path | None = None
+    # The bytecode of installed code its boxed children read (``child.bytecode``); None: see child_env.
+    installed_bytecode: Path | None = None
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -78,6 +80,24 @@ def slot_root(repo: Path, index: int) -> Path | None:
     the same path from one command to the next is what lets an unchanged kernel hit the cache.
     Outside the repository, like every checkout, and one folder per repository.
     """
+    folder = repository_folder(repo)
+    return None if folder is None else folder / f"slot-{index}"
+
+
+def repository_folder(repo: Path) -> Path | None:
+    """The repository's own folder in ``user_folder()`` (its checkout slots), or None when that
+    per-user folder is not safely ours."""
+    base = user_folder()
+    if base is None:
+        return None
+    tag = hashlib.sha256(str(Path(repo).resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return base / tag
+
+
+def user_folder() -> Path | None:
+    """``cutile-perf-checkouts-<uid>`` in the temp folder, made private to this user (checkout
+    slots, the installed-code bytecode of ``child.bytecode``), or None when a folder of that name is
+    not safely ours."""
     uid = os.getuid() if hasattr(os, "getuid") else 0
     base = Path(tempfile.gettempdir()) / f"cutile-perf-checkouts-{uid}"
     try:
@@ -88,8 +108,7 @@ def slot_root(repo: Path, index: int) -> Path | None:
     # A shared temp folder: a folder someone else made (or a link) under our name is not used.
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != uid):
         return None
-    tag = hashlib.sha256(str(Path(repo).resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    return base / tag / f"slot-{index}"
+    return base
 
 
 def build(g, *, protected_from: str, fenced_from: str, fence: Iterable[str], root: Path | None = None) -> Checkout:

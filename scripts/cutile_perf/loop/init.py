@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from cutile_perf.store import atomic, git_ops
-from cutile_perf.child import box, envcheck, selection
+from cutile_perf.child import box, bytecode, envcheck, measure, selection, warmstart
 from cutile_perf import knobs
 from cutile_perf.kernel import kernel_scan, survey, target_timing
 from cutile_perf.skill import playbook
@@ -117,9 +117,13 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
         timing=timing.to_dict(),
     )
     # Before anything is created: an empty selection would pass init and fail only at the baseline.
-    # The environment check (its torch import is seconds on a GPU host) runs while the collections do.
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    # The environment check (its torch import is seconds on a GPU host) runs while the collections do,
+    # and so does the installed-code bytecode the boxed children will read (child/bytecode.py), which
+    # the baseline would otherwise compile before its first child.
+    with ThreadPoolExecutor(max_workers=2) as pool:
         probed = pool.submit(envcheck.check)
+        if measure.box_why_not(session) is None:
+            pool.submit(bytecode.prepare, warmstart.WARM_MODULES)
         selections = check_selections(session, timeout_s=min(float(timeout_s), selection.COLLECT_TIMEOUT_S))
         env = probed.result()
     git_ops.exclude_locally(g, f"/{session_mod.SANDBOX}/")

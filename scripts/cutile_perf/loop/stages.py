@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from cutile_perf.child import freezer, measure, pristine, runner, warmstart
+from cutile_perf.child import bytecode, freezer, measure, pristine, runner, warmstart
 from cutile_perf.errors import IterationCrashed
 from cutile_perf.judge.verdict import Stage
 from cutile_perf.output import say
@@ -183,6 +183,9 @@ class StageRunner:
         self.fresh_compile_cache = fresh_compile_cache
         self.preload = tuple(preload)
         self.compile_cache: Path | None = None  # set on entry when the session keeps a JIT cache
+        # Set on entry for boxed children (child.bytecode); what the row says of it, when notable.
+        self.installed_bytecode: Path | None = None
+        self._bytecode_note: dict = {}
         self.dropped_compiled: list[str] = []  # cache entries no earlier command recorded, dropped on entry
         self._exits = contextlib.ExitStack()
         # The perf children started ahead of their turn (``stage``'s ``then``), in the order they
@@ -214,7 +217,8 @@ class StageRunner:
             slot = pristine.slot_root(self.session.repo, next(self._slots)) if self.compile_cache else None
             built = pristine.build(self.g, protected_from=self.session.base_commit, fenced_from=commit,
                                    fence=self.session.fence, root=slot)
-            self.checkouts[key] = replace(built, compile_cache=self.compile_cache)
+            self.checkouts[key] = replace(built, compile_cache=self.compile_cache,
+                                          installed_bytecode=self.installed_bytecode)
         return self.checkouts[key]
 
     def prestart_refusal(self) -> str | None:
@@ -544,7 +548,7 @@ class StageRunner:
         fields: dict = {"compile_cache_dropped": len(self.dropped_compiled)} if self.dropped_compiled else {}
         if self._collect_refused_here:  # later commands start children ahead without collecting
             fields["collect_ahead_refused"] = self._collect_refused_here
-        return fields
+        return {**fields, **self._bytecode_note}
 
     def defined_names(self, commit: str) -> set[str]:
         return measure.defined_names(self.checkout(commit).root, self.fenced_files(commit))
@@ -566,6 +570,8 @@ class StageRunner:
     def __enter__(self) -> StageRunner:
         from cutile_perf.store import jitcache# noqa: PLC0415
 
+        if measure.box_why_not(self.session) is None:
+            self._prepare_installed_bytecode()
         if self.session.jit_cache:
             if self.fresh_compile_cache:
                 self.compile_cache = self._exits.enter_context(jitcache.fresh_dir())
@@ -580,6 +586,18 @@ class StageRunner:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def _prepare_installed_bytecode(self) -> None:
+        """The installed-code bytecode every boxed child of this command reads (``child.bytecode``),
+        compiled before the first child starts when it is not there yet: the modules every child
+        imports first, and those the baseline's perf runs imported besides (``preload``)."""
+        began = time.monotonic()
+        self.installed_bytecode, why = bytecode.prepare((*warmstart.WARM_MODULES, *self.preload))
+        if self.installed_bytecode is None:
+            self._bytecode_note = {"installed_bytecode": why}
+            say(f"note: boxed children compile installed code from source: {why}")
+        elif why == bytecode.FILLED_NOW:
+            self._bytecode_note = {"installed_bytecode_s": round(time.monotonic() - began, 2)}
 
 
 @dataclass
