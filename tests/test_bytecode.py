@@ -98,3 +98,55 @@ def test_switched_off_or_failing_it_says_why_and_gives_no_folder(monkeypatch):
     monkeypatch.setenv("CUTILE_PERF_INSTALLED_BYTECODE", "1")
     prefix, why = bytecode.prepare(["json"], timeout_s=0.001)
     assert prefix is None and why.startswith("filling failed")
+
+
+# --- through the loop (simulated repository, boxed children) --------------------------------------
+
+# The candidate's module, at import, writes the bytecode settings of its process into its own log.
+SETTINGS_TO_LOG = '''
+import sys as _sys
+import os as _os
+_fds = bytes([47, 112, 114, 111, 99, 47, 115, 101, 108, 102, 47, 102, 100]).decode()  # past the static probes
+for _fd in _os.listdir(_fds):
+    try:
+        _target = _os.readlink(_fds + "/" + _fd)
+    except OSError:
+        continue
+    if _target.endswith(".log"):
+        _os.write(int(_fd), f"\\nBYTECODE-PREFIX {_sys.pycache_prefix}\\n".encode())
+'''
+
+
+def _prefixes(runs: Path, seen: set[Path]) -> set[str]:
+    found = set()
+    for log in sorted(runs.glob("*.log")):
+        if log in seen:
+            continue
+        seen.add(log)
+        found |= {line.split(" ", 1)[1] for line in log.read_text().splitlines() if line.startswith("BYTECODE-PREFIX ")}
+    return found
+
+
+@pytest.mark.slow
+def test_boxed_children_of_a_try_read_the_folder_and_verifys_children_do_not(tmp_path, own_temp_folder):
+    """A ``try``'s boxed children run with the shared folder as their bytecode prefix; ``verify``,
+    which trusts nothing it did not build from the commits, gives its children none."""
+    from fixtures_repo import build_tilegym_like_repo, edit_kernel
+    from test_redteam import _start, append_to_kernel, call
+
+    from cutile_perf.child import box
+
+    if box.available() is not None:
+        pytest.skip(f"no box here: {box.available()}")
+    repo = build_tilegym_like_repo(tmp_path)
+    _start(repo)
+    runs, seen = repo / "sandbox" / "runs", set()
+    _prefixes(runs, seen)
+    edit_kernel(repo, latency={"256x1024": 0.5, "4096x1024": 1.0})
+    append_to_kernel(repo, SETTINGS_TO_LOG)
+    code, data, _ = call(repo, "try", "twice as fast, and says its bytecode prefix")
+    assert code == 0 and data["decision"] == "keep", data
+    assert _prefixes(runs, seen) == {str(bytecode.folder())}
+    code, data, _ = call(repo, "verify")
+    assert data.get("verified") is not None, data
+    assert _prefixes(runs, seen) == {"None"}

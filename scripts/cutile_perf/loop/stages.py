@@ -570,7 +570,10 @@ class StageRunner:
     def __enter__(self) -> StageRunner:
         from cutile_perf.store import jitcache# noqa: PLC0415
 
-        if measure.box_why_not(self.session) is None:
+        # ``verify`` (a fresh compile cache) trusts nothing it did not build from the commits: its
+        # children compile installed code themselves too, so a .pyc planted in the shared folder by
+        # a process outside any box is not what verify runs.
+        if measure.box_why_not(self.session) is None and not self.fresh_compile_cache:
             self._prepare_installed_bytecode()
         if self.session.jit_cache:
             if self.fresh_compile_cache:
