@@ -74,8 +74,16 @@ def test_demo_correctness_jobs_reach_the_demo_session(torch_sees_no_gpu, monkeyp
 
     monkeypatch.setattr(demo_mod, "init", init)
     with pytest.raises(EnvMissing):
-        demo_mod.demo(kernel="rmsnorm", dest=tmp_path / "demo", correctness_jobs=3)
-    assert asked == [3]
+        demo_mod.demo(kernel="rmsnorm", dest=tmp_path / "demo", correctness_jobs=2)
+    with pytest.raises(EnvMissing):
+        demo_mod.demo(kernel="rmsnorm", dest=tmp_path / "demo")
+    assert asked == [2, demo_mod.DEMO_CORRECTNESS_JOBS]
+
+
+def test_the_demo_help_gives_its_default_correctness_jobs(capsys):
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    assert f"(default {demo_mod.DEMO_CORRECTNESS_JOBS}:" in " ".join(capsys.readouterr().out.split())
 
 
 @pytest.mark.skipif(gpu_skip_reason() is None, reason="this machine has a GPU: the demo would really run")

@@ -297,9 +297,9 @@ def _add_demo(subparsers) -> None:
     p = _sub(subparsers, "demo", "run the whole loop on a bundled kernel in sandbox/demo/ (needs a GPU)",
              "Example:\n  cutile-perf demo --kernel rmsnorm")
     p.add_argument("--kernel", default="rmsnorm", help="bundled kernel to optimize (default rmsnorm)")
-    p.add_argument("--correctness-jobs", type=int, default=1, metavar="N",
+    p.add_argument("--correctness-jobs", type=int, default=None, metavar="N",  # None: loop.demo's default
                    help="the demo session's correctness tests in N pytest children at once, as init "
-                        "--correctness-jobs (default 1)")
+                        "--correctness-jobs (default 3: a demo step is mostly its correctness run)")
 
     def run(a: argparse.Namespace) -> Outcome:
         from cutile_perf.commands.demo import demo  # noqa: PLC0415 - loaded on use: --help and other commands start fast

@@ -101,6 +101,17 @@ def is_filled(prefix: Path, modules: Sequence[str]) -> bool:
     return True
 
 
+def partly_filled(first: Sequence[str], modules: Sequence[str]) -> Path | None:
+    """The folder when it holds ``first`` (what every child imports first) but not all of
+    ``modules``: usable now, while the rest is compiled. None otherwise (or when switched off)."""
+    if not knobs.installed_bytecode_on():
+        return None
+    prefix = folder()
+    if prefix is None or not is_filled(prefix, first) or is_filled(prefix, modules):
+        return None
+    return prefix
+
+
 def filler_env(prefix: Path, scratch: str) -> dict[str, str]:
     """The filling process's environment: a test child's allow-list (``knobs.allowed_child_env``:
     no start-up hooks of the user's), the harness's own import path, bytecode written into

@@ -126,10 +126,17 @@ def step_line(number: int, step: Step, decision_text: str, stop: str | None, *, 
     return line
 
 
-def demo(*, kernel: str, dest: Path | None = None, correctness_jobs: int = 1) -> Outcome:
-    """``correctness_jobs``: the session's ``correctness_jobs`` (``init --correctness-jobs``). Most of a
-    demo step is its correctness run, six tests that each compile the candidate in turn; several
-    children compile side by side (``benchmarks/demo_ab.sh`` compares the two on a GPU)."""
+# Most of a demo step is its correctness run: six tests, each compiling the candidate in turn, in a
+# child that first imports torch. Three children side by side, each reading the installed-code
+# bytecode (child/bytecode.py), took a step from 13.2-18.1 s to 9.2-11.5 s on the H200
+# (docs/results/2026-12-02-h200-speed.md, section 16; benchmarks/demo_ab.sh).
+DEMO_CORRECTNESS_JOBS = 3
+
+
+def demo(*, kernel: str, dest: Path | None = None, correctness_jobs: int | None = None) -> Outcome:
+    """``correctness_jobs``: the session's ``correctness_jobs`` (``init --correctness-jobs``; None:
+    ``DEMO_CORRECTNESS_JOBS``)."""
+    correctness_jobs = DEMO_CORRECTNESS_JOBS if correctness_jobs is None else correctness_jobs
     session_mod.parse_correctness_jobs(correctness_jobs)  # before the GPU check: a usage error
     suite = assets.kernel_suite()  # package data (a wheel) or the checkout's examples/kernels
     op = resolve_kernel(kernel, available_ops(suite))

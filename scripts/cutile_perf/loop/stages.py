@@ -186,6 +186,7 @@ class StageRunner:
         # Set on entry for boxed children (child.bytecode); what the row says of it, when notable.
         self.installed_bytecode: Path | None = None
         self._bytecode_note: dict = {}
+        self._filling: tuple | None = None  # (began, pool, future): its preloads, compiled beside the first children
         self.dropped_compiled: list[str] = []  # cache entries no earlier command recorded, dropped on entry
         self._exits = contextlib.ExitStack()
         # The perf children started ahead of their turn (``stage``'s ``then``), in the order they
@@ -384,6 +385,7 @@ class StageRunner:
         time is stopped with all after it (they will start fresh). ``freeze_speculative``: a
         speculative child (``NextRun.speculative``) that is not ready now is frozen instead of
         waited for (SIGSTOP: it runs nothing beside the timed run; ``_thaw_ahead`` lets it go on)."""
+        self._finish_filling()  # no process of ours compiles beside a timed run
         self._stop_collected()
         if freeze_speculative:
             for child in self._ahead:
@@ -555,6 +557,7 @@ class StageRunner:
 
     def close(self) -> None:
         try:
+            self._finish_filling()
             self._ahead = []
             for child in self._children:  # an interrupt can leave one running: none outlives the runner
                 if not child.ended:
@@ -591,12 +594,34 @@ class StageRunner:
         self.close()
 
     def _prepare_installed_bytecode(self) -> None:
-        """The installed-code bytecode every boxed child of this command reads (``child.bytecode``),
-        compiled before the first child starts when it is not there yet: the modules every child
-        imports first, and those the baseline's perf runs imported besides (``preload``)."""
+        """The installed-code bytecode every boxed child of this command reads (``child.bytecode``):
+        the modules every child imports first, and those the baseline's perf runs imported besides
+        (``preload``). Compiled before the first child starts when the first ones are missing; when
+        only preloads are (the first ``try`` after a baseline), the folder is used as it is and the
+        rest is compiled beside the first, untimed, children, and waited for before any run is
+        timed (``_settle_ahead``)."""
+        modules = (*warmstart.WARM_MODULES, *self.preload)
         began = time.monotonic()
-        self.installed_bytecode, why = bytecode.prepare((*warmstart.WARM_MODULES, *self.preload))
-        if self.installed_bytecode is None:
+        partial = bytecode.partly_filled(warmstart.WARM_MODULES, modules)
+        if partial is not None:
+            self.installed_bytecode = partial
+            pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cutile-perf-bytecode")
+            self._filling = (began, pool, pool.submit(bytecode.prepare, modules))
+            return
+        self.installed_bytecode, why = bytecode.prepare(modules)
+        self._note_bytecode(began, self.installed_bytecode, why)
+
+    def _finish_filling(self) -> None:
+        if self._filling is None:
+            return
+        began, pool, pending = self._filling
+        self._filling = None
+        prefix, why = pending.result()
+        pool.shutdown(wait=False)
+        self._note_bytecode(began, prefix, why)
+
+    def _note_bytecode(self, began: float, prefix: Path | None, why: str) -> None:
+        if prefix is None:
             self._bytecode_note = {"installed_bytecode": why}
             say(f"note: boxed children compile installed code from source: {why}")
         elif why == bytecode.FILLED_NOW:
