@@ -48,6 +48,8 @@ def test_stop_tree_stops_a_grandchild_that_left_the_group(tmp_path):
             time.sleep(0.05)
         stopped = freezer.stop_tree(proc.pid)
         assert len(stopped) == 2 and proc.pid in stopped
+        # It returns once every thread has stopped, not when the signals are sent.
+        assert all(set(freezer.thread_states(pid)) <= set("Tt") for pid in stopped)
         size = log.stat().st_size
         time.sleep(0.4)
         assert log.stat().st_size == size, "a stopped tree printed nothing"
@@ -60,6 +62,35 @@ def test_stop_tree_stops_a_grandchild_that_left_the_group(tmp_path):
     finally:
         for pid in freezer.process_tree(proc.pid):
             os.kill(pid, signal.SIGKILL)
+        proc.wait()
+
+
+BUSY_THREADS = """
+import threading
+def spin():
+    while True:
+        pass
+for _ in range(4):
+    threading.Thread(target=spin, daemon=True).start()
+print("spinning", flush=True)
+spin()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc: Linux only")
+def test_stop_tree_returns_once_every_busy_thread_has_stopped():
+    """Five threads spinning on the CPU, more than this machine may have: SIGSTOP reaches each one
+    when it next enters the kernel, and ``stop_tree`` waits for that."""
+    proc = subprocess.Popen([sys.executable, "-c", BUSY_THREADS], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == b"spinning"
+        for _ in range(20):
+            stopped = freezer.stop_tree(proc.pid)
+            states = freezer.thread_states(proc.pid)
+            assert len(states) == 5 and set(states) <= set("Tt"), states
+            freezer.continue_tree(stopped)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
 

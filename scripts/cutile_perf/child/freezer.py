@@ -72,21 +72,58 @@ def process_tree(root: int, children: dict[int, list[int]] | None = None) -> set
     return tree
 
 
-def stop_trees(roots: list[int]) -> dict[int, set[int]]:
+STOP_SETTLE_S = 2.0  # how long stop_trees waits for every thread it signalled to be stopped
+
+
+def stop_trees(roots: list[int], settle_s: float = STOP_SETTLE_S) -> dict[int, set[int]]:
     """Stop every process of each root's tree; returns ``{root: its processes}``. A stopped process
     forks nothing, so ``/proc`` is read again until a pass finds no process not stopped yet (one
-    pass serves every tree: each costs a read of every process's ``stat``)."""
+    pass serves every tree: each costs a read of every process's ``stat``). SIGSTOP takes effect
+    when each thread next enters the kernel, not when ``kill`` returns: on a loaded machine a
+    thread could still run for a moment, beside a run about to be timed. So it returns once every
+    thread of those processes is stopped or gone (``settle_s`` at most)."""
     stopped: dict[int, set[int]] = {root: set() for root in roots}
     while True:
         children = _children()
         new = {root: process_tree(root, children) - stopped[root] for root in roots}
         if not any(new.values()):
+            _wait_stopped(set().union(*stopped.values()), settle_s)
             return stopped
         for root, pids in new.items():
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGSTOP)
             stopped[root] |= pids
+
+
+def thread_states(pid: int) -> list[str]:
+    """The state letter of every thread of ``pid`` ([] when it has ended)."""
+    states = []
+    try:
+        tasks = list((PROC / str(pid) / "task").iterdir())
+    except OSError:
+        return []
+    for task in tasks:
+        try:
+            stat = (task / "stat").read_bytes().decode("ascii", errors="replace")
+        except OSError:
+            continue
+        fields = stat.rpartition(")")[2].split()
+        if fields:
+            states.append(fields[0])
+    return states
+
+
+def _wait_stopped(pids: set[int], timeout_s: float, poll_s: float = 0.002) -> bool:
+    """Wait until every thread of ``pids`` is stopped (``T``, ``t``) or gone (``Z``, ``X``, no entry)."""
+    end = time.monotonic() + timeout_s
+    while True:
+        running = {pid for pid in pids if any(s not in "TtZX" for s in thread_states(pid))}
+        if not running:
+            return True
+        if time.monotonic() >= end:
+            return False
+        time.sleep(poll_s)
 
 
 def stop_tree(root: int) -> set[int]:
