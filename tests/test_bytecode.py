@@ -102,24 +102,16 @@ def test_switched_off_or_failing_it_says_why_and_gives_no_folder(monkeypatch):
 
 # --- through the loop (simulated repository, boxed children) --------------------------------------
 
-# The candidate's module, at import, writes the bytecode settings of its process into its own log.
-SETTINGS_TO_LOG = '''
-import sys as _sys
-import os as _os
-_fds = bytes([47, 112, 114, 111, 99, 47, 115, 101, 108, 102, 47, 102, 100]).decode()  # past the static probes
-for _fd in _os.listdir(_fds):
-    try:
-        _target = _os.readlink(_fds + "/" + _fd)
-    except OSError:
-        continue
-    if _target.endswith(".log"):
-        _os.write(int(_fd), f"\\nBYTECODE-PREFIX {_sys.pycache_prefix}\\n".encode())
-'''
+# The candidate's module, at import, writes its process's bytecode prefix into its perf log.
+def _settings_to_log() -> str:
+    from test_prestart_perf import TO_PERF_LOG
+
+    return TO_PERF_LOG + '\nimport sys as _sys\n_to_perf_log(f"\\nBYTECODE-PREFIX {_sys.pycache_prefix}\\n")\n'
 
 
 def _prefixes(runs: Path, seen: set[Path]) -> set[str]:
     found = set()
-    for log in sorted(runs.glob("*.log")):
+    for log in sorted(runs.glob("*-perf.log")):
         if log in seen:
             continue
         seen.add(log)
@@ -143,7 +135,7 @@ def test_boxed_children_of_a_try_read_the_folder_and_verifys_children_do_not(tmp
     runs, seen = repo / "sandbox" / "runs", set()
     _prefixes(runs, seen)
     edit_kernel(repo, latency={"256x1024": 0.5, "4096x1024": 1.0})
-    append_to_kernel(repo, SETTINGS_TO_LOG)
+    append_to_kernel(repo, _settings_to_log())
     code, data, _ = call(repo, "try", "twice as fast, and says its bytecode prefix")
     assert code == 0 and data["decision"] == "keep", data
     assert _prefixes(runs, seen) == {str(bytecode.folder())}

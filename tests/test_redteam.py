@@ -409,32 +409,40 @@ def test_forged_bytecode_for_an_unfenced_module_does_not_reach_the_measurement(r
     assert_not_kept_nothing_lost(repo, before, code, marker="# ATTACK forged-pyc")
 
 
-# Planted by the candidate in its own checkout, at import in every child: bytecode for the package's
-# (unfenced, unchanged) __init__.py that, when a later child of the same checkout reads it, makes the
-# kernel report a quarter of its latency. Written where Python looks without a bytecode prefix.
-PLANTED_BYTECODE = """
-# ATTACK planted-bytecode
-import pathlib as _pl, sys as _sys
+# Planted by the candidate, at import in every child: bytecode for the package's (unfenced,
+# unchanged) __init__.py that, when a later child reads it, makes the kernel report a quarter of its
+# latency. ``where`` is the code that sets ``_pyc``, the file it writes.
+def _planted_bytecode(name: str, where: str) -> str:
+    return f"""
+# ATTACK {name}
+import importlib.util as _ilu, pathlib as _pl, sys as _sys
 from importlib._bootstrap_external import _code_to_timestamp_pyc as _as_pyc
 _init = _pl.Path(__file__).with_name("__init__.py")
 _code = compile("import importlib as _il\\n_k = _il.import_module(__name__ + '.rms_norm')\\n"
-                "_k.LATENCY_MS = {s: v / 4 for s, v in _k.LATENCY_MS.items()}\\n", str(_init), "exec")
+                "_k.LATENCY_MS = {{s: v / 4 for s, v in _k.LATENCY_MS.items()}}\\n", str(_init), "exec")
 _st = _init.stat()
 try:
-    _pyc = _init.parent / "__pycache__" / f"__init__.{_sys.implementation.cache_tag}.pyc"
-    _pyc.parent.mkdir(exist_ok=True)
+    {where}
+    _pyc.parent.mkdir(parents=True, exist_ok=True)
     _pyc.write_bytes(bytes(_as_pyc(_code, int(_st.st_mtime), _st.st_size)))
-except OSError:
+except (OSError, TypeError):
     pass
 """
 
 
+# In the checkout's own __pycache__, where Python looks without a bytecode prefix.
+PLANTED_BYTECODE = _planted_bytecode(
+    "planted-bytecode", '_pyc = _init.parent / "__pycache__" / f"__init__.{_sys.implementation.cache_tag}.pyc"')
+
+
 @pytest.mark.skipif(box.available() is not None, reason="installed bytecode is read only by boxed children")
-def test_bytecode_planted_by_one_child_never_reaches_the_next_child_of_its_checkout(tmp_path):
+def test_bytecode_planted_by_one_child_never_reaches_the_next_child_of_its_checkout(tmp_path, monkeypatch):
     """Correctness and perf run one after the other in one checkout (no pre-started perf child).
-    A boxed child reads installed packages' own bytecode, so the checkout is the only place a
-    planted .pyc could come from: without ``pristine.sweep`` between the children, the perf child
-    loads the forged __init__ and a 3x slower kernel is kept as 2x faster."""
+    Without the installed-code bytecode folder (whose prefix keeps a child from reading any
+    ``__pycache__``: the next test), a boxed child reads installed packages' own bytecode, so the
+    checkout is the only place a planted .pyc could come from: without ``pristine.sweep`` between
+    the children, the perf child loads the forged __init__ and a 3x slower kernel is kept as 2x faster."""
+    monkeypatch.setenv("CUTILE_PERF_INSTALLED_BYTECODE", "0")
     repo = build_tilegym_like_repo(tmp_path)
     _start(repo, init_args=("--no-prestart-perf",))
     before = snapshot(repo)
@@ -449,22 +457,8 @@ def test_bytecode_planted_by_one_child_never_reaches_the_next_child_of_its_check
 # installed-code bytecode the harness shares between its boxed children (child/bytecode.py). The
 # checkout's path in the box is the same for every child, so a .pyc planted there for the
 # checkout's own __init__ would load in the next child, and the sweep never looks in that folder.
-PLANTED_IN_PREFIX = """
-# ATTACK planted-bytecode-in-prefix
-import importlib.util as _ilu, pathlib as _pl, sys as _sys
-from importlib._bootstrap_external import _code_to_timestamp_pyc as _as_pyc
-_init = _pl.Path(__file__).with_name("__init__.py")
-_code = compile("import importlib as _il\\n_k = _il.import_module(__name__ + '.rms_norm')\\n"
-                "_k.LATENCY_MS = {s: v / 4 for s, v in _k.LATENCY_MS.items()}\\n", str(_init), "exec")
-_st = _init.stat()
-if _sys.pycache_prefix:
-    try:
-        _pyc = _pl.Path(_ilu.cache_from_source(str(_init)))
-        _pyc.parent.mkdir(parents=True, exist_ok=True)
-        _pyc.write_bytes(bytes(_as_pyc(_code, int(_st.st_mtime), _st.st_size)))
-    except OSError:
-        pass
-"""
+# (Without a prefix, ``cache_from_source`` names the checkout's __pycache__, which the sweep empties.)
+PLANTED_IN_PREFIX = _planted_bytecode("planted-bytecode-in-prefix", "_pyc = _pl.Path(_ilu.cache_from_source(str(_init)))")
 
 
 @pytest.mark.skipif(box.available() is not None, reason="the installed-code bytecode is given to boxed children only")

@@ -87,7 +87,7 @@ def stop_trees(roots: list[int], settle_s: float = STOP_SETTLE_S) -> dict[int, s
         children = _children()
         new = {root: process_tree(root, children) - stopped[root] for root in roots}
         if not any(new.values()):
-            _wait_stopped(set().union(*stopped.values()), settle_s)
+            wait_stopped(set().union(*stopped.values()), settle_s)
             return stopped
         for root, pids in new.items():
             for pid in pids:
@@ -114,7 +114,7 @@ def thread_states(pid: int) -> list[str]:
     return states
 
 
-def _wait_stopped(pids: set[int], timeout_s: float, poll_s: float = 0.002) -> bool:
+def wait_stopped(pids: set[int], timeout_s: float, poll_s: float = 0.002) -> bool:
     """Wait until every thread of ``pids`` is stopped (``T``, ``t``) or gone (``Z``, ``X``, no entry)."""
     end = time.monotonic() + timeout_s
     while True:
