@@ -109,6 +109,8 @@ def _signal_groups(child: _Child, signum: int) -> None:
     for pgid in child.groups:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signum)
+    if signum == signal.SIGSTOP:  # it lands when each thread next enters the kernel: wait for that
+        freezer.wait_stopped(set().union(*(freezer.process_tree(g) for g in child.groups)), freezer.STOP_SETTLE_S)
 
 
 def _end(child: _Child) -> None:
@@ -394,9 +396,6 @@ class StageRunner:
                 if child.run.speculative and not child.start.ready_now() and not child.future.done():
                     child.frozen = True
                     _signal_groups(child, signal.SIGSTOP)
-                    # SIGSTOP lands when each thread next enters the kernel: wait for it (freezer.stop_trees).
-                    freezer.wait_stopped(set().union(*(freezer.process_tree(g) for g in child.groups)),
-                                         freezer.STOP_SETTLE_S)
         # One window for all of them: they started together and import side by side.
         end_by = time.monotonic() + min(AHEAD_READY_S, max(self.deadline.left(), 0.0))
         for index, child in enumerate(self._ahead):
