@@ -34,7 +34,7 @@ OWN_ENV_VARS: dict[str, str] = {
     "CUTILE_PERF_TEST_KILL_AT": "tests only: the loop sends itself a signal at this kill point (a persisted step or a window inside one, knobs.kill_point)",
     "CUTILE_PERF_TEST_SIGNAL": "tests only: the signal of CUTILE_PERF_TEST_KILL_AT (KILL, INT or TERM; default KILL)",
     "TILEGYM_DISABLE_AUTOTUNE": "TileGym's switch, honoured like DISABLE_AUTOTUNE",
-    "CUTILE_PERF_INSTALLED_BYTECODE": "0: boxed test children compile installed code (torch, cuda.tile, pytest) from source as before, instead of reading the bytecode the harness compiled once per repository (child/bytecode.py); 1 or unset: read it",
+    "CUTILE_PERF_INSTALLED_BYTECODE": "0: boxed test children compile installed code (torch, cuda.tile, pytest) from source as before, instead of reading the bytecode the harness compiled once per interpreter (child/bytecode.py); 1 or unset: read it",
     "CUTILE_PERF_SANDBOX": "off: this harness process runs its test children without the sandbox (the stage then records 'none: off (CUTILE_PERF_SANDBOX)'); auto or unset: as the session says (sandbox: auto, the default)",
 }
 

@@ -37,8 +37,13 @@ def stat_fields(pid: int) -> list[str] | None:
     """The fields of ``/proc/<pid>/stat`` after the command name, or None when it has ended: state
     is [0], the parent [1], the group [2], the start time [19]. The name may hold spaces and
     parentheses (and bytes that are no text), so the fields start after the last ")"."""
+    return _fields_after_name(PROC / str(pid) / "stat")
+
+
+def _fields_after_name(stat_file: Path) -> list[str] | None:
+    """A ``stat`` file's fields after the command name (a process's or one thread's), or None."""
     try:
-        stat = (PROC / str(pid) / "stat").read_bytes().decode("ascii", errors="replace")
+        stat = stat_file.read_bytes().decode("ascii", errors="replace")
     except OSError:
         return None
     return stat.rpartition(")")[2].split()
@@ -98,20 +103,11 @@ def stop_trees(roots: list[int], settle_s: float = STOP_SETTLE_S) -> dict[int, s
 
 def thread_states(pid: int) -> list[str]:
     """The state letter of every thread of ``pid`` ([] when it has ended)."""
-    states = []
     try:
         tasks = list((PROC / str(pid) / "task").iterdir())
     except OSError:
         return []
-    for task in tasks:
-        try:
-            stat = (task / "stat").read_bytes().decode("ascii", errors="replace")
-        except OSError:
-            continue
-        fields = stat.rpartition(")")[2].split()
-        if fields:
-            states.append(fields[0])
-    return states
+    return [fields[0] for fields in (_fields_after_name(task / "stat") for task in tasks) if fields]
 
 
 def wait_stopped(pids: set[int], timeout_s: float, poll_s: float = 0.002) -> bool:

@@ -253,7 +253,12 @@ def _run_child(session, name, deadline, checkout, fenced_files, on_start, output
     # the shares of a sharded stage run at once in one checkout, where one could plant bytecode
     # for another after the sweep; an unboxed child could write into any __pycache__.
     shared = checkout.installed_bytecode if boxed else None
-    pycache = shared if shared is not None else None if boxed and shard is None else private / "pycache"
+    if shared is not None:
+        pycache = shared
+    elif boxed and shard is None:
+        pycache = None
+    else:
+        pycache = private / "pycache"
     env = pristine.child_env(checkout.root, fenced_files, pycache,
                              {**overrides, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
     argv = [*session.argv(name), *records.PYTEST_PLUGIN_ARGS]

@@ -80,18 +80,11 @@ def slot_root(repo: Path, index: int) -> Path | None:
     the same path from one command to the next is what lets an unchanged kernel hit the cache.
     Outside the repository, like every checkout, and one folder per repository.
     """
-    folder = repository_folder(repo)
-    return None if folder is None else folder / f"slot-{index}"
-
-
-def repository_folder(repo: Path) -> Path | None:
-    """The repository's own folder in ``user_folder()`` (its checkout slots), or None when that
-    per-user folder is not safely ours."""
     base = user_folder()
     if base is None:
         return None
     tag = hashlib.sha256(str(Path(repo).resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    return base / tag
+    return base / tag / f"slot-{index}"
 
 
 def user_folder() -> Path | None:

@@ -620,12 +620,13 @@ class StageRunner:
         self._filling = None
         prefix, why = pending.result()
         pool.shutdown(wait=False)
-        self._note_bytecode(began, prefix, why)
+        # Failed, the children still read what was there before: only the preloads compile from source.
+        self._note_bytecode(began, prefix, why, missing="the baseline's preloads")
 
-    def _note_bytecode(self, began: float, prefix: Path | None, why: str) -> None:
+    def _note_bytecode(self, began: float, prefix: Path | None, why: str, missing: str = "installed code") -> None:
         if prefix is None:
             self._bytecode_note = {"installed_bytecode": why}
-            say(f"note: boxed children compile installed code from source: {why}")
+            say(f"note: boxed children compile {missing} from source: {why}")
         elif why == bytecode.FILLED_NOW:
             self._bytecode_note = {"installed_bytecode_s": round(time.monotonic() - began, 2)}
 
