@@ -27,8 +27,11 @@ _AGAIN = re.compile(r"cutile-perf: (.*): running as a fresh child instead")
 def row_line(row: dict) -> str:
     timings = row.get("timings", {})
     rest = {k: v for k, v in timings.items() if k != "total_s"}
+    # The reason is cut short below; a re-check settled before its last pairs says so at its end.
+    settled = (row.get("decision") or {}).get("settled_after")
     return (f"row {row['iteration']}: {row['status']} {row.get('crash_class') or ''} total {timings.get('total_s')} s, "
-            f"timings {json.dumps(rest)}; {row.get('reason', '')[:160]}")
+            f"timings {json.dumps(rest)}" + (f", settled after {settled} pair(s)" if settled else "")
+            + f"; {row.get('reason', '')[:160]}")
 
 
 def child_log_facts(text: str) -> dict:

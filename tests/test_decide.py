@@ -355,3 +355,58 @@ def test_decision_power_prices_a_loosened_threshold_and_refuses_one_that_does_no
     with pytest.raises(SystemExit) as exc:
         power.main(["--threshold", "no_such_threshold=1"])
     assert exc.value.code == 2 and "unknown threshold" in capsys.readouterr().err
+
+
+# --- the re-check settled before its last pairs -------------------------------------------------
+
+
+def test_completed_fills_every_case_up_to_the_pairs_around_its_mean_so_far():
+    paired = {"a": ([1.0, 1.02], [1.10, 1.12]), "b": ([2.0], [2.0])}
+    middle = paired_module.completed(paired, None, 0.005, 3, 0.0)
+    assert middle["a"][0][:2] == [1.0, 1.02] and middle["a"][1][:2] == [1.10, 1.12]  # the real runs stay first
+    assert [len(side) for case in middle.values() for side in case] == [3, 3, 3, 3]
+    centre = (1.0 * 1.02) ** 0.5
+    mean = ((1.10 / 1.0) * (1.12 / 1.02)) ** 0.5  # the geometric mean of the per-pair ratios
+    assert middle["a"][0][2] == pytest.approx(centre) and middle["a"][1][2] == pytest.approx(centre * mean)
+    slower = paired_module.completed(paired, None, 0.005, 3, 2.0)
+    faster = paired_module.completed(paired, None, 0.005, 3, -2.0)
+    assert faster["a"][1][2] < middle["a"][1][2] < slower["a"][1][2]
+    assert faster["b"][1][1:] == faster["b"][1][2:] * 2 and faster["b"][1][1] < 2.0  # both runs to come alike
+    wide = paired_module.completed(paired, None, 0.005, 3, 0.0, base_sd=2.0)
+    assert wide["b"][0][1] > 2.0 > wide["b"][0][2]  # one above the centre, one below: spread added
+    assert paired_module.completed(paired, None, 0.005, 2, 1.0)["a"] == paired["a"]  # already complete
+    with pytest.raises(ValueError, match="at least one pair"):
+        paired_module.completed({"a": ([], [])}, None, 0.005, 3, 0.0)
+
+
+def _borderline_then(pairs: list[tuple[float, float]], t: Thresholds = T):
+    """The judge's verdict on a case whose single run was borderline (+2.5 % against 1 % noise),
+    after interleaved (baseline, candidate) pairs of its runs."""
+    from cutile_perf.judge.verdict import Evidence, Reference, Stage, judge
+    runs = {"a": [0.995, 1.0, 1.005], "b": [1.99, 2.0, 2.01]}
+    ref = Reference("base", {"a": 1.0, "b": 2.0}, noise_floor(runs), runs=runs)
+    evidence = Evidence(perf=Stage("perf", shapes={"a": 1.025, "b": 2.0}))
+    assert judge(ref, t, evidence).action == "re-measure"
+    made = tuple((Stage("perf", shapes={"a": b, "b": 2.0}), Stage("perf", shapes={"a": c, "b": 2.0}))
+                 for b, c in pairs)
+    return judge(ref, t, evidence.add(pairs=made))
+
+
+def test_a_re_check_whose_first_pair_leaves_no_doubt_stops_there():
+    verdict = _borderline_then([(1.0, 1.30)])  # 30 % slower in its first pair, against 1 % noise
+    assert verdict.action == "revert" and verdict.decision.settled_after == 1
+    assert "settled after 1 of 3 interleaved pairs" in verdict.reason
+    clear_gain = _borderline_then([(1.0, 0.80)])  # and 20 % faster
+    assert (clear_gain.action, clear_gain.decision.rebaseline, clear_gain.decision.settled_after) == ("keep", True, 1)
+    # settle_sd 0 runs every pair, as before.
+    assert _borderline_then([(1.0, 1.30)], Thresholds(settle_sd=0.0)).action == "re-measure"
+
+
+def test_a_re_check_still_in_doubt_runs_on_and_its_last_pair_decides_as_before():
+    close = _borderline_then([(1.0, 1.012)])  # about the gate: the pairs to come could go either way
+    assert close.action == "re-measure"
+    close = _borderline_then([(1.0, 1.012), (1.002, 1.013)])
+    assert close.action == "re-measure"
+    done = _borderline_then([(1.0, 1.012), (1.002, 1.013), (0.999, 1.011)])
+    assert done.final and done.decision.settled_after is None
+    assert done == _borderline_then([(1.0, 1.012), (1.002, 1.013), (0.999, 1.011)], Thresholds(settle_sd=0.0))

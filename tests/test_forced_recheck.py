@@ -49,7 +49,11 @@ def test_each_try_is_re_checked_as_its_mode_says(tilegym_like_repo, capsys, unpa
     one, every = (r["decision"] for r in rows)
     assert one["source"] == "partial" and len(one["rechecked"]) == 1, "one case of two re-measured"
     assert every["source"] == "confirm", "every case re-measured"
-    assert [r["timings"]["recheck_runs"] for r in rows] == [6, 6]  # 3 interleaved pairs each
+    # 3 interleaved pairs each, or fewer when the pairs so far settled the verdict (comment-only
+    # tries of a real, noisy child: either may happen).
+    for row in rows:
+        pairs = row["decision"]["settled_after"] or 3
+        assert row["timings"]["recheck_runs"] == 2 * pairs, row["reason"]
 
 
 def test_an_unknown_mode_is_refused_in_one_line():

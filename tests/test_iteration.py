@@ -12,7 +12,7 @@ import time
 from dataclasses import replace
 
 import pytest
-from fixtures_repo import KERNEL_REL, allow_no_gpu, build_tilegym_like_repo, git
+from fixtures_repo import KERNEL_REL, allow_no_gpu, build_tilegym_like_repo, edit_session, git
 
 from cutile_perf.cli import main
 from cutile_perf.judge.crash import CrashClass
@@ -41,16 +41,29 @@ def perf(medians: dict[str, float], kernel: str = KERNEL) -> Stage:
                  kernel_names={c: kernel for c in medians})
 
 
-@pytest.fixture(scope="module")
-def _template(tmp_path_factory):
+def _session_template(tmp_path_factory, **thresholds):
     repo = build_tilegym_like_repo(tmp_path_factory.mktemp("scripted"))
     assert main(["init", "--repo", str(repo), "--kernel", "rms_norm"]) == 0
     allow_no_gpu(repo)
+    if thresholds:
+        edit_session(repo, thresholds=thresholds)
     stages = ScriptedStages({("correctness", "candidate"): [passed()],
                              ("perf", "candidate"): [perf({"a": 1.0, "b": 2.0}), perf({"a": 1.004, "b": 2.01}),
                                                      perf({"a": 0.996, "b": 1.99})]}, defined={KERNEL})
     assert baseline(repo=repo, repeats=3, stages=stages).exit_code == 0
     return repo
+
+
+@pytest.fixture(scope="module")
+def _template(tmp_path_factory):
+    return _session_template(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def _template_all_pairs(tmp_path_factory):
+    # The scripted runs repeat the same numbers, so most re-checks would settle after their first
+    # pair (``verdict.settled_early``); the tests of the re-check's own runs need all of them.
+    return _session_template(tmp_path_factory, settle_sd=0.0)
 
 
 def test_the_baseline_names_its_later_perf_runs_to_start_ahead_with_the_correctness_run(tmp_path):
@@ -66,13 +79,22 @@ def test_the_baseline_names_its_later_perf_runs_to_start_ahead_with_the_correctn
                      ("0-r3", ["0-r4"]), ("0-r4", [])]
 
 
-@pytest.fixture
-def repo(_template, tmp_path):
+def _copy(template, tmp_path):
     import shutil
 
     copy = tmp_path / "repo"
-    shutil.copytree(_template, copy, symlinks=True)
+    shutil.copytree(template, copy, symlinks=True)
     return copy
+
+
+@pytest.fixture
+def repo(_template, tmp_path):
+    return _copy(_template, tmp_path)
+
+
+@pytest.fixture
+def repo_all_pairs(_template_all_pairs, tmp_path):
+    return _copy(_template_all_pairs, tmp_path)
 
 
 def edit(repo, marker: str) -> None:
@@ -117,21 +139,21 @@ def test_a_failed_correctness_stage_never_runs_perf(repo):
     assert [c[0] for c in stages.calls] == ["correctness"]
 
 
-def test_a_borderline_run_is_re_measured_in_interleaved_pairs_against_the_baseline_commit(repo):
-    edit(repo, "borderline")
-    stages = scripted(repo, {"a": 1.02, "b": 2.0}, {"a": 1.0, "b": 2.0})
-    result = try_change(repo, "borderline", stages=stages)
+def test_a_borderline_run_is_re_measured_in_interleaved_pairs_against_the_baseline_commit(repo_all_pairs):
+    edit(repo_all_pairs, "borderline")
+    stages = scripted(repo_all_pairs, {"a": 1.02, "b": 2.0}, {"a": 1.0, "b": 2.0})
+    result = try_change(repo_all_pairs, "borderline", stages=stages)
     base = [c for c in stages.calls if c[2] == stages.reference_commit]
     assert len(base) >= 3 and all("confirm" in tag for _, tag, _ in base)
     assert result.row["status"] == "keep" and "confirm" in result.row
 
 
-def test_the_re_check_re_measures_only_the_case_in_doubt_and_its_timings_show_its_share(repo):
-    edit(repo, "one case borderline")
-    stages = scripted(repo, {"a": 1.02, "b": 2.0}, {"a": 1.0, "b": 2.0})
+def test_the_re_check_re_measures_only_the_case_in_doubt_and_its_timings_show_its_share(repo_all_pairs):
+    edit(repo_all_pairs, "one case borderline")
+    stages = scripted(repo_all_pairs, {"a": 1.02, "b": 2.0}, {"a": 1.0, "b": 2.0})
     for key, seconds in ((("perf", "candidate"), 60.0), (("perf", "base"), 12.0)):
         stages.script[key] = [replace(stage, duration_s=seconds) for stage in stages.script[key]]
-    result = try_change(repo, "one case borderline", stages=stages)
+    result = try_change(repo_all_pairs, "one case borderline", stages=stages)
     row = result.row
     # b rose by nothing: it keeps the single run's evidence; only a's node id is run again.
     assert stages.selected == [("a",)] * 6
@@ -154,15 +176,26 @@ def test_the_re_check_re_measures_only_the_case_in_doubt_and_its_timings_show_it
     assert [run.tag for run in speculative] == tags and all(run.speculative and run.cases is None for run in speculative)
 
 
-def test_each_re_check_run_says_whether_it_runs_the_cases_in_doubt_or_every_case(repo, capsys):
+def test_a_re_check_settled_after_its_first_pair_ends_there_and_its_runs_ahead_are_let_go(repo):
+    edit(repo, "one case clearly slower")
+    stages = scripted(repo, {"a": 1.02, "b": 2.0}, {"a": 1.3, "b": 2.0})  # borderline once, then 30 % slower
+    result = try_change(repo, "one case clearly slower", stages=stages)
+    row = result.row
+    assert [tag for _, tag, _ in stages.calls if "confirm" in tag] == ["1-confirm1-base", "1-confirm1-cand"]
+    assert (row["status"], row["decision"]["settled_after"], row["timings"]["recheck_runs"]) == ("revert", 1, 2)
+    assert "settled after 1 of 3 interleaved pairs" in row["reason"]
+    assert row["confirm"] == {"a": {"base": [1.0], "candidate": [1.3]}}  # the runs that ran, no filled-in ones
+
+
+def test_each_re_check_run_says_whether_it_runs_the_cases_in_doubt_or_every_case(repo_all_pairs, capsys):
     # One case in doubt: its runs say so. A geomean in doubt (both cases 4 % faster: borderline here): every case is
     # run again, each run costs a whole perf run, and the line says so instead of staying silent.
-    edit(repo, "one case borderline")
-    try_change(repo, "one case borderline", stages=scripted(repo, {"a": 1.02, "b": 2.0}, {"a": 1.0, "b": 2.0}))
+    edit(repo_all_pairs, "one case borderline")
+    try_change(repo_all_pairs, "one case borderline", stages=scripted(repo_all_pairs, {"a": 1.02, "b": 2.0}, {"a": 1.0, "b": 2.0}))
     lines = [ln for ln in capsys.readouterr().err.splitlines() if "iteration 1: perf (confirm" in ln]
     assert len(lines) == 6 and all(ln.endswith(", 1 case(s) in doubt") for ln in lines)
-    edit(repo, "geomean borderline")
-    row = try_change(repo, "geomean borderline", stages=scripted(repo, {"a": 0.96, "b": 1.92}, {"a": 1.0, "b": 2.0})).row
+    edit(repo_all_pairs, "geomean borderline")
+    row = try_change(repo_all_pairs, "geomean borderline", stages=scripted(repo_all_pairs, {"a": 0.96, "b": 1.92}, {"a": 1.0, "b": 2.0})).row
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if "iteration 2: perf (confirm" in ln]
     assert lines and all(ln.endswith(", every case") for ln in lines), row["reason"]

@@ -69,3 +69,11 @@ def test_a_child_collected_ahead_is_named_so_and_its_session_is_not_read_as_its_
     assert facts == {"ahead": False, "collected": True, "session_s": 22.98}
     line = log_rows.stage_line("1-confirm1-base-perf", 3.4, facts)
     assert "collected ahead" in line and "outside it" not in line, line
+
+
+def test_a_row_whose_re_check_settled_early_says_after_how_many_pairs():
+    row = {"iteration": 2, "status": "keep", "timings": {"total_s": 50.0, "recheck_runs": 4},
+           "decision": {"settled_after": 2}, "reason": "x" * 300}
+    line = log_rows.row_line(row)
+    assert "settled after 2 pair(s); " in line and line.endswith("x" * 160)
+    assert "settled" not in log_rows.row_line({**row, "decision": {"settled_after": None}})

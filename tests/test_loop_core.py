@@ -244,9 +244,14 @@ def test_a_re_check_run_killed_by_the_budget_is_the_crash_and_its_pair_lends_no_
     assert paired_samples(evidence.pairs, ["a", "b", "c"])["a"] == ([1.0], [1.011])
 
 
-def test_fewer_pairs_than_the_minimum_ask_for_more():
+def test_fewer_pairs_than_the_minimum_ask_for_more_unless_settled_early():
     paired = {"a": ([1.0], [1.0]), "b": ([2.0], [2.0])}
-    assert judge(REF, T, Evidence(perf=Stage(shapes={"a": 1.0, "b": 2.0}), pairs=pairs_of(paired))).action == "re-measure"
+    evidence = Evidence(perf=Stage(shapes={"a": 1.0, "b": 2.0}), pairs=pairs_of(paired))
+    assert judge(REF, Thresholds(settle_sd=0.0), evidence).action == "re-measure"
+    # One pair the same to the last digit, against the baseline's own spread: no pair to come within
+    # settle_sd of it could make this anything but "within noise".
+    settled = judge(REF, T, evidence)
+    assert (settled.action, settled.decision.tier, settled.decision.settled_after) == ("keep", "no-change", 1)
 
 
 def test_thresholds_reject_non_finite_and_inconsistent_values():
@@ -285,9 +290,21 @@ def test_changed_thresholds_are_the_ones_away_from_their_defaults():
 
 def test_decide_module_keeps_its_frozen_defaults():
     # The defaults are part of every session's frozen rules; changing one is a deliberate act.
-    assert (T.noise_k, T.min_noise, T.recheck_fraction, T.slower_z, T.plausible_factor, T.min_confirm_pairs) == (
-        1.5, 0.005, 0.25, 2.75, 3.0, 3)
+    assert (T.noise_k, T.min_noise, T.recheck_fraction, T.slower_z, T.plausible_factor, T.min_confirm_pairs,
+            T.settle_sd) == (1.5, 0.005, 0.25, 2.75, 3.0, 3, 3.0)
     assert paired.NOISE_WIDTH_PER_SD == 3.5
+
+
+def test_a_threshold_added_after_a_baseline_froze_its_rules_must_sit_at_its_default():
+    from cutile_perf.loop.history import _same_frozen
+
+    now = Thresholds().to_dict()
+    before_settling = {k: v for k, v in now.items() if k != "settle_sd"}  # a log frozen before the rule existed
+    assert _same_frozen("thresholds", before_settling, now)
+    assert not _same_frozen("thresholds", before_settling, {**now, "settle_sd": 0.5})  # edited after the baseline
+    assert not _same_frozen("thresholds", before_settling, {**now, "slower_z": 2.0})
+    assert not _same_frozen("thresholds", now, before_settling)  # a frozen threshold taken out
+    assert _same_frozen("timeout_s", 600.0, 600.0) and not _same_frozen("timeout_s", 600.0, 60.0)
 
 
 # --- every direction counts -----------------------------------------------------------------------

@@ -25,6 +25,13 @@ SOME_RISE_Z = statistics.NormalDist().inv_cdf(0.95)
 # band of width W has a standard deviation of W / sqrt(12) ~ W / 3.5.
 NOISE_WIDTH_PER_SD = 3.5
 
+# How far the pairs still to come are let range when the re-check asks whether its verdict is
+# already settled (``completed``): each case's per-pair log ratio at its mean so far, plus or minus
+# this many of its per-pair standard deviations, in every pair to come. A bound, not a certainty:
+# one pair lands beyond it with about 1 % chance for a normal spread, and then only moves the
+# verdict if that is where it was close. ``benchmarks/decision_power.py`` measures the false-verdict
+# rates and the power with and without settling early (``Thresholds.settle_sd`` = 0).
+
 
 @dataclass(frozen=True)
 class PairedTest:
@@ -70,6 +77,35 @@ def paired_log_ratios(paired: dict[str, tuple[list[float], list[float]]], prior_
         n = min(len(base), len(cand))
         diffs = [math.log(cand[i] / base[i]) for i in range(n)]
         out[case] = PairedTest(statistics.fmean(diffs), sigma * math.sqrt(2.0 / n))
+    return out
+
+
+def completed(paired: dict[str, tuple[list[float], list[float]]], prior_runs: dict[str, list[float]] | None,
+              minimum: float, pairs: int, shift_sd: float, base_sd: float = 0.0
+              ) -> dict[str, tuple[list[float], list[float]]]:
+    """``paired`` with every case filled up to ``pairs`` pairs by runs it has not had yet.
+
+    Each added candidate run sits at the geometric centre of the case's baseline runs so far times
+    ``exp(mean + shift_sd * sd)``: the case's mean per-pair log ratio so far, moved by ``shift_sd``
+    of its per-pair standard deviations (``paired_log_ratios``' spread, sqrt(2) x the run-to-run
+    one). Positive: slower than the pairs so far; negative: faster. Each added baseline run sits
+    ``base_sd`` run-to-run standard deviations above, then below, that centre: 0 adds no spread (the
+    narrowest noise floor, every rule at its most decisive), more widens the floor and the spread
+    as unlucky runs would. Every case needs at least one pair.
+    """
+    if empty := [case for case, (base, cand) in paired.items() if not (base and cand)]:
+        raise ValueError(f"completed needs at least one pair of every case; {', '.join(empty)} has none")
+    tests = paired_log_ratios(paired, prior_runs, minimum)
+    out = {}
+    for case, (base, cand) in paired.items():
+        n = min(len(base), len(cand))
+        centre = math.exp(statistics.fmean(math.log(v) for v in base[:n]))
+        per_pair_sd = tests[case].se * math.sqrt(n)
+        run_sd = per_pair_sd / math.sqrt(2.0)
+        added = range(max(0, pairs - n))
+        step = centre * math.exp(tests[case].mean + shift_sd * per_pair_sd)
+        bases = [centre * math.exp((1 if i % 2 == 0 else -1) * base_sd * run_sd) for i in added]
+        out[case] = ([*base[:n], *bases], [*cand[:n], *[step for _ in added]])
     return out
 
 

@@ -69,10 +69,14 @@ class Thresholds:
     recheck_fraction: float = 0.25
     # The interleaved slowdown test: mean per-pair log ratio over its standard error (see confirm).
     slower_z: float = 2.75
+    # The re-check stops before min_confirm_pairs once the pairs still to come could not change its
+    # verdict anywhere within this many per-pair standard deviations of each case's pairs so far
+    # (``paired.completed``, ``verdict.settled_early``). 0: always run min_confirm_pairs.
+    settle_sd: float = 3.0
 
     def __post_init__(self):
         for name in ("new_baseline", "keep", "regression_tolerance", "noise_k", "min_noise", "confirm_band",
-                     "min_plausible_ms", "recheck_fraction", "slower_z"):
+                     "min_plausible_ms", "recheck_fraction", "slower_z", "settle_sd"):
             value = getattr(self, name)
             if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"threshold {name}={value!r} must be a finite number >= 0")
@@ -130,6 +134,9 @@ class Decision:
     # source "partial": the cases the interleaved re-check re-measured (``cases_in_doubt``); the
     # others' changes and gates are the single run's.
     rechecked: list = field(default_factory=list)
+    # The re-check stopped after this many pairs, short of min_confirm_pairs: the pairs still to come
+    # could not have changed the verdict (``verdict.settled_early``). None: it ran them all.
+    settled_after: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -19,11 +19,12 @@ valid), unless the doubt is the geomean's; ``judge_partial`` combines them with 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from cutile_perf.judge import stats
 from cutile_perf.judge.crash import CrashClass
-from cutile_perf.judge.paired import SOME_RISE_Z, confirm
+from cutile_perf.judge.paired import SOME_RISE_Z, completed, confirm
 from cutile_perf.judge.rules import (Decision, Thresholds, case_noise, cases_in_doubt, decide, geomean_zone,
                                      improvement_tier, single_run_gate)
 from cutile_perf.templating import format_change
@@ -279,6 +280,43 @@ def paired_samples(pairs, cases) -> dict[str, tuple[list[float], list[float]]]:
     return out
 
 
+def settled_early(ref: Reference, t: Thresholds, measured: dict, rounds: int,
+                  verdict_at: Callable[[dict], Verdict | None]) -> Verdict | None:
+    """The re-check's verdict after ``rounds`` pairs, short of ``min_confirm_pairs``, when the pairs
+    still to come cannot change it; None when they might.
+
+    ``verdict_at`` judges ``measured`` ({case: (baseline runs, candidate runs)}, the cases the
+    re-check measures) filled up to ``min_confirm_pairs`` pairs (``paired.completed``). It is asked
+    at the middle (every pair to come at each case's mean per-pair ratio so far) and at four ends:
+    the candidate ``settle_sd`` per-pair standard deviations slower or faster than that, each with
+    baseline runs that add no spread or ``settle_sd`` run-to-run deviations of it. A slower
+    candidate moves every rule towards "revert", a faster one towards "keep", and the baseline's
+    spread sets how far either may go (a narrow one lets a small change decide, a wide one lets
+    none). When all five agree on the action, and on whether the baseline moves, the pairs to come
+    would have to land beyond those ends to change it. The verdict is the middle one's, with
+    ``Decision.settled_after`` set to ``rounds``.
+    """
+    if t.settle_sd <= 0 or rounds < 1:
+        return None
+    m = t.settle_sd
+    # The middle first, then the ends most likely to disagree with it: judging stops at the first
+    # disagreement, and each judgement bootstraps every case.
+    ends = [(0.0, 0.0), (-m, m), (m, 0.0), (-m, 0.0), (m, m)]
+    outcomes = []
+    for shift, spread in ends:
+        outcome = verdict_at(completed(measured, ref.runs, t.min_noise, t.min_confirm_pairs, shift, spread))
+        if outcome is None or not outcome.final:
+            return None
+        outcomes.append(outcome)
+        if len({(v.action, v.decision.rebaseline if v.decision else None) for v in outcomes}) > 1:
+            return None
+    middle = outcomes[0]
+    reason = (f"{middle.reason}; settled after {rounds} of {t.min_confirm_pairs} interleaved pairs: the rest, "
+              f"within {t.settle_sd:g} sd of the pairs so far, could not change it")
+    decision = replace(middle.decision, reason=reason, settled_after=rounds) if middle.decision else None
+    return replace(middle, reason=reason, decision=decision)
+
+
 def judge_partial(ref: Reference, t: Thresholds, single: dict, doubt: tuple[str, ...], paired: dict,
                   implausible: list[str]) -> Verdict | None:
     """The verdict when the re-check re-measured only the cases in doubt (``rules.cases_in_doubt``
@@ -294,6 +332,11 @@ def judge_partial(ref: Reference, t: Thresholds, single: dict, doubt: tuple[str,
     cases = sorted(ref.medians)
     rounds = min(min(len(paired[c][0]), len(paired[c][1])) for c in doubt)
     if rounds < t.min_confirm_pairs:
+        measured = {c: paired[c] for c in doubt}
+        settled = settled_early(ref, t, measured, rounds, lambda filled: judge_partial(
+            ref, t, single, doubt, {**paired, **filled}, implausible))
+        if settled is not None:
+            return settled
         return Verdict("re-measure", f"{rounds} of {t.min_confirm_pairs} interleaved pairs of the {len(doubt)} "
                        "cases in doubt", cases=doubt)
     confirmed = confirm({c: paired[c] for c in doubt}, t, ref.runs)
@@ -346,6 +389,9 @@ def judge_paired(ref: Reference, t: Thresholds, paired: dict, implausible: list[
     rounds = min(per_case.values())
     behind = _asked([c for c in cases if per_case[c] == rounds], cases)
     if rounds < t.min_confirm_pairs:
+        settled = settled_early(ref, t, paired, rounds, lambda filled: judge_paired(ref, t, filled, implausible))
+        if settled is not None:
+            return settled
         return Verdict("re-measure", f"{rounds} of {t.min_confirm_pairs} interleaved pairs", cases=behind)
     confirmed = confirm(paired, t, ref.runs)
     if confirmed.tier == "no-change" and rounds < t.max_confirm_pairs:

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from cutile_perf import knobs
 from cutile_perf.errors import Refused
-from cutile_perf.judge.rules import current_baseline, moved_performance, stop_condition, was_interrupted
+from cutile_perf.judge.rules import (Thresholds, current_baseline, moved_performance, stop_condition,
+                                     was_interrupted)
 from cutile_perf.judge.stats import geomean
 from cutile_perf.judge.verdict import Reference
 from cutile_perf.loop import budget, render
@@ -126,7 +127,7 @@ class History:
             now = session.frozen()
             # A setting the baseline did not freeze (a log from before it was frozen) is not compared:
             # the session it belongs to never promised it.
-            edited = sorted(k for k in set(frozen) if frozen.get(k) != now.get(k))
+            edited = sorted(k for k in set(frozen) if not _same_frozen(k, frozen.get(k), now.get(k)))
             if edited:
                 raise Refused(f"sandbox/session.yaml changed after the baseline froze it ({', '.join(edited)})",
                               "put the file back as it was (the log's first row holds the frozen values) or start "
@@ -346,3 +347,14 @@ class History:
             if digest and not was_interrupted(entry.data):
                 decided[digest] = entry.data
         return decided
+
+
+def _same_frozen(key: str, frozen, now) -> bool:
+    """Whether a setting is as the baseline froze it. A threshold added to the rules after the
+    baseline (absent from its frozen thresholds) must be at its default: the session decides as its
+    baseline promised, plus the new rule as shipped."""
+    if key == "thresholds" and isinstance(frozen, dict) and isinstance(now, dict):
+        defaults = Thresholds().to_dict()
+        return all(now.get(name) == (frozen[name] if name in frozen else defaults.get(name))
+                   for name in set(frozen) | set(now))
+    return frozen == now
