@@ -311,8 +311,10 @@ def settled_early(ref: Reference, t: Thresholds, measured: dict, rounds: int,
         if len({(v.action, v.decision.rebaseline if v.decision else None) for v in outcomes}) > 1:
             return None
     middle = outcomes[0]
+    # The middle's figures (interval, z) count the pairs to come at the mean of those that ran.
     reason = (f"{middle.reason}; settled after {rounds} of {t.min_confirm_pairs} interleaved pairs: the rest, "
-              f"within {t.settle_sd:g} sd of the pairs so far, could not change it")
+              f"within {t.settle_sd:g} sd of the pairs so far, could not change it (the figures count them at "
+              "their mean)")
     decision = replace(middle.decision, reason=reason, settled_after=rounds) if middle.decision else None
     return replace(middle, reason=reason, decision=decision)
 
