@@ -4,7 +4,9 @@ When a single run is borderline (``rules.decide`` says "confirm") or claims more
 the harness runs the baseline commit and the candidate in turn, several pairs, and ``confirm``
 decides from those paired samples: a bootstrap interval of the median ratio (``stats.ratio_ci``)
 against the case's gate, and a paired test on the per-pair log ratios for slowdowns smaller than
-any gate. Each rule's derivation is next to it; ``tests/test_decide.py`` holds the A/A tests.
+any gate. ``completed`` fills the pairs still to come for ``verdict.settled_early``, which stops
+the re-check once they could not change its verdict. Each rule's derivation is next to it;
+``tests/test_decide.py`` holds the A/A tests.
 """
 from __future__ import annotations
 
@@ -24,13 +26,6 @@ SOME_RISE_Z = statistics.NormalDist().inv_cdf(0.95)
 # A noise floor (``noise_floor``) estimates the width of the band runs land in; a roughly uniform
 # band of width W has a standard deviation of W / sqrt(12) ~ W / 3.5.
 NOISE_WIDTH_PER_SD = 3.5
-
-# How far the pairs still to come are let range when the re-check asks whether its verdict is
-# already settled (``completed``): each case's per-pair log ratio at its mean so far, plus or minus
-# this many of its per-pair standard deviations, in every pair to come. A bound, not a certainty:
-# one pair lands beyond it with about 1 % chance for a normal spread, and then only moves the
-# verdict if that is where it was close. ``benchmarks/decision_power.py`` measures the false-verdict
-# rates and the power with and without settling early (``Thresholds.settle_sd`` = 0).
 
 
 @dataclass(frozen=True)
