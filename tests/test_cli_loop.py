@@ -58,6 +58,13 @@ def session_repo(tilegym_like_repo, capsys):
     return start_session(tilegym_like_repo, capsys)
 
 
+@pytest.fixture
+def session_repo_all_pairs(tilegym_like_repo, capsys):
+    """``session_repo`` whose re-checks run every pair: the simulated runs barely vary, so most
+    would settle after their first (``verdict.settled_early``)."""
+    return start_session(tilegym_like_repo, capsys, thresholds={"settle_sd": 0.0})
+
+
 def test_init_creates_branch_session_and_ignores_sandbox(tilegym_like_repo, capsys):
     repo = tilegym_like_repo
     code, data = cli(capsys, repo, "init", "--kernel", "rmsnorm")
@@ -211,8 +218,8 @@ def test_no_change_and_empty_description_are_refused(session_repo, capsys):
     assert cli(capsys, session_repo, "try", "   ")[0] == 2
 
 
-def test_borderline_change_is_confirmed_interleaved(session_repo, capsys):
-    repo = session_repo
+def test_borderline_change_is_confirmed_interleaved(session_repo_all_pairs, capsys):
+    repo = session_repo_all_pairs
     # Slower on every shape by the middle of the borderline band past the noise gate (the simulated
     # noise stays under min_noise, so the gate is noise_k x min_noise).
     t = Thresholds()
@@ -226,8 +233,8 @@ def test_borderline_change_is_confirmed_interleaved(session_repo, capsys):
     assert (repo / "sandbox/runs/1-confirm3-cand-perf.log").exists()
 
 
-def test_the_re_check_runs_the_node_id_of_the_case_in_doubt_alone(session_repo, capsys):
-    repo = session_repo
+def test_the_re_check_runs_the_node_id_of_the_case_in_doubt_alone(session_repo_all_pairs, capsys):
+    repo = session_repo_all_pairs
     # One case slower by the middle of its borderline band, the other 1 % faster: the geomean is
     # within noise, so only 256x1024 is in doubt and its re-check runs select its test alone.
     t = Thresholds()

@@ -261,7 +261,9 @@ def _slow_tests_session(tmp_path: Path, collect_ahead: bool = False) -> Path:
     repo = build_tilegym_like_repo(tmp_path)
     edit_kernel(repo, sleep=1.0)
     git(repo, "commit", "-q", "-am", "tests take a second each")
-    _start(repo, repeats=3, collect_ahead=collect_ahead)
+    # The simulated runs barely vary, so most re-checks would settle after their first pair
+    # (``verdict.settled_early``); the tests below are about each of the six runs of a whole one.
+    _start(repo, repeats=3, collect_ahead=collect_ahead, thresholds={"settle_sd": 0.0})
     return repo
 
 
