@@ -333,15 +333,15 @@ def judge_partial(ref: Reference, t: Thresholds, single: dict, doubt: tuple[str,
     """
     cases = sorted(ref.medians)
     rounds = min(min(len(paired[c][0]), len(paired[c][1])) for c in doubt)
+    measured = {c: paired[c] for c in doubt}
     if rounds < t.min_confirm_pairs:
-        measured = {c: paired[c] for c in doubt}
         settled = settled_early(ref, t, measured, rounds, lambda filled: judge_partial(
             ref, t, single, doubt, {**paired, **filled}, implausible))
         if settled is not None:
             return settled
         return Verdict("re-measure", f"{rounds} of {t.min_confirm_pairs} interleaved pairs of the {len(doubt)} "
                        "cases in doubt", cases=doubt)
-    confirmed = confirm({c: paired[c] for c in doubt}, t, ref.runs)
+    confirmed = confirm(measured, t, ref.runs)
     ratios = {c: single[c] / ref.medians[c] for c in cases}
     ratios.update({c: 1.0 + confirmed.changes[c] for c in doubt})
     zone, agg, agg_gate = geomean_zone(ratios, ref.noise, t)
