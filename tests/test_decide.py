@@ -402,6 +402,23 @@ def test_a_re_check_whose_first_pair_leaves_no_doubt_stops_there():
     assert _borderline_then([(1.0, 1.30)], Thresholds(settle_sd=0.0)).action == "re-measure"
 
 
+def test_a_settled_verdict_quotes_the_pairs_that_ran_never_the_filled_in_ones():
+    """The filled-in pairs (``completed``) only test whether the verdict could still change; quoted,
+    their z and intervals would claim the certainty of three pairs from one."""
+    runs = {"a": [0.995, 1.0, 1.005], "b": [1.99, 2.0, 2.01]}
+    slower = _borderline_then([(1.0, 1.30)])
+    real = paired_module.paired_log_ratios({"a": ([1.0], [1.30])}, runs, T.min_noise)["a"]
+    filled = paired_module.paired_log_ratios(paired_module.completed({"a": ([1.0], [1.30])}, runs, T.min_noise, 3, 0.0),
+                                             runs, T.min_noise)["a"]
+    assert filled.z > real.z * 1.5  # what the reason said before: three pairs' worth of evidence
+    assert slower.decision.paired_z["a"] == pytest.approx(real.z)
+    assert slower.decision.changes == pytest.approx({"a": 0.30, "b": 0.0})
+    assert slower.decision.geomean_change == pytest.approx(1.30 ** 0.5 - 1.0)
+    assert f"a +30.0 %, z = {real.z:.1f}" in slower.reason and "interval" not in slower.reason
+    assert slower.reason.startswith("slower (a): reverted, settled after 1 of 3 interleaved pairs")
+    assert slower.decision.reason == slower.reason
+
+
 def test_a_re_check_still_in_doubt_runs_on_and_its_last_pair_decides_as_before():
     close = _borderline_then([(1.0, 1.012)])  # about the gate: the pairs to come could go either way
     assert close.action == "re-measure"

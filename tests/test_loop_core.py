@@ -252,6 +252,9 @@ def test_fewer_pairs_than_the_minimum_ask_for_more_unless_settled_early():
     # settle_sd of it could make this anything but "within noise".
     settled = judge(REF, T, evidence)
     assert (settled.action, settled.decision.tier, settled.decision.settled_after) == ("keep", "no-change", 1)
+    # Its figures are the one pair's: no change, and no interval (one pair has none to give).
+    assert settled.decision.geomean_change == 0.0 and settled.decision.paired_z == {"a": 0.0, "b": 0.0}
+    assert "geomean +0.0 %, z = 0.0" in settled.reason and "interval" not in settled.reason
 
 
 def test_thresholds_reject_non_finite_and_inconsistent_values():

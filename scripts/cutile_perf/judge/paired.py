@@ -75,6 +75,14 @@ def paired_log_ratios(paired: dict[str, tuple[list[float], list[float]]], prior_
     return out
 
 
+def geomean_z(tests: dict[str, PairedTest]) -> float:
+    """The paired test of the geomean: the mean of the cases' per-pair log ratios over the root mean
+    square of their standard errors (not divided by sqrt(cases): drift that is left inside a pair
+    moves every case alike)."""
+    return (statistics.fmean(test.mean for test in tests.values())
+            / math.sqrt(statistics.fmean(test.se ** 2 for test in tests.values())))
+
+
 def completed(paired: dict[str, tuple[list[float], list[float]]], prior_runs: dict[str, list[float]] | None,
               minimum: float, pairs: int, shift_sd: float, base_sd: float = 0.0
               ) -> dict[str, tuple[list[float], list[float]]]:
@@ -170,11 +178,8 @@ def confirm(paired: dict[str, tuple[list[float], list[float]]], t: Thresholds,
                         f"sense the pairs allow: z = {tests[surest].z:.1f} > {needed:.2f} (interleaved)",
                         **{**made, "worst_shape": surest})
     # The geomean's interval from three or so rounds is narrow by luck too often (a bootstrap of few
-    # samples under-covers), so an overall verdict also needs the per-pair test: the mean of the
-    # cases' log ratios over the root mean square of their standard errors (not divided by
-    # sqrt(cases): drift that is left inside a pair moves every case alike).
-    z_geo = (statistics.fmean(test.mean for test in tests.values())
-             / math.sqrt(statistics.fmean(test.se ** 2 for test in tests.values())))
+    # samples under-covers), so an overall verdict also needs the per-pair test (``geomean_z``).
+    z_geo = geomean_z(tests)
     needed_geo = slower_threshold(t, 1)  # one test: the geomean
     geo = (f"geomean {format_change(ratio - 1)}, interval {ci(low, high)}, gate {agg_gate * 100:.1f} %, "
            f"z = {z_geo:.1f} (interleaved)")

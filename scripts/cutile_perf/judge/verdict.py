@@ -19,12 +19,13 @@ valid), unless the doubt is the geomean's; ``judge_partial`` combines them with 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from cutile_perf.judge import stats
 from cutile_perf.judge.crash import CrashClass
-from cutile_perf.judge.paired import SOME_RISE_Z, completed, confirm
+from cutile_perf.judge.paired import SOME_RISE_Z, completed, confirm, geomean_z, paired_log_ratios
 from cutile_perf.judge.rules import (Decision, Thresholds, case_noise, cases_in_doubt, decide, geomean_zone,
                                      improvement_tier, single_run_gate)
 from cutile_perf.templating import format_change
@@ -281,7 +282,7 @@ def paired_samples(pairs, cases) -> dict[str, tuple[list[float], list[float]]]:
 
 
 def settled_early(ref: Reference, t: Thresholds, measured: dict, rounds: int,
-                  verdict_at: Callable[[dict], Verdict | None]) -> Verdict | None:
+                  verdict_at: Callable[[dict], Verdict | None], note: str | None = None) -> Verdict | None:
     """The re-check's verdict after ``rounds`` pairs, short of ``min_confirm_pairs``, when the pairs
     still to come cannot change it; None when they might.
 
@@ -293,8 +294,12 @@ def settled_early(ref: Reference, t: Thresholds, measured: dict, rounds: int,
     candidate moves every rule towards "revert", a faster one towards "keep", and the baseline's
     spread sets how far either may go (a narrow one lets a small change decide, a wide one lets
     none). When all five agree on the action, and on whether the baseline moves, the pairs to come
-    would have to land beyond those ends to change it. The verdict is the middle one's, with
-    ``Decision.settled_after`` set to ``rounds``.
+    would have to land beyond those ends to change it.
+
+    The verdict is the middle one's, with ``Decision.settled_after`` set to ``rounds``; its figures
+    (``changes``, ``paired_z``, ``geomean_change`` and the reason's) are those of the pairs that ran,
+    never the filled-in ones, whose intervals and z would claim more certainty than was measured.
+    ``note`` (the partial re-check's) ends the reason.
     """
     if t.settle_sd <= 0 or rounds < 1:
         return None
@@ -305,18 +310,34 @@ def settled_early(ref: Reference, t: Thresholds, measured: dict, rounds: int,
     outcomes = []
     for shift, spread in ends:
         outcome = verdict_at(completed(measured, ref.runs, t.min_noise, t.min_confirm_pairs, shift, spread))
-        if outcome is None or not outcome.final:
+        if outcome is None or not outcome.final or outcome.decision is None:
             return None
         outcomes.append(outcome)
-        if len({(v.action, v.decision.rebaseline if v.decision else None) for v in outcomes}) > 1:
+        if len({(v.action, v.decision.rebaseline) for v in outcomes}) > 1:
             return None
-    middle = outcomes[0]
-    # The middle's figures (interval, z) count the pairs to come at the mean of those that ran.
-    reason = (f"{middle.reason}; settled after {rounds} of {t.min_confirm_pairs} interleaved pairs: the rest, "
-              f"within {t.settle_sd:g} sd of the pairs so far, could not change it (the figures count them at "
-              "their mean)")
-    decision = replace(middle.decision, reason=reason, settled_after=rounds) if middle.decision else None
-    return replace(middle, reason=reason, decision=decision)
+    middle = outcomes[0].decision
+    tests = paired_log_ratios(measured, ref.runs, t.min_noise)
+    changes = {**middle.changes, **{c: math.exp(test.mean) - 1.0 for c, test in tests.items()}}
+    geo = math.exp(statistics.fmean(math.log1p(v) for v in changes.values())) - 1.0
+    rising = max(tests, key=lambda c: tests[c].z)
+    if middle.verdict == "revert":
+        outcome = f"slower ({middle.worst_shape}): reverted"
+    elif middle.rebaseline:
+        outcome = f"faster ({middle.tier})"
+    else:
+        outcome = "within noise, kept without moving the baseline"
+    if len(tests) == len(changes):  # every case re-measured
+        figures = f"geomean {format_change(geo)}, z = {geomean_z(tests):.1f}; "
+    else:
+        figures = f"geomean {format_change(geo)} with the cases not re-measured at their single run; "
+    figures += f"highest paired z: {rising} {format_change(changes[rising])}, z = {tests[rising].z:.1f}"
+    reason = (f"{outcome}, settled after {rounds} of {t.min_confirm_pairs} interleaved pairs; they measured "
+              f"{figures}; the pairs to come, within {m:g} sd of these, could not change it"
+              + (f"; {note}" if note else "")
+              + (f"; a claim beyond {t.plausible_factor:g}x, marked for review" if outcomes[0].review else ""))
+    decision = replace(middle, reason=reason, settled_after=rounds, changes=changes, geomean_change=geo,
+                       paired_z={**middle.paired_z, **{c: test.z for c, test in tests.items()}})
+    return replace(outcomes[0], reason=reason, decision=decision)
 
 
 def judge_partial(ref: Reference, t: Thresholds, single: dict, doubt: tuple[str, ...], paired: dict,
@@ -334,9 +355,11 @@ def judge_partial(ref: Reference, t: Thresholds, single: dict, doubt: tuple[str,
     cases = sorted(ref.medians)
     rounds = min(min(len(paired[c][0]), len(paired[c][1])) for c in doubt)
     measured = {c: paired[c] for c in doubt}
+    note = (f"{len(doubt)} of {len(cases)} cases re-measured interleaved ({_names(doubt)}), the others as the "
+            "single run measured them")
     if rounds < t.min_confirm_pairs:
         settled = settled_early(ref, t, measured, rounds, lambda filled: judge_partial(
-            ref, t, single, doubt, {**paired, **filled}, implausible))
+            ref, t, single, doubt, {**paired, **filled}, implausible), note)
         if settled is not None:
             return settled
         return Verdict("re-measure", f"{rounds} of {t.min_confirm_pairs} interleaved pairs of the {len(doubt)} "
@@ -350,8 +373,6 @@ def judge_partial(ref: Reference, t: Thresholds, single: dict, doubt: tuple[str,
     gates = {**single_gates, **{c: confirmed.gates[c] for c in doubt}}
     made = dict(changes=changes, gates=gates, geomean_change=agg, source="partial", paired_z=confirmed.paired_z,
                 rechecked=list(doubt), worst_shape=max(cases, key=lambda c: changes[c] - gates[c]))
-    note = (f"{len(doubt)} of {len(cases)} cases re-measured interleaved ({_names(doubt)}), the others as the "
-            "single run measured them")
     if confirmed.verdict == "revert":
         reason = f"{confirmed.reason}; {note}"
         return Verdict("revert", reason, decision=Decision("revert", "regression", reason,
