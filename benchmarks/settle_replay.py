@@ -32,13 +32,13 @@ def replayed(rows: list[dict], bands) -> list[tuple[int, str, float, list[str]]]
     """(iteration, re-measured cases, settle_sd, [action after 1 pair, after 2, ...]) for each row
     whose re-check ran at least two pairs, and each band."""
     out = []
+    frozen = Thresholds.from_dict(rows[0]["frozen"]["thresholds"]) if rows else None
     for index, row in enumerate(rows):
         confirm, decision = row.get("confirm") or {}, row.get("decision") or {}
         pairs = min((min(len(s["base"]), len(s["candidate"])) for s in confirm.values()), default=0)
         if pairs < 2 or decision.get("source") not in ("confirm", "partial"):
             continue
         ref = History(rows[:index]).reference()
-        frozen = Thresholds.from_dict(rows[0]["frozen"]["thresholds"])
         single = {c: s["median"] for c, s in row["shapes"].items()}
         implausible = verdict.implausible_cases(ref, single, frozen)
         doubt = tuple(decision.get("rechecked") or ())

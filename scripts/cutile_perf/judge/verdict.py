@@ -19,7 +19,6 @@ valid), unless the doubt is the geomean's; ``judge_partial`` combines them with 
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -318,7 +317,7 @@ def settled_early(ref: Reference, t: Thresholds, measured: dict, rounds: int,
     middle = outcomes[0].decision
     tests = paired_log_ratios(measured, ref.runs, t.min_noise)
     changes = {**middle.changes, **{c: math.exp(test.mean) - 1.0 for c, test in tests.items()}}
-    geo = math.exp(statistics.fmean(math.log1p(v) for v in changes.values())) - 1.0
+    geo = stats.geomean([1.0 + v for v in changes.values()]) - 1.0
     rising = max(tests, key=lambda c: tests[c].z)
     if middle.verdict == "revert":
         outcome = f"slower ({middle.worst_shape}): reverted"
@@ -326,7 +325,7 @@ def settled_early(ref: Reference, t: Thresholds, measured: dict, rounds: int,
         outcome = f"faster ({middle.tier})"
     else:
         outcome = "within noise, kept without moving the baseline"
-    if len(tests) == len(changes):  # every case re-measured
+    if middle.source == "confirm":  # every case re-measured
         figures = f"geomean {format_change(geo)}, z = {geomean_z(tests):.1f}; "
     else:
         figures = f"geomean {format_change(geo)} with the cases not re-measured at their single run; "
