@@ -272,12 +272,22 @@ def _add_report(subparsers) -> None:
 
 
 def _add_resume(subparsers) -> None:
-    p = _sub(subparsers, "resume", "after a crash or kill: rebuild state from the log and git, leave the repo consistent")
+    p = _sub(subparsers, "resume", "after a crash or kill: rebuild state from the log and git, leave the repo consistent",
+             "When the last kept commit was amended, rebased or reset away, resume names two ways on:\n"
+             "  cutile-perf resume --adopt          # re-measure HEAD like the baseline; it becomes the reference\n"
+             "  cutile-perf resume --reset-to-kept  # branch back to the kept commit; HEAD kept on a backup branch")
+    way = p.add_mutually_exclusive_group()
+    way.add_argument("--adopt", action="store_true",
+                     help="the kept commit is no longer on the branch: re-measure HEAD (correctness, then perf as "
+                          "often as the baseline) and record it as the new reference")
+    way.add_argument("--reset-to-kept", action="store_true",
+                     help="the kept commit is no longer on the branch: move the branch back to it, keeping HEAD on "
+                          "branch cutile-perf/rewritten-<sha>")
 
     def run(a: argparse.Namespace) -> Outcome:
         from cutile_perf.commands.resume import resume  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
-        return resume(repo=a.repo)
+        return resume(repo=a.repo, adopt_head=a.adopt, reset_to_kept=a.reset_to_kept)
 
     p.set_defaults(handler=run)
 

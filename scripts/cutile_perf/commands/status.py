@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from cutile_perf.judge import rules
 from cutile_perf.store import git_ops, jitcache
-from cutile_perf.loop import render
+from cutile_perf.loop import offbranch, render
 from cutile_perf.loop.history import History
 from cutile_perf.errors import Refused
 from cutile_perf.loop.iteration import State, state_key
@@ -61,6 +61,7 @@ def status(*, repo: Path, show_all: bool) -> Outcome:
     lock = session_mod.read_lock(session.repo)
     stale = lock is not None and session_mod.lock_is_stale(lock)
     pending = [p for p in git_ops.changed_paths(g) if not p.startswith("sandbox/")]
+    off = offbranch.session_off_branch(session, g, history.kept_commit()) if baseline else None
 
     # The table's cells are HTML-escaped for markdown viewers; a terminal shows the text itself
     # (control characters are already stripped from every cell).
@@ -86,6 +87,9 @@ def status(*, repo: Path, show_all: bool) -> Outcome:
                      "reach the repository, the session and the interpreter (references/harness.md, Sandbox)")
     if broken:
         lines.append(f"LOG BROKEN: {broken}; try, baseline and resume refuse until it is restored")
+    if off is not None:
+        lines.append(f"KEPT COMMIT OFF THE BRANCH: {off.problem(g, session.branch)}; try refuses until you choose: "
+                     f"{off.fix(g)}")
     if pending_state is not None:
         lines.append(f"interrupted: iteration {pending_state.iteration} stopped after '{pending_state.step}': "
                      "run `cutile-perf resume`")
@@ -101,6 +105,7 @@ def status(*, repo: Path, show_all: bool) -> Outcome:
     data = {"rows": shown, "baseline": baseline, "stop": stop, "hint": hint,
             "next": [i.letter for i in left], "stale_lock": stale, "pending_changes": pending,
             "head": git_ops.head(g), "log_broken": broken,
+            "kept_commit_off_branch": off.to_dict(g, session.branch) if off is not None else None,
             "interrupted_step": pending_state.step if pending_state else None,
             "compile_cache": cache, "sandbox": boxed or None, "timing": timing or None,
             "changed_thresholds": {n: {"value": v, "default": d} for n, v, d in changed},

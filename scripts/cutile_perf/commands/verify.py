@@ -15,7 +15,7 @@ from cutile_perf.child import envcheck, measure
 from cutile_perf.errors import EXIT_OK, EXIT_REJECTED, Refused, UsageError
 from cutile_perf.judge import paired, stats
 from cutile_perf.judge.verdict import Reference, judge_correctness, judge_records
-from cutile_perf.loop import iteration
+from cutile_perf.loop import iteration, offbranch
 from cutile_perf.loop.history import History
 from cutile_perf.loop.stages import StageRunner
 from cutile_perf.output import Outcome, say
@@ -41,6 +41,7 @@ def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int, full
             b = git_ops.resolve(g, newer or history.kept_commit(session.base_commit))
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        offbranch.refuse_kept_commits_off_branch(session, g, history, (a, b))  # amended or rebased away: exit 3
         claim, cases = history.claimed_ratio(a, b)
         if claim is None:
             # A commit the log never kept (a rewritten or hand-made one) carries no claim to check.

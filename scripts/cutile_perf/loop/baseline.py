@@ -24,21 +24,22 @@ from cutile_perf.store import session as session_mod
 
 def perf_repeats(runner: Stages, thresholds: rules.Thresholds, commit: str, repeats: int, test_ids: dict[str, str],
                  names: dict[str, str], first: Stage | None = None,
-                 imports: list[str] | None = None) -> dict[str, list[float]]:
+                 imports: list[str] | None = None, tag: str = "0", what: str = "baseline") -> dict[str, list[float]]:
     """Per-case medians of ``repeats`` perf runs; a crashed run stops the baseline. ``first``: run 1,
     already run by a perf child pre-started during the correctness run. ``imports`` collects the
-    installed modules the runs imported, in first-seen order (the row's ``preload``)."""
+    installed modules the runs imported, in first-seen order (the row's ``preload``). ``tag``: the
+    runs' stage tags are ``<tag>-r<k>``; ``what`` names the run in a failure (``resume --adopt``'s too)."""
     runs: dict[str, list[float]] = {}
     empty = verdict.Reference(commit=commit, medians={}, noise={})
     for k in range(repeats):
         say(f"perf run {k + 1}/{repeats}")
         # The runs still to come start ahead of their turn (``Stages.stage``); with run 1 pre-started
         # during the correctness run, they were started with it (``later_runs``).
-        then = later_runs(commit, k + 1, repeats)
-        stage = first if k == 0 and first is not None else runner.stage("perf", f"0-r{k + 1}", commit, then=then)
+        then = later_runs(commit, k + 1, repeats, tag)
+        stage = first if k == 0 and first is not None else runner.stage("perf", f"{tag}-r{k + 1}", commit, then=then)
         checked = verdict.judge_records(stage, empty, thresholds)
         if checked.final:
-            raise IterationCrashed(f"baseline perf run failed: {checked.reason}", f"read {stage.output}")
+            raise IterationCrashed(f"{what} perf run failed: {checked.reason}", f"read {stage.output}")
         test_ids.update(stage.test_ids)
         names.update(stage.kernel_names)
         if imports is not None:
@@ -49,9 +50,9 @@ def perf_repeats(runner: Stages, thresholds: rules.Thresholds, commit: str, repe
     return {c: v for c, v in runs.items() if len(v) == repeats}
 
 
-def later_runs(commit: str, after: int, repeats: int) -> tuple[NextRun, ...]:
+def later_runs(commit: str, after: int, repeats: int, tag: str = "0") -> tuple[NextRun, ...]:
     """The baseline's perf runs after run ``after`` (counted from 1), in order."""
-    return tuple(NextRun("perf", f"0-r{k}", commit) for k in range(after + 1, repeats + 1))
+    return tuple(NextRun("perf", f"{tag}-r{k}", commit) for k in range(after + 1, repeats + 1))
 
 
 def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outcome:

@@ -38,7 +38,7 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -50,6 +50,7 @@ from cutile_perf.kernel import probes
 from cutile_perf.judge.verdict import (Evidence, Reference, Stage, Verdict, correctness_status, judge, paired_samples,
                                        stopped)
 from cutile_perf.loop.budget import Budget, BudgetSpent, DoesNotFit, recheck_floor_s
+from cutile_perf.loop import offbranch
 from cutile_perf.loop.history import History
 from cutile_perf.loop.stages import NextRun, Stages, StageRunner, may_prestart
 from cutile_perf.output import Outcome, say
@@ -257,8 +258,10 @@ def refuse_foreign_commits(session: Session, g, kept: str, head: str) -> None:
                       f"were not made by cutile-perf ({shown})",
                       f"to have them measured: git reset --soft {git_ops.short(g, kept)}, then cutile-perf try; "
                       "to keep them aside: git branch <name> HEAD first")
-    raise Refused(f"HEAD {git_ops.short(g, head)} is not the last kept commit {git_ops.short(g, kept)}",
-                  "run `cutile-perf resume`")
+    off = offbranch.off_branch(g, kept, head)
+    # The kept commit was amended, rebased or reset away: ``resume`` alone cannot choose between the
+    # user's commit and the measured one, so the refusal names the flag of each way on.
+    raise Refused(off.problem(g, session.branch), off.fix(g))
 
 
 def require_nothing_pending(session: Session, g) -> None:
@@ -763,10 +766,20 @@ class ResumeResult:
     actions: list[str]
     head: str
     pending: list[str]  # fenced paths with an uncommitted change waiting for `try`
+    settled_off_branch: bool = False  # ``settle_off_branch`` ran: the kept commit was off the branch
 
 
-def resume_interrupted(repo: Path) -> ResumeResult:
-    """After a kill: end the killed run's children, finish its iteration, check HEAD is the kept commit."""
+# How ``resume`` settles a last kept commit that is no longer on the branch (``loop.adopt``):
+# (session, repository, history, what became of the commit) -> the action line.
+SettleOffBranch = Callable[[Session, object, History, offbranch.OffBranch], str]
+
+
+def resume_interrupted(repo: Path, settle_off_branch: SettleOffBranch | None = None) -> ResumeResult:
+    """After a kill: end the killed run's children, finish its iteration, check HEAD is the kept commit.
+
+    ``settle_off_branch``: the way on the user chose (``resume --adopt`` or ``--reset-to-kept``) when
+    the last kept commit was amended, rebased or reset away; without it that state is refused with
+    both ways named."""
     session = session_mod.load(repo)
     lock = session_mod.read_lock(session.repo)
     stale = lock is not None and session_mod.lock_is_stale(lock)
@@ -798,9 +811,13 @@ def resume_interrupted(repo: Path) -> ResumeResult:
                            + (f", change saved in {row['patch']}" if row.get("patch") else ""))
         kept = history.kept_commit()
         head = git_ops.head(g)
-        if head != kept:
+        off = offbranch.off_branch(g, kept, head) if head != kept else None
+        if head != kept and (off is None or settle_off_branch is None):
             refuse_foreign_commits(session, g, kept, head)
-        return ResumeResult(actions, kept, paths_touched(session, g, kept))
+        if off is not None:
+            actions.append(settle_off_branch(session, g, history, off))
+            kept = history.kept_commit()
+        return ResumeResult(actions, kept, paths_touched(session, g, kept), settled_off_branch=off is not None)
 
 
 def try_outcome(row: dict, stop: str | None) -> Outcome:
