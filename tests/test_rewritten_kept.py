@@ -200,7 +200,8 @@ def test_adopt_of_a_rewritten_commit_that_fails_its_tests_records_nothing(kept_r
     assert cli(capsys, repo, "status")[1]["kept_commit_off_branch"]["head"] == mine
 
 
-def test_the_two_ways_on_are_one_choice(kept_repo):
+def test_the_two_ways_on_are_one_choice(tilegym_like_repo, capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["resume", "--repo", str(kept_repo), "--adopt", "--reset-to-kept"])
+        main(["resume", "--repo", str(tilegym_like_repo), "--adopt", "--reset-to-kept"])
     assert exc.value.code == 2
+    assert "--reset-to-kept: not allowed with argument --adopt" in capsys.readouterr().err
