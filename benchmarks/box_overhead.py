@@ -1,5 +1,5 @@
 """What the children's sandbox costs per child: ``python -c pass`` and a CUDA start-up (``import torch``, ``torch.cuda.init()``),
-unboxed and in the box (``child/box.py``), interleaved, medians.
+unboxed and in the box (``child/box.py``: the closed box, private /dev and IPC included), interleaved, medians.
 
     PYTHONPATH=scripts python benchmarks/box_overhead.py [--runs 20]
 

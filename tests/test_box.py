@@ -68,7 +68,9 @@ MOUNTINFO = """\
 
 
 def test_mount_plan_binds_from_descriptors_hides_then_remounts_everything_else_read_only():
-    plan = box.mount_plan(SPEC, MOUNTINFO)
+    devices = boxinit.device_names(["vda", "kvm", "null", "nvidia0", "nvidia-caps", "tty", "loop0", "shm"])
+    assert devices == ["null", "nvidia-caps", "nvidia0", "tty"]  # only what a child needs
+    plan = box.mount_plan(SPEC, MOUNTINFO, devices)
     setup = [op for op in plan if op[0] != "remount-ro"]
     assert setup == [
         ("private", "/"),
@@ -76,6 +78,7 @@ def test_mount_plan_binds_from_descriptors_hides_then_remounts_everything_else_r
         ("open", "/home/u/repo/.venv"),
         ("open", "/tmp/cutile-perf-checkouts-0/abc/slot-0"), ("open", "/tmp/cutile-perf-run-x"),
         ("open", "/home/u/repo/sandbox/jit-cache"),
+        ("open", "/dev/null"), ("open", "/dev/nvidia-caps"), ("open", "/dev/nvidia0"), ("open", "/dev/tty"),
         # /tmp always (the box paths live there); sandbox/ is inside the repo: one tmpfs covers both.
         ("tmpfs", "/tmp"), ("tmpfs", "/home/u/repo"),
         # Only what a hidden path covers comes back (/usr/lib is visible anyway), read-only below.
@@ -83,11 +86,21 @@ def test_mount_plan_binds_from_descriptors_hides_then_remounts_everything_else_r
         ("mkdirs", box.CHECKOUT), ("bind", "/tmp/cutile-perf-checkouts-0/abc/slot-0", box.CHECKOUT),
         ("mkdirs", box.RUN), ("bind", "/tmp/cutile-perf-run-x", box.RUN),
         ("mkdirs", box.CACHE), ("bind", "/home/u/repo/sandbox/jit-cache", box.CACHE),
-        ("tmpfs", "/dev/shm"),
+        # A /dev of the box's own, with the host's nodes bound in one by one.
+        ("tmpfs", "/dev"),
+        ("stub", "/dev/null", "/dev/null"), ("bind", "/dev/null", "/dev/null"),
+        ("stub", "/dev/nvidia-caps", "/dev/nvidia-caps"), ("bind", "/dev/nvidia-caps", "/dev/nvidia-caps"),
+        ("stub", "/dev/nvidia0", "/dev/nvidia0"), ("bind", "/dev/nvidia0", "/dev/nvidia0"),
+        ("stub", "/dev/tty", "/dev/tty"), ("bind", "/dev/tty", "/dev/tty"),
+        ("symlink", "/proc/self/fd", "/dev/fd"), ("symlink", "/proc/self/fd/0", "/dev/stdin"),
+        ("symlink", "/proc/self/fd/1", "/dev/stdout"), ("symlink", "/proc/self/fd/2", "/dev/stderr"),
+        ("symlink", "pts/ptmx", "/dev/ptmx"),
+        ("mkdirs", "/dev/shm"), ("tmpfs", "/dev/shm"), ("mkdirs", "/dev/pts"), ("devpts", "/dev/pts"),
     ]
     remounts = {op[1]: op[2] for op in plan if op[0] == "remount-ro"}
-    # Every mount but /proc, /dev (GPU nodes) and the writable binds, the hiding tmpfs included.
-    assert sorted(remounts) == ["/", "/home/u/repo", "/home/u/repo/.venv", "/opt/with space", "/sys", "/tmp"]
+    # Every mount but /proc, the writable binds, /dev/shm and /dev/pts: the hiding tmpfs and /dev
+    # (the box's own, with its nodes) included.
+    assert sorted(remounts) == ["/", "/dev", "/home/u/repo", "/home/u/repo/.venv", "/opt/with space", "/sys", "/tmp"]
     base = boxinit.MS_BIND | boxinit.MS_REMOUNT | boxinit.MS_RDONLY
     assert remounts["/"] == base | boxinit.MS_RELATIME
     # The flags a user namespace may not drop are kept, or the remount is refused.
@@ -172,7 +185,8 @@ print("tmp", sorted(os.listdir("/tmp")))
 
 @needs_box
 def test_the_gpu_device_nodes_stay_usable(tmp_path):
-    """/dev is left as it is: a node that opens outside opens inside (/dev/nvidia* on a GPU host)."""
+    """The nodes bound into the box's /dev work: a node that opens outside opens inside
+    (/dev/nvidia* on a GPU host)."""
     nodes = [p for p in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/null") if os.access(p, os.R_OK | os.W_OK)]
     result, out = _in_box(tmp_path, f"import os\nfor p in {nodes!r}:\n    os.close(os.open(p, os.O_RDWR))\n")
     assert result.returncode == 0, out

@@ -3,8 +3,10 @@
 The test child runs code the candidate kernel module brings (its top level runs at import), so it
 runs in a box (``references/harness.md``, "Sandbox"):
 
-* user, mount, pid and net namespaces (``unshare --user --map-root-user --mount --pid --net
-  --fork --mount-proc --kill-child``); ``boxinit.py`` sets up the mounts before any user code;
+* user, mount, pid, IPC and net namespaces (``unshare --user --map-root-user --mount --pid --ipc
+  --net --fork --mount-proc --kill-child``); ``boxinit.py`` sets up the mounts before any user code;
+  a System V segment, semaphore or queue a child makes dies with its box, and no child sees the
+  host's or another child's;
 * writable: the checkout, the run's private folder (report, bytecode, scratch HOME/TMPDIR) and the
   compile cache the harness guards, each bound at a FIXED path under ``/tmp/cutile-perf-box/``, so
   a child cannot tell which slot, command or cache folder (``try`` or ``verify``) it runs in, and
@@ -13,14 +15,18 @@ runs in a box (``references/harness.md``, "Sandbox"):
 * hidden (an empty tmpfs over them): the user's repository (``.git`` and ``sandbox/`` included),
   ``/tmp`` and the temp folder (every other checkout and run); the interpreter's environment and
   the harness package come back read-only at their own paths when they lie there;
-* read-only: every other mount (site-packages included); ``/dev`` and the box's own ``/proc`` as
-  they are (GPU device nodes work); a private ``/dev/shm``;
+* read-only: every other mount (site-packages included); a private ``/dev`` that holds only the
+  host's nodes a child needs (``boxinit.DEV_NODES``, the NVIDIA nodes), each bound in read-only,
+  so a child that is root on the host cannot change the host's ``/dev``; a private ``/dev/shm``
+  and ``/dev/pts``; the box's own ``/proc``;
 * no network; every process the child starts dies with it (the pid namespace);
 * the environment from an allow-list (``knobs.CHILD_ENV_ALLOWED``).
 
 ``available()`` says why no box can be had here (None: it can); ``decide`` applies the session's
 ``sandbox`` setting and CUTILE_PERF_SANDBOX. Where there is no box, the stage says so
-(``Stage.sandbox == "none: <why>"``): never a silent fallback.
+(``Stage.sandbox == "none: <why>"``): never a silent fallback. A command whose interpreter (or its
+environment) the box would hide is not run: the child's output says so in one line with the fix
+(``hidden_interpreter``).
 """
 from __future__ import annotations
 
@@ -39,7 +45,7 @@ from pathlib import Path
 from cutile_perf import knobs
 from cutile_perf.child import boxinit
 
-UNSHARE_FLAGS = ("--user", "--map-root-user", "--mount", "--pid", "--net", "--fork", "--mount-proc",
+UNSHARE_FLAGS = ("--user", "--map-root-user", "--mount", "--pid", "--ipc", "--net", "--fork", "--mount-proc",
                  "--kill-child")
 BOX = boxinit.BOX
 CHECKOUT = f"{BOX}/checkout"
@@ -80,14 +86,78 @@ class Box:
             out[name] = SCRATCH
         return out
 
-    def spec(self, cwd: Path | str) -> dict:
-        return {"binds": [list(b) for b in self.binds], "hide": list(self.hide), "reveal": list(self.reveal),
+    def spec(self, cwd: Path | str, refuse: str | None = None) -> dict:
+        spec = {"binds": [list(b) for b in self.binds], "hide": list(self.hide), "reveal": list(self.reveal),
                 "cwd": self.to_box(str(cwd))}
+        if refuse:
+            spec["refuse"] = refuse
+        return spec
+
+    def shows(self, path: str) -> bool:
+        """Whether the child sees ``path`` (a host path) at the same path: outside every hidden
+        folder, or under a revealed one."""
+        hidden = boxinit.hidden_roots({"hide": self.hide})
+        return not any(_under(path, h) for h in hidden) or any(_under(path, r) for r in self.reveal)
 
     def wrap(self, argv: list[str], cwd: Path | str) -> list[str]:
-        """The command line that runs ``argv`` (started in ``cwd``) inside the box."""
+        """The command line that runs ``argv`` (started in ``cwd``) inside the box. When the box
+        would hide ``argv``'s interpreter, the box prints why and runs nothing (``hidden_interpreter``)."""
+        refuse = hidden_interpreter(argv[0], self, os.environ.get("PATH", os.defpath)) if argv else None
         return [_unshare(), *UNSHARE_FLAGS, sys.executable, "-I", "-S", boxinit.__file__,
-                json.dumps(self.spec(cwd)), "--", *argv]
+                json.dumps(self.spec(cwd, refuse)), "--", *argv]
+
+
+def _shebang(path: str, search_path: str) -> str | None:
+    """The interpreter a script's ``#!`` line names (``/usr/bin/env NAME`` looked up on
+    ``search_path``), or None for a binary or an unreadable file."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(512)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode(errors="replace").split()
+    if len(words) >= 2 and os.path.basename(words[0]) == "env":
+        return shutil.which(words[1], path=search_path)
+    return words[0] if words else None
+
+
+def interpreter_needs(executable: str, search_path: str) -> tuple[str, list[str]]:
+    """``(interpreter, paths)``: the interpreter that runs ``executable`` (itself, or its ``#!``
+    line's) and the host paths it needs to see: the command, the interpreter and its real file, and
+    its environment (a venv's folder, where ``pyvenv.cfg`` lies beside ``bin``; else the prefix
+    above the real file's ``bin``)."""
+    interpreter = _shebang(executable, search_path) or executable
+    real = os.path.realpath(interpreter)
+    needs = [executable, interpreter, real]
+    venv = next((d for d in (os.path.dirname(interpreter), os.path.dirname(os.path.dirname(interpreter)))
+                 if os.path.isfile(os.path.join(d, "pyvenv.cfg"))), None)
+    if venv is not None:
+        needs.append(venv)
+    elif os.path.basename(os.path.dirname(real)) == "bin":
+        needs.append(os.path.dirname(os.path.dirname(real)))
+    return interpreter, list(dict.fromkeys(os.path.abspath(p) for p in needs))
+
+
+def hidden_interpreter(command: str, the_box: Box, search_path: str) -> str | None:
+    """One line saying that the box hides what ``command`` (an argv[0]) needs to run, with the fix;
+    None when it sees all of it (or the command is found nowhere: the box says it cannot run it).
+
+    Without this, a test interpreter in a venv under ``/tmp`` (hidden; only its ``bin`` on PATH
+    comes back) starts without its environment and the row says only "No module named pytest"."""
+    executable = command if "/" in command else shutil.which(command, path=search_path)
+    if not executable or not os.path.exists(executable):
+        return None
+    interpreter, needs = interpreter_needs(os.path.abspath(executable), search_path)
+    missing = next((p for p in needs if not the_box.shows(p)), None)
+    if missing is None:
+        return None
+    root = next(h for h in boxinit.hidden_roots({"hide": the_box.hide}) if _under(missing, h))
+    return (f"Error: the sandbox hides {missing} (everything under {root} is hidden from a test child), "
+            f"which the test command's interpreter {interpreter} needs: install that environment outside "
+            f"{root}, run cutile-perf itself with that interpreter, or turn the box off "
+            f"(CUTILE_PERF_SANDBOX=off)")
 
 
 def for_stage(repo: Path, checkout_root: Path, private: Path, compile_cache: Path | None,
@@ -137,11 +207,12 @@ def _unshare() -> str:
     return shutil.which("unshare") or "unshare"
 
 
-def mount_plan(spec: dict, mountinfo: str = "") -> list[tuple]:
-    """The mount operations ``boxinit`` performs for ``spec``: the set-up, then the read-only
-    remounts of ``mountinfo`` (the mount table as it stands after the set-up)."""
-    return [*boxinit.setup_plan(spec), *(("remount-ro", point, flags)
-                                         for point, flags in boxinit.remount_plan(spec, mountinfo))]
+def mount_plan(spec: dict, mountinfo: str = "", devices: list[str] = ()) -> list[tuple]:
+    """The mount operations ``boxinit`` performs for ``spec``: the set-up (``devices``: the
+    ``/dev`` names bound in), then the read-only remounts of ``mountinfo`` (the mount table as it
+    stands after the set-up)."""
+    return [*boxinit.setup_plan(spec, devices), *(("remount-ro", point, flags)
+                                                  for point, flags in boxinit.remount_plan(spec, mountinfo))]
 
 
 @functools.lru_cache(maxsize=1)
