@@ -16,8 +16,14 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import stat
+import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
+
+from cutile_perf.output import say
 
 _OPEN_AT_ONCE = 64
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -113,3 +119,72 @@ def remove_quietly(path: str | os.PathLike) -> str | None:
     except OSError as exc:
         return f"{path}: {exc.strerror or exc}"
     return None
+
+
+# --- the harness's own temporary folders ------------------------------------------------------------
+
+# A folder made by ``temporary_folder`` is named ``<prefix><pid>-<random>``: a later command can tell
+# that the process that made it is gone (a kill -9 skips every ``finally``) and remove it.
+_TAGGED = re.compile(r"(?P<pid>\d+)-[A-Za-z0-9_]+$")
+# A folder of an older version (no pid in its name) is removed once it is this old: no command runs so long.
+LEGACY_AGE_S = 24 * 3600.0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def _orphaned(entry: os.DirEntry, prefix: str, now: float) -> bool:
+    """Whether ``entry`` is a folder of ``prefix`` that no running process of ours owns."""
+    try:
+        info = entry.stat(follow_symlinks=False)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != os.getuid()):
+        return False
+    tagged = _TAGGED.match(entry.name[len(prefix):])
+    if tagged:
+        return int(tagged["pid"]) != os.getpid() and not _alive(int(tagged["pid"]))
+    return now - info.st_mtime > LEGACY_AGE_S
+
+
+def remove_orphans(prefix: str, folder: str | os.PathLike | None = None) -> list[str]:
+    """Remove the ``prefix`` folders in the temp folder that a killed command left (their maker is
+    gone); returns the names of those it removed."""
+    folder = folder or tempfile.gettempdir()
+    removed, now = [], time.time()
+    try:
+        with os.scandir(folder) as entries:
+            found = [e for e in entries if e.name.startswith(prefix) and _orphaned(e, prefix, now)]
+    except OSError:
+        return []
+    for entry in found:
+        if remove_quietly(entry.path) is None:
+            removed.append(entry.name)
+    return removed
+
+
+_swept: set[str] = set()
+
+
+@contextlib.contextmanager
+def temporary_folder(prefix: str) -> Iterator[Path]:
+    """A new private folder in the temp folder, removed however deep its content when the block
+    ends (``remove``); the first use of ``prefix`` in a process also removes the folders of that
+    prefix that killed commands left (``remove_orphans``)."""
+    if prefix not in _swept:
+        _swept.add(prefix)
+        remove_orphans(prefix)
+    path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+    try:
+        yield path
+    finally:
+        why = remove_quietly(path)
+        if why:
+            say(f"warning: could not remove the temporary folder {why}")

@@ -128,39 +128,42 @@ def tail_text(path: str | os.PathLike, chars: int) -> str:
     return data.decode("utf-8", errors="replace")[-chars:]
 
 
-def lines_from_end(path: str | os.PathLike, max_bytes: int) -> Iterator[str]:
-    """The file's lines, last first, reading at most ``max_bytes`` from its end in 1 MB chunks: the
-    memory held is a chunk and one line (a line over 64 KB keeps its end only)."""
+def _blocks_from_end(path: str | os.PathLike, max_bytes: int) -> Iterator[bytes]:
+    """The file's last ``max_bytes`` as blocks of whole lines, last block first, read in 1 MB chunks:
+    the memory held is a chunk and one line (of a line over 64 KB, its first 64 KB)."""
     fd = open_regular(path)
     with os.fdopen(fd, "rb") as fh:
         end = os.fstat(fd).st_size
         stop = max(end - max_bytes, 0)
-        partial = b""
+        partial = b""  # the start of the block after this one: a line begun in this chunk
         while end > stop:
             begin = max(end - _CHUNK, stop)
             fh.seek(begin)
-            chunk = fh.read(end - begin) + partial
+            block = fh.read(end - begin) + partial
             end = begin
-            pieces = chunk.split(b"\n")
-            partial = pieces[0][-_LONGEST_LINE:]
-            for piece in reversed(pieces[1:]):
-                yield piece[-_LONGEST_LINE:].decode("utf-8", errors="replace")
+            cut = block.find(b"\n") + 1 if end > stop else 0
+            partial = block[:cut][:_LONGEST_LINE]
+            yield block[cut:]
         if partial:
-            yield partial.decode("utf-8", errors="replace")
+            yield partial
 
 
-def matching_lines(path: str | os.PathLike, pattern: re.Pattern[str], max_bytes: int, count: int) -> list[str]:
-    """Up to ``count`` lines matching ``pattern``, found from the end of the file (in file order)."""
-    found: list[str] = []
+def matching_lines(path: str | os.PathLike, pattern: re.Pattern[bytes], max_bytes: int, count: int) -> list[str]:
+    """The last ``count`` lines that ``pattern`` matches within the last ``max_bytes`` of the file,
+    in file order; [] when it cannot be read safely. ``pattern`` (bytes) starts with ``\\n``: each
+    block is searched with a newline before it, and the literal start lets ``re`` skip ahead from
+    one newline to the next (about 10x faster than ``^`` with ``re.MULTILINE`` on a 300 MB log)."""
+    found: list[bytes] = []
     try:
-        for line in lines_from_end(path, max_bytes):
-            if pattern.search(line):
-                found.append(line)
-                if len(found) >= count:
-                    break
+        for block in _blocks_from_end(path, max_bytes):
+            hits = [m.group(0)[1:] for m in pattern.finditer(b"\n" + block)]
+            found = hits + found
+            if len(found) >= count:
+                found = found[-count:]
+                break
     except OSError:
-        pass
-    return found[::-1]
+        return []
+    return [line.decode("utf-8", errors="replace") for line in found]
 
 
 def lines(path: str | os.PathLike, limit: int) -> Iterator[str]:
