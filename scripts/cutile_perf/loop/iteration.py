@@ -46,6 +46,7 @@ from cutile_perf import knobs
 from cutile_perf.child import envcheck, freezer, measure
 from cutile_perf.errors import EXIT_CRASH, EXIT_OK, EXIT_REJECTED, EnvMissing, FenceViolation, IterationCrashed, Locked, NoChange, Refused
 from cutile_perf.judge import rules
+from cutile_perf.judge.crash import CrashClass
 from cutile_perf.kernel import probes
 from cutile_perf.judge.verdict import (Evidence, Reference, Stage, Verdict, correctness_status, judge, paired_samples,
                                        stopped)
@@ -461,6 +462,7 @@ class Iteration:
         self.clock, self.probe = clock, probe
         self.ref = reference
         self.budget = budget  # the job's time: no stage starts, and no stage's result counts, past its end
+        self.correctness_seen: str | None = None  # PASS or FAIL once the correctness stage was judged
 
     @classmethod
     def begin(cls, session: Session, g, history: History, optimization: str, clock: Clock,
@@ -521,6 +523,8 @@ class Iteration:
             corr, perf = self._stage(stages, "correctness", tag, cand), None
         evidence = Evidence(correctness=corr)
         verdict = judge(ref, t, evidence)
+        # What the tests showed, for a row the harness's own failure or an interruption ends later.
+        self.correctness_seen = correctness_status(verdict, perf_ran=False) if verdict.final else "PASS"
         if verdict.final:
             return evidence, verdict
         if perf is None:
@@ -652,7 +656,8 @@ class Iteration:
         if STEPS.index(state.step) < STEPS.index("decided"):
             verdict = unfinished or stopped(None, "stopped before a verdict")
             row = base_entry(self.session, iteration=state.iteration, optimization=state.optimization,
-                             status="crash", correctness=correctness_status(verdict, perf_ran=False),
+                             status="crash", correctness=correctness_status(verdict, perf_ran=False,
+                                                                            seen=self.correctness_seen),
                              commit=state.candidate, base_commit=state.base,
                              clock=self.clock, probe=self.probe, crash_class=verdict.crash_class.value,
                              patch=state.patch, reason=verdict.reason[:300], **self._origin())
@@ -684,7 +689,7 @@ class Iteration:
     def abort(self, exc: BaseException) -> None:
         """Settle an iteration that an exception or a signal stopped; the error then propagates."""
         try:
-            self.finish(stopped(exc))
+            self.finish(harness_stopped(exc))
         except BaseException as second:  # the log cannot be written: still never leave the candidate applied
             try:
                 state = self.state
@@ -695,6 +700,15 @@ class Iteration:
                 say(f"could not finish iteration {self.state.iteration} ({type(second).__name__}: {second}); the "
                     f"change is saved in {self.state.patch or 'no patch (nothing changed)'}; run `cutile-perf resume` "
                     "once the cause is fixed")
+
+
+def harness_stopped(exc: BaseException) -> Verdict:
+    """The verdict on an iteration an exception stopped: Ctrl-C or SIGTERM is an interruption
+    (``stopped``), anything else the harness's own failure (crash class ``harness``, never a verdict
+    on the change), named by its exception."""
+    if isinstance(exc, KeyboardInterrupt):
+        return stopped(exc)
+    return Verdict("crash", f"harness: {type(exc).__name__}: {exc}"[:300], crash_class=CrashClass.HARNESS)
 
 
 # --- the library API the commands call --------------------------------------------------------------
