@@ -55,7 +55,7 @@ from cutile_perf.loop.history import History
 from cutile_perf.loop.stages import NextRun, Stages, StageRunner, may_prestart
 from cutile_perf.output import Outcome, say
 from cutile_perf.skill.install import is_installed_skill_path
-from cutile_perf.store import atomic, git_ops, session as session_mod
+from cutile_perf.store import atomic, git_ops, safe_read, session as session_mod
 from cutile_perf.store.session import Session
 from cutile_perf.templating import format_change
 
@@ -327,11 +327,18 @@ def refuse_probes(g, base: str, paths: list[str]) -> None:
     for rel in paths:
         if not rel.endswith(".py"):
             continue
-        sha = git_ops.blob_sha_at(g, base, rel)
-        old[rel] = git_ops.blob_bytes(g, sha).decode("utf-8", errors="replace") if sha else None
         target = root / rel
-        if target.is_file():
-            new[rel] = target.read_bytes().decode("utf-8", errors="replace")
+        if not target.is_file():
+            continue
+        why = probes.too_large(rel, target.stat().st_size)
+        if why:
+            raise Refused(why, "split it into smaller modules (the change is untouched)")
+        new[rel] = safe_read.read_text(target, probes.MAX_SOURCE_BYTES)
+        sha = git_ops.blob_sha_at(g, base, rel)
+        previous = git_ops.blob_bytes(g, sha) if sha else None
+        # The base's copy, scanned only within the same bound (a bigger one was never scanned either).
+        old[rel] = previous.decode("utf-8", errors="replace") \
+            if previous is not None and len(previous) <= probes.MAX_SOURCE_BYTES else None
     findings = probes.scan(old, new)
     if findings:
         raise Refused(probes.describe(findings), "a kernel that asks whether it is being measured, or patches what "
