@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 from fixtures_repo import KERNEL_REL, edit_kernel
-from test_redteam import (FAST, _template, append_to_kernel, assert_not_kept_nothing_lost, call, head, repo,  # noqa: F401
+from test_redteam import (FAST, SLOW, _template, append_to_kernel, assert_not_kept_nothing_lost, call, head, repo,  # noqa: F401
                           rows, snapshot)
 
-from cutile_perf.child import measure, pristine, runner, runreport
+from cutile_perf.child import box, measure, pristine, runner, runreport
 from cutile_perf.errors import displayable
 from cutile_perf.kernel import probes
 from cutile_perf.store import jitcache, remove_tree, safe_read
@@ -279,6 +279,7 @@ _os.close(_fd)
 def test_a_3000_level_folder_left_in_the_checkout_wedges_nothing(repo):
     """Issue 44: every later command exited 70 with a RecursionError, honest changes logged FAIL."""
     append_to_kernel(repo, DEEP_FOLDER_ATTACK)
+    edit_kernel(repo, latency=SLOW)  # reverted for its speed: the folder is the only thing it does
     before = snapshot(repo)
     code, data, _ = call(repo, "try", "leaves a deep folder in its checkout")
     row = assert_not_kept_nothing_lost(repo, before, code, marker="# ATTACK deep-folder")
@@ -335,10 +336,12 @@ _atexit.register(_swap)
 '''
 
 
+@pytest.mark.skipif(box.available() is not None, reason="the attack finds the report at the box's fixed path")
 @pytest.mark.parametrize("what", ["report", "checkout-file"])
 def test_a_fifo_left_for_the_harness_to_read_is_tampering_not_a_hang(repo, what):
     """Issue 44: a FIFO in place of the run report or of a checkout file made ``try`` hang holding the lock."""
-    target = '_os.environ["CUTILE_PERF_REPORT"]' if what == "report" else '"tests/ops/test_rms_norm.py"'
+    # In the box the report is at a fixed path (box.RUN): no environment read the probe scan would refuse.
+    target = repr(f"{box.RUN}/report.jsonl") if what == "report" else '"tests/ops/test_rms_norm.py"'
     append_to_kernel(repo, FIFO_ATTACK.replace("{what}", what).replace("{target}", target))
     before = snapshot(repo)
     code, data, _ = finishes(lambda: call(repo, "try", f"a FIFO in place of the {what}"), timeout_s=240)
