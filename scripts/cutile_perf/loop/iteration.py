@@ -524,7 +524,7 @@ class Iteration:
             # can overlap the correctness run too (``StageRunner.correctness_then_perf``).
             recheck = self._recheck_runs(first_pair=1, speculative=True)
             corr, perf = stages.correctness_then_perf(
-                tag, cand, proceed=lambda c: not judge(ref, t, Evidence(correctness=c)).final, speculative=recheck)
+                tag, cand, proceed=self._correctness_passed, speculative=recheck)
             self._within_budget("during the correctness and perf runs")
         else:
             corr, perf = self._stage(stages, "correctness", tag, cand), None
@@ -561,6 +561,13 @@ class Iteration:
             evidence = evidence.add(pairs=(*evidence.pairs[:-1], (base_run, cand_run)))
             verdict = judge(ref, t, evidence)
         return evidence, verdict
+
+    def _correctness_passed(self, correctness: Stage) -> bool:
+        """Whether the perf stage follows this correctness stage; what it showed is kept for a row
+        that the harness's failure or an interruption ends during the perf run."""
+        verdict = judge(self.ref, self.session.thresholds, Evidence(correctness=correctness))
+        self.correctness_seen = correctness_status(verdict, perf_ran=False) if verdict.final else "PASS"
+        return not verdict.final
 
     def _recheck_fits(self, perf: Stage, cases: tuple[str, ...]) -> None:
         """Raise ``BudgetSpent`` when the job's budget cannot hold the re-check even at its floor
