@@ -277,8 +277,24 @@ def test_an_exception_inside_a_stage_is_one_crash_row_and_the_branch_goes_back(r
         try_change(repo, "boom", stages=scripted(repo, {"a": 0.5, "b": 1.0}, on_stage=boom))
     session = session_mod.load(repo)
     history = History.open(session, git_ops.open_repo(repo))
-    assert history.last()["crash_class"] == "error" and "the runner broke" in history.last()["reason"]
+    assert history.last()["crash_class"] == "harness" and "the runner broke" in history.last()["reason"]
+    # Issue 44: the tests never ran, so the row does not say they failed.
+    assert history.last()["correctness"] == "not run"
     assert git_ops.head(git_ops.open_repo(repo)) == session.base_commit
+
+
+def test_a_harness_failure_after_the_correctness_stage_says_its_tests_passed(repo):
+    """Issue 44: a harness failure after a passing correctness stage was logged as correctness FAIL."""
+    edit(repo, "boom in perf")
+
+    def boom(name, tag, commit):
+        if name == "perf":
+            raise RuntimeError("the runner broke after correctness")
+
+    with pytest.raises(RuntimeError):
+        try_change(repo, "boom", stages=scripted(repo, {"a": 0.5, "b": 1.0}, on_stage=boom))
+    last = History.open(session_mod.load(repo), git_ops.open_repo(repo)).last()
+    assert (last["status"], last["crash_class"], last["correctness"]) == ("crash", "harness", "PASS")
 
 
 def test_the_log_is_read_once_per_try(repo, monkeypatch):

@@ -71,7 +71,7 @@ def test_a_broken_manifest_vouches_for_nothing_and_a_broken_cache_file_is_remove
     cache = tmp_path / "jit"
     with jitcache.guarded(cache):
         _put(cache, "ours", b"x")
-    (cache / jitcache.MANIFEST_FILE).write_text("{not json")
+    jitcache.manifest_path(cache).write_text("{not json")
     assert jitcache.drop_unrecorded(cache) == ["ours"]
     (cache / jitcache.DB_FILE).write_bytes(b"not an SQLite file at all, just bytes" * 10)
     assert jitcache.entries(cache) is None

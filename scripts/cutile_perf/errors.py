@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+import unicodedata
 
 # Exit codes. Each has exactly one meaning, written once in EXIT_CODES below: every `--help` prints
 # it (exit_codes_text) and SKILL.md and references/harness.md carry it (exit_codes_markdown; a test
@@ -155,10 +156,21 @@ def not_utf8(text: str) -> bool:
     return bool(_SURROGATE.search(text))
 
 
+def strip_invisible(text: str) -> str:
+    """``text`` without the invisible format characters (Unicode category Cf): zero-width spaces and
+    joiners, the Arabic letter mark U+061C, bidi marks, embeddings, overrides and isolates, tag
+    characters U+E0000-E007F, soft hyphens. Shown, they hide or reorder what a row says; the
+    category is read from the running Python's Unicode data, so a newer one is covered too."""
+    if text.isascii():
+        return text
+    return "".join(c for c in text if c < "\x80" or unicodedata.category(c) != "Cf")
+
+
 def strip_controls(text: str) -> str:
-    """``text`` without terminal control: escape sequences and C0/C1 controls dropped, line breaks and
-    tabs made spaces, runs of whitespace made one. Lone surrogates are kept (see ``clean_text``)."""
-    text = _CONTROL.sub("", _LINE_BREAKS.sub(" ", _SEQUENCE.sub("", text)))
+    """``text`` without terminal control: escape sequences, C0/C1 controls and invisible format
+    characters (``strip_invisible``) dropped, line breaks and tabs made spaces, runs of whitespace
+    made one. Lone surrogates are kept (see ``clean_text``)."""
+    text = strip_invisible(_CONTROL.sub("", _LINE_BREAKS.sub(" ", _SEQUENCE.sub("", text))))
     return " ".join(text.split())
 
 

@@ -504,7 +504,10 @@ class RunReporter:
         # The worst phase wins: a passing call with a failing teardown is not a pass.
         if previous is None or runreport.OUTCOME_RANK[outcome] > runreport.OUTCOME_RANK[previous]:
             self.outcomes[report.nodeid] = outcome
-            self.writer.write({"type": "test", "nodeid": report.nodeid, "outcome": outcome})
+            line = {"type": "test", "nodeid": report.nodeid, "outcome": outcome}
+            if outcome in ("failed", "error"):
+                line["failure"] = failure_message(report)
+            self.writer.write(line)
         if report.when == "call":
             for name, value in report.user_properties:
                 if name == BENCHMARK_PROPERTY:
@@ -521,6 +524,16 @@ class RunReporter:
                 modules[name] = file
         self.writer.write({"type": "modules", "files": modules})
         self.writer.write({"type": "end", "exitstatus": int(exitstatus), "collected": session.testscollected})
+
+
+def failure_message(report: pytest.TestReport) -> str:
+    """Why a test failed, in a few lines (pytest's crash message: ``AssertionError: ...``): the
+    harness classifies the failure from it even when the test's output is too long to search."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = getattr(crash, "message", None)
+    if not isinstance(message, str):
+        message = str(report.longrepr)[-runreport.FAILURE_CHARS:]
+    return message[:runreport.FAILURE_CHARS]
 
 
 class BenchmarkRecorder:

@@ -15,11 +15,8 @@ Output files live in ``sandbox/runs/`` so a failure can be read later.
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +29,7 @@ from cutile_perf.judge import rules
 from cutile_perf.judge.crash import CrashClass
 from cutile_perf.judge.verdict import Stage
 from cutile_perf.store.session import Session
-from cutile_perf.store import atomic
+from cutile_perf.store import atomic, remove_tree, safe_read
 
 FRAMEWORK = "cutile"
 FORWARD = "forward"
@@ -120,25 +117,29 @@ def protected_paths(session: Session, tracked: Iterable[str]) -> list[str]:
     return sorted({*out, "sandbox/session.yaml", "sandbox/experiments.jsonl"})
 
 
-def snapshot(root: Path, paths: Iterable[str]) -> dict[str, bytes | None]:
-    out = {}
+# A protected file of the user's is kept in memory while a child runs, to be put back if it changes.
+SNAPSHOT_LIMIT = 64 * safe_read.MB
+
+
+def snapshot(root: Path, paths: Iterable[str]) -> dict[str, bytes | str | None]:
+    """Each protected file's bytes (None: not there). A file that is not a regular file, or is over
+    ``SNAPSHOT_LIMIT``, is never read: its fingerprint (``safe_read.digest``) stands for it, so a
+    change is still seen; only its bytes cannot be put back."""
+    out: dict[str, bytes | str | None] = {}
     for rel in paths:
         try:
-            out[rel] = (root / rel).read_bytes()
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            out[rel] = safe_read.read_bytes(root / rel, SNAPSHOT_LIMIT)
+        except (FileNotFoundError, NotADirectoryError):
             out[rel] = None
+        except OSError:
+            out[rel] = safe_read.digest(root / rel)
     return out
 
 
 def digest_tree(root: Path, paths: Iterable[str]) -> dict[str, str | None]:
-    out = {}
-    for rel in paths:
-        target = root / rel
-        try:
-            out[rel] = hashlib.sha256(target.read_bytes()).hexdigest() if not target.is_symlink() else "link"
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            out[rel] = None
-    return out
+    """A fingerprint of each file (``safe_read.digest``: a FIFO, device or link a child put in a
+    file's place is named, never opened)."""
+    return {rel: safe_read.digest(root / rel) for rel in paths}
 
 
 def restore(root: Path, saved: dict[str, bytes | None], paths: Iterable[str]) -> None:
@@ -146,9 +147,10 @@ def restore(root: Path, saved: dict[str, bytes | None], paths: Iterable[str]) ->
     for rel in paths:
         target = root / rel
         if saved[rel] is None:
-            target.unlink(missing_ok=True)
-        else:
+            remove_tree.remove(target)  # a folder or a FIFO made in its place too
+        elif isinstance(saved[rel], bytes):
             atomic.write_bytes(target, saved[rel])
+        # else: it was never read (not a regular file, or too big): there are no bytes to put back
 
 
 # --- which code ran -----------------------------------------------------------------------------
@@ -180,11 +182,17 @@ def defined_names(root: Path, fenced_files: Iterable[str]) -> set[str]:
         if not rel.endswith(".py"):
             continue
         try:
-            tree = ast.parse((root / rel).read_bytes())
-        except (OSError, SyntaxError, ValueError):
+            tree = ast.parse(safe_read.read_bytes(root / rel, FENCED_LIMIT))
+        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
             continue
         names |= {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     return names
+
+
+# A fenced file the harness parses is refused above this size (``kernel.probes.MAX_SOURCE_BYTES`` too).
+FENCED_LIMIT = safe_read.MB
+# How much of each shard child's log is joined into the stage's log (its end, where pytest's summary is).
+SHARD_LOG_LIMIT = 64 * safe_read.MB
 
 
 # --- the stage ------------------------------------------------------------------------------------
@@ -192,6 +200,10 @@ def defined_names(root: Path, fenced_files: Iterable[str]) -> set[str]:
 
 def _rel(session: Session, path: Path) -> str:
     return str(path.relative_to(session.repo))
+
+
+# The run's private folder (report, bytecode, the child's HOME and TMPDIR) in the temp folder.
+RUN_PREFIX = "cutile-perf-run-"
 
 
 def run_stage(session: Session, name: str, tag: str, deadline: Deadline, *, checkout: pristine.Checkout,
@@ -214,16 +226,14 @@ def run_stage(session: Session, name: str, tag: str, deadline: Deadline, *, chec
             start.unused()
         return Stage(name, CrashClass.TIMEOUT, 0.0, _rel(session, output), detail="no time left in the iteration budget",
                      ended=False)
-    private = Path(tempfile.mkdtemp(prefix="cutile-perf-run-"))
     try:
-        return _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private,
-                          gate, select, start, preload)
+        with remove_tree.temporary_folder(RUN_PREFIX) as private:
+            return _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output,
+                              private, gate, select, start, preload)
     except BaseException:
         if start is not None and not start.handed:  # it never reached the runner, which closes them
             start.unused()
         raise
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
 
 
 def _run_child(session, name, deadline, checkout, fenced_files, on_start, output: Path, private: Path,
@@ -297,24 +307,23 @@ def _run_shards(session, name, deadline, checkout, fenced_files, on_start, outpu
 
     with ThreadPoolExecutor(max_workers=count) as pool:
         children = list(pool.map(one, range(count)))
-    with open(output, "w", encoding="utf-8") as joined:
+    with open(output, "wb") as joined:
         for index, (result, _report, report_file) in enumerate(children):
-            joined.write(f"===== cutile-perf: shard {index + 1} of {count} =====\n")
-            joined.write(result.output_path.read_text(encoding="utf-8", errors="replace"))
+            joined.write(f"===== cutile-perf: shard {index + 1} of {count} =====\n".encode())
+            safe_read.copy_into(result.output_path, joined, SHARD_LOG_LIMIT)  # in chunks, never whole
             result.output_path.unlink(missing_ok=True)
-            if report_file.exists():
-                shutil.copyfile(report_file, output.with_name(f"{output.stem}.shard{index}.report.jsonl"))
+            keep_report(report_file, output.with_name(f"{output.stem}.shard{index}.report.jsonl"))
     merged, split_problem = runreport.merge_shards([report for _result, report, _file in children])
     # A share can be empty (fewer tests than children): pytest then exits with "no tests", which
     # is no crash here; the split check counts what every share ran.
     ran = [c for c in children if not (c[1].ended and c[1].shard and c[1].shard["mine"] == 0
                                        and c[0].returncode == runner.PYTEST_NO_TESTS)] or children
-    crashed = [c for c in ran if runner.classify(c[0]) is not None]
+    crashed = [c for c in ran if runner.classify(c[0], c[1].failures.values()) is not None]
     speaker = crashed[0][0] if crashed else max((c[0] for c in ran), key=lambda r: r.duration_s)
     problem = None
     # A crashed child already fails the stage with its own class (compile, fault, ...); "no tests"
     # is the exception: children that were steered off their shares also end with it.
-    if all(runner.classify(c[0]) in (None, CrashClass.NO_TESTS) for c in crashed):
+    if all(runner.classify(c[0], c[1].failures.values()) in (None, CrashClass.NO_TESTS) for c in crashed):
         problem = (CrashClass.INCOMPLETE_TESTS, split_problem) if split_problem else None
         for index, (_result, report, _file) in enumerate(children):
             # Imports are checked child by child: a merged table could hide one child's stray import.
@@ -381,15 +390,15 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
         # The log, the session and the tests are put back at once; the changed bytes are kept.
         saved_dir = session.sandbox / "tampered" / tag
         for rel in touched_user:
-            if after_user[rel] is not None:
+            if isinstance(after_user[rel], bytes):  # else not read: a FIFO, a device, a huge file
                 (saved_dir / rel).parent.mkdir(parents=True, exist_ok=True)
                 (saved_dir / rel).write_bytes(after_user[rel])
         restore(session.repo, before_user, touched_user)
-    if report_file is not None and report_file.exists():
-        shutil.copyfile(report_file, output.with_suffix(".report.jsonl"))
+    if report_file is not None:
+        keep_report(report_file, output.with_suffix(".report.jsonl"))
 
-    crash = runner.classify(result)
-    detail = _last_lines(result.tail()) if crash else ""
+    crash = runner.classify(result, report.failures.values())
+    detail = failure_detail(result, report) if crash else ""
     if result.timed_out:
         detail = f"killed after the iteration budget of {deadline.budget:g} s"
     outcomes = report.outcomes
@@ -432,6 +441,31 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
     return Stage(name, crash, result.duration_s, _rel(session, output), shapes, test_ids, kernel_names, detail,
                  ended=report.ended, passed=passed, not_passed=not_passed, restored=tuple(touched_user),
                  sandbox=box.label(box_why_not(session)), imports=tuple(imports))
+
+
+def keep_report(report_file: Path, kept: Path) -> None:
+    """Copy a child's run report next to its log (in chunks; a FIFO, device or link in its place is
+    not read, and a note says so)."""
+    if not os.path.lexists(report_file):
+        return
+    with open(kept, "wb") as out:
+        safe_read.copy_into(report_file, out, runreport.REPORT_LIMIT)
+
+
+def failure_detail(result: runner.RunResult, report: runreport.RunReport) -> str:
+    """What the row says of a failed child: the run report's message of the first failed test,
+    else pytest's failure lines found from the end of the output, else its last lines; and, when
+    the output is too long for its end to be all of it and nothing named the failure, that the
+    failure could not be found."""
+    named = list(report.failures.values())[:1] or result.failure_lines()[-3:]
+    if named:
+        return " | ".join(" ".join(line.split()) for line in named)[:400]
+    size = safe_read.size_of(result.output_path)
+    last = _last_lines(result.tail())
+    if size > 1_000_000:
+        return (f"the failure was not found: nothing in the run report nor in the {size / safe_read.MB:.0f} MB of "
+                f"output names it; the output ends: {last}")[:400]
+    return last
 
 
 def _last_lines(text: str, count: int = 3) -> str:

@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import stat
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from cutile_perf.store import git_ops
+from cutile_perf.output import say
+from cutile_perf.store import git_ops, remove_tree
 
 SKIPPED_NAMES = ("sitecustomize.py", "usercustomize.py")
 SKIPPED_SUFFIXES = (".pth", ".pyc", ".pyo")
@@ -52,7 +52,9 @@ class Checkout:
     installed_bytecode: Path | None = None
 
     def remove(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        why = remove_tree.remove_quietly(self.root)  # a child's 3,000-level folder included
+        if why:
+            say(f"warning: could not remove the checkout {why}")
 
 
 def skipped_by_rule(path: str) -> bool:
@@ -104,16 +106,30 @@ def user_folder() -> Path | None:
     return base
 
 
+def emptied_slot(root: Path) -> Path:
+    """``root`` emptied of what an earlier command left (even after a kill -9: any depth, links
+    removed, never followed), or, when it cannot be emptied, a fresh temporary folder in its place,
+    named in a one-line warning: one bad slot never stops a command."""
+    why = remove_tree.remove_quietly(root)
+    if why is None:
+        try:
+            root.mkdir(parents=True)
+            return root
+        except OSError as exc:
+            why = f"{root}: {exc.strerror or exc}"
+    fresh = Path(tempfile.mkdtemp(prefix="cutile-perf-checkout-"))
+    say(f"warning: checkout slot abandoned ({why}); this command uses {fresh} instead (its compiled kernels "
+        "are not reused)")
+    return fresh
+
+
 def build(g, *, protected_from: str, fenced_from: str, fence: Iterable[str], root: Path | None = None) -> Checkout:
     """Write the composed tree into ``root`` (emptied first: a slot from ``slot_root``) or, without
     it, into a new temporary directory; either way outside the repository."""
     if root is None:
         root = Path(tempfile.mkdtemp(prefix="cutile-perf-checkout-"))
     else:
-        if root.is_symlink():  # rmtree refuses a link, and writing through one would leave the slot
-            root.unlink()
-        shutil.rmtree(root, ignore_errors=True)  # what an earlier command left, even after a kill -9
-        root.mkdir(parents=True)
+        root = emptied_slot(root)
     entries = composed_entries(g, protected_from, fenced_from, fence)
     files = [e for e in entries if e.mode not in (_MODE_SUBMODULE,) and not skipped_by_rule(e.path)]
     skipped = [e.path for e in entries if e not in files]
@@ -155,10 +171,7 @@ def sweep(checkout: Checkout) -> list[str]:
                 subfolders.remove(name)
             elif path not in kept_dirs or os.path.islink(full):
                 subfolders.remove(name)
-                if os.path.islink(full):
-                    os.unlink(full)
-                else:
-                    shutil.rmtree(full, ignore_errors=True)
+                remove_tree.remove(full)  # a link is unlinked, a folder removed at any depth
                 removed.append(path + "/")
         for name in files:
             path = str(rel / name) if str(rel) != "." else name

@@ -14,7 +14,7 @@ import select
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from cutile_perf.child import freezer
 from cutile_perf.child import warmstart
 from cutile_perf.child.box import Box
 from cutile_perf.judge.crash import CrashClass
+from cutile_perf.store import safe_read
 
 # pytest exit codes (pytest.ExitCode), named here to keep the import of pytest out of the harness.
 PYTEST_OK = 0
@@ -36,6 +37,13 @@ PYTEST_NO_TESTS = 5
 
 _TERM_GRACE_S = 3.0
 _TAIL_CHARS = 4000
+# What the classifier reads of a child's output: its last 64,000 characters, and pytest's failure
+# lines (short test summary, ``E`` lines of the tracebacks) searched from the end through at most
+# _SCAN_BYTES, in 1 MB chunks: a child that prints 300 MB before or after them costs no memory.
+_CLASSIFY_CHARS = 64_000
+_SCAN_BYTES = 1 << 30
+_FAILURE_LINE = re.compile(rb"\n(?:(?:FAILED|ERROR) \S|E {2,}\S)[^\n]{0,2000}")
+_FAILURE_LINES = 50
 
 # Checked in this order: a compile error often surfaces as a failed assertion later in the output.
 _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -69,11 +77,14 @@ class RunResult:
         return not self.timed_out and self.returncode == PYTEST_OK
 
     def tail(self, chars: int = _TAIL_CHARS) -> str:
-        try:
-            text = self.output_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        return text[-chars:]
+        """The end of the output, read from the end (a child that printed 300 MB costs its tail)."""
+        return safe_read.tail_text(self.output_path, chars)
+
+    def failure_lines(self) -> list[str]:
+        """pytest's lines that say why tests failed (``FAILED ... - AssertionError: ...``, ``E   ...``),
+        found from the end of the output however much the child printed after them (within
+        ``_SCAN_BYTES``)."""
+        return safe_read.matching_lines(self.output_path, _FAILURE_LINE, _SCAN_BYTES, _FAILURE_LINES)
 
 
 def _live_members(pgid: int) -> int:
@@ -343,9 +354,12 @@ def _wait(proc: subprocess.Popen, argv: list[str], timeout_s: float, output_path
     return RunResult(tuple(argv), None if timed_out else proc.returncode, timed_out, duration, output_path)
 
 
-def classify(result: RunResult) -> CrashClass | None:
+def classify(result: RunResult, failures: Iterable[str] = ()) -> CrashClass | None:
     """The crash class of a finished child, or None when pytest passed.
 
+    Read: the end of its output, pytest's failure lines found from the end (``failure_lines``), and
+    ``failures``, the messages its run report gives for the tests that failed
+    (``runreport.RunReport.failures``), which no amount of output can push away.
     ``no-record`` is decided by the caller, which knows whether records were expected.
     """
     if result.timed_out:
@@ -354,7 +368,7 @@ def classify(result: RunResult) -> CrashClass | None:
         return None
     if result.returncode == PYTEST_NO_TESTS:
         return CrashClass.NO_TESTS
-    text = result.tail(64_000)
+    text = "\n".join([*failures, *result.failure_lines(), result.tail(_CLASSIFY_CHARS)])
     for name, pattern in _SIGNATURES:
         if pattern.search(text):
             return CrashClass(name)

@@ -25,6 +25,13 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cutile_perf.store import safe_read
+
+# A report larger than this is not read: a line a test is ~300 bytes, so it holds ~200,000 tests.
+REPORT_LIMIT = 64 * safe_read.MB
+# How much of a failed test's message (``failure``) the plugin writes: the assertion, not its data.
+FAILURE_CHARS = 2000
+
 # Severity order of the outcomes of one test's phases.
 OUTCOME_RANK = {"passed": 0, "xpassed": 1, "skipped": 2, "xfailed": 3, "failed": 4, "error": 5}
 
@@ -85,6 +92,9 @@ class RunReport:
     # Timing or reporting functions the plugin saw replaced in the child ("tampered" lines; a report
     # from a plugin without the timer identity check has none).
     tampered: list[str] = field(default_factory=list)
+    # nodeid -> the first line(s) of why it failed (pytest's crash message; a report from a plugin
+    # that predates it has none): the classifier reads them, whatever the child printed.
+    failures: dict[str, str] = field(default_factory=dict)
 
     def passed(self) -> set[str]:
         return {n for n, o in self.outcomes.items() if o == "passed"}
@@ -94,10 +104,18 @@ def read(path: str | os.PathLike, key: bytes) -> RunReport:
     """The report, with every unsigned, re-ordered or missing line listed in ``forged``."""
     report = RunReport()
     path = Path(path)
-    if not path.exists():
+    if not os.path.lexists(path):
         return report
+    try:
+        _read_lines(safe_read.lines(path, REPORT_LIMIT), key, report)
+    except OSError as exc:  # a FIFO, a device or a link in its place, or a flood: no evidence
+        report.forged.append(f"the report file: {exc}")
+    return report
+
+
+def _read_lines(lines, key: bytes, report: RunReport) -> None:
     expected = 0
-    for number, text in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+    for number, text in enumerate(lines, start=1):
         if not text.strip():
             continue
         try:
@@ -117,6 +135,8 @@ def read(path: str | os.PathLike, key: bytes) -> RunReport:
         kind = line.get("type")
         if kind == "test":
             report.outcomes[line["nodeid"]] = line["outcome"]
+            if isinstance(line.get("failure"), str):
+                report.failures[line["nodeid"]] = line["failure"][:FAILURE_CHARS]
         elif kind == "record":
             report.records.append((line["nodeid"], line.get("outcome", "passed"), line["benchmark"]))
         elif kind == "shard":
@@ -128,7 +148,6 @@ def read(path: str | os.PathLike, key: bytes) -> RunReport:
         elif kind == "end":
             report.ended = True
             report.exitstatus = line.get("exitstatus")
-    return report
 
 
 def merge_shards(reports: list[RunReport]) -> tuple[RunReport, str | None]:
@@ -142,6 +161,7 @@ def merge_shards(reports: list[RunReport]) -> tuple[RunReport, str | None]:
     merged = RunReport(ended=all(r.ended for r in reports))
     for index, report in enumerate(reports):
         merged.outcomes.update(report.outcomes)
+        merged.failures.update(report.failures)
         merged.records.extend(report.records)
         merged.modules.update(report.modules)
         merged.forged.extend(f"shard {index}: {line}" for line in report.forged)

@@ -10,13 +10,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from cutile_perf.child import pristine, records, runner
-from cutile_perf.store import session as session_mod
+from cutile_perf.store import remove_tree, session as session_mod
 
 # Verbosity flags are dropped: "-v" would turn the one-node-id-per-line listing into a tree.
 _VERBOSITY = {"-v", "-vv", "-vvv", "--verbose", "-q", "-qq", "--quiet"}
@@ -143,7 +142,7 @@ def collect(which: str, argv: Sequence[str], *, cwd: Path, timeout_s: float = CO
     for the child (the checkout's import path, ``import_env``).
     """
     full = collect_argv(argv)
-    with tempfile.TemporaryDirectory(prefix="cutile-perf-collect-") as tmp:
+    with remove_tree.temporary_folder("cutile-perf-collect-") as tmp:  # removed at any depth
         out = Path(tmp) / f"{which}.log"
         result = runner.run(full, cwd=cwd, timeout_s=timeout_s, output_path=out,
                             env_overrides={**(env or {}), "PYTHONDONTWRITEBYTECODE": "1"})

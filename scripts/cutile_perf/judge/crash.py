@@ -23,6 +23,7 @@ class CrashClass(str, Enum):
     MEASURED_WRONG_CODE = "measured-wrong-code"
     CHANGED_DURING_RUN = "changed-during-run"
     INTERRUPTED = "interrupted"
+    HARNESS = "harness"
     ERROR = "error"
 
     def __str__(self) -> str:
@@ -57,7 +58,9 @@ _DESCRIPTIONS = {
                                      "files do not define"),
     CrashClass.CHANGED_DURING_RUN: "the fenced files in the work tree changed while the tests ran",
     CrashClass.INTERRUPTED: "Ctrl-C, SIGTERM or a kill stopped the iteration; resume logged and settled it",
-    CrashClass.ERROR: "any other failure of the child or of the harness",
+    CrashClass.HARNESS: ("cutile-perf itself failed before, between or after the children (the reason names "
+                         "the exception); the row's correctness says what the tests showed until then"),
+    CrashClass.ERROR: "any other failure of the child",
 }
 
 

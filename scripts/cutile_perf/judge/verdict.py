@@ -133,11 +133,13 @@ def stopped(exc: BaseException | None, reason: str | None = None) -> Verdict:
 NOT_RUN = "not run"
 
 
-def correctness_status(verdict: Verdict, perf_ran: bool) -> str:
-    """The row's ``correctness`` field: FAIL when the correctness stage is what failed, ``NOT_RUN``
-    when the iteration was interrupted before a verdict."""
-    if verdict.crash_class is CrashClass.INTERRUPTED:
-        return NOT_RUN
+def correctness_status(verdict: Verdict, perf_ran: bool, seen: str | None = None) -> str:
+    """The row's ``correctness`` field: FAIL when the correctness stage is what failed. An iteration
+    that an interruption or the harness's own failure stopped before a verdict says what its
+    correctness stage showed (``seen``: PASS or FAIL), ``NOT_RUN`` when that stage never ended:
+    never FAIL for what the tests did not show."""
+    if verdict.crash_class in (CrashClass.INTERRUPTED, CrashClass.HARNESS):
+        return seen or NOT_RUN
     if verdict.crash_class is CrashClass.WRONG_RESULT:
         return "FAIL"
     failed_before_perf = verdict.crash_class in (CrashClass.COMPILE, CrashClass.FAULT, CrashClass.TIMEOUT,

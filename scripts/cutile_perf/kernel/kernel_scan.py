@@ -10,6 +10,7 @@ import ast
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cutile_perf.kernel import probes
 from cutile_perf.errors import UsageError
 
 LAUNCH_NAMES = ("launch", "autotune_launch", "exhaustive_search")
@@ -269,6 +270,9 @@ def scan_source(source: str, path: str = "<kernel>") -> KernelScan:
 
 def scan_file(path: Path, repo: Path | None = None) -> KernelScan:
     shown = str(path.relative_to(repo)) if repo and path.is_relative_to(repo) else str(path)
+    why = probes.too_large(shown, path.stat().st_size)
+    if why:
+        raise UsageError(why, "point --kernel at the kernel module itself")
     return scan_source(path.read_text(encoding="utf-8"), shown)
 
 

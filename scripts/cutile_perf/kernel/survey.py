@@ -11,7 +11,6 @@ bytecode writing off; nothing in the repository is changed. Library only: nothin
 from __future__ import annotations
 
 import re
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from pathlib import Path
 
 from cutile_perf.kernel import kernel_scan
 from cutile_perf.child import records, runner, selection
-from cutile_perf.store import session as session_mod
+from cutile_perf.store import remove_tree, session as session_mod
 from cutile_perf.judge.rules import Thresholds
 from cutile_perf.errors import UsageError
 
@@ -320,7 +319,7 @@ def survey(root: Path, *, run: bool = False, timeout_s: float = 300.0, sample: i
             progress(row)
         return row
 
-    with tempfile.TemporaryDirectory(prefix="cutile-perf-survey-") as tmp:
+    with remove_tree.temporary_folder("cutile-perf-survey-") as tmp:  # removed at any depth
         logs = Path(log_dir) if log_dir else Path(tmp)
         logs.mkdir(parents=True, exist_ok=True)
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

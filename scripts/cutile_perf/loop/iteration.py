@@ -46,6 +46,7 @@ from cutile_perf import knobs
 from cutile_perf.child import envcheck, freezer, measure
 from cutile_perf.errors import EXIT_CRASH, EXIT_OK, EXIT_REJECTED, EnvMissing, FenceViolation, IterationCrashed, Locked, NoChange, Refused
 from cutile_perf.judge import rules
+from cutile_perf.judge.crash import CrashClass
 from cutile_perf.kernel import probes
 from cutile_perf.judge.verdict import (Evidence, Reference, Stage, Verdict, correctness_status, judge, paired_samples,
                                        stopped)
@@ -55,7 +56,7 @@ from cutile_perf.loop.history import History
 from cutile_perf.loop.stages import NextRun, Stages, StageRunner, may_prestart
 from cutile_perf.output import Outcome, say
 from cutile_perf.skill.install import is_installed_skill_path
-from cutile_perf.store import atomic, git_ops, session as session_mod
+from cutile_perf.store import atomic, git_ops, safe_read, session as session_mod
 from cutile_perf.store.session import Session
 from cutile_perf.templating import format_change
 
@@ -329,11 +330,18 @@ def refuse_probes(g, base: str, paths: list[str]) -> None:
     for rel in paths:
         if not rel.endswith(".py"):
             continue
-        sha = git_ops.blob_sha_at(g, base, rel)
-        old[rel] = git_ops.blob_bytes(g, sha).decode("utf-8", errors="replace") if sha else None
         target = root / rel
-        if target.is_file():
-            new[rel] = target.read_bytes().decode("utf-8", errors="replace")
+        if not target.is_file():
+            continue
+        why = probes.too_large(rel, target.stat().st_size)
+        if why:
+            raise Refused(why, "split it into smaller modules (the change is untouched)")
+        new[rel] = safe_read.read_text(target, probes.MAX_SOURCE_BYTES)
+        sha = git_ops.blob_sha_at(g, base, rel)
+        previous = git_ops.blob_bytes(g, sha) if sha else None
+        # The base's copy, scanned only within the same bound (a bigger one was never scanned either).
+        old[rel] = previous.decode("utf-8", errors="replace") \
+            if previous is not None and len(previous) <= probes.MAX_SOURCE_BYTES else None
     findings = probes.scan(old, new)
     if findings:
         raise Refused(probes.describe(findings), "a kernel that asks whether it is being measured, or patches what "
@@ -464,6 +472,7 @@ class Iteration:
         self.clock, self.probe = clock, probe
         self.ref = reference
         self.budget = budget  # the job's time: no stage starts, and no stage's result counts, past its end
+        self.correctness_seen: str | None = None  # PASS or FAIL once the correctness stage was judged
 
     @classmethod
     def begin(cls, session: Session, g, history: History, optimization: str, clock: Clock,
@@ -518,12 +527,14 @@ class Iteration:
             # can overlap the correctness run too (``StageRunner.correctness_then_perf``).
             recheck = self._recheck_runs(first_pair=1, speculative=True)
             corr, perf = stages.correctness_then_perf(
-                tag, cand, proceed=lambda c: not judge(ref, t, Evidence(correctness=c)).final, speculative=recheck)
+                tag, cand, proceed=self._correctness_passed, speculative=recheck)
             self._within_budget("during the correctness and perf runs")
         else:
             corr, perf = self._stage(stages, "correctness", tag, cand), None
         evidence = Evidence(correctness=corr)
         verdict = judge(ref, t, evidence)
+        # What the tests showed, for a row the harness's own failure or an interruption ends later.
+        self.correctness_seen = correctness_status(verdict, perf_ran=False) if verdict.final else "PASS"
         if verdict.final:
             return evidence, verdict
         if perf is None:
@@ -553,6 +564,13 @@ class Iteration:
             evidence = evidence.add(pairs=(*evidence.pairs[:-1], (base_run, cand_run)))
             verdict = judge(ref, t, evidence)
         return evidence, verdict
+
+    def _correctness_passed(self, correctness: Stage) -> bool:
+        """Whether the perf stage follows this correctness stage; what it showed is kept for a row
+        that the harness's failure or an interruption ends during the perf run."""
+        verdict = judge(self.ref, self.session.thresholds, Evidence(correctness=correctness))
+        self.correctness_seen = correctness_status(verdict, perf_ran=False) if verdict.final else "PASS"
+        return not verdict.final
 
     def _recheck_fits(self, perf: Stage, cases: tuple[str, ...]) -> None:
         """Raise ``BudgetSpent`` when the job's budget cannot hold the re-check even at its floor
@@ -655,7 +673,8 @@ class Iteration:
         if STEPS.index(state.step) < STEPS.index("decided"):
             verdict = unfinished or stopped(None, "stopped before a verdict")
             row = base_entry(self.session, iteration=state.iteration, optimization=state.optimization,
-                             status="crash", correctness=correctness_status(verdict, perf_ran=False),
+                             status="crash", correctness=correctness_status(verdict, perf_ran=False,
+                                                                            seen=self.correctness_seen),
                              commit=state.candidate, base_commit=state.base,
                              clock=self.clock, probe=self.probe, crash_class=verdict.crash_class.value,
                              patch=state.patch, reason=verdict.reason[:300], **self._origin())
@@ -687,7 +706,7 @@ class Iteration:
     def abort(self, exc: BaseException) -> None:
         """Settle an iteration that an exception or a signal stopped; the error then propagates."""
         try:
-            self.finish(stopped(exc))
+            self.finish(harness_stopped(exc))
         except BaseException as second:  # the log cannot be written: still never leave the candidate applied
             try:
                 state = self.state
@@ -698,6 +717,15 @@ class Iteration:
                 say(f"could not finish iteration {self.state.iteration} ({type(second).__name__}: {second}); the "
                     f"change is saved in {self.state.patch or 'no patch (nothing changed)'}; run `cutile-perf resume` "
                     "once the cause is fixed")
+
+
+def harness_stopped(exc: BaseException) -> Verdict:
+    """The verdict on an iteration an exception stopped: Ctrl-C or SIGTERM is an interruption
+    (``stopped``), anything else the harness's own failure (crash class ``harness``, never a verdict
+    on the change), named by its exception."""
+    if isinstance(exc, KeyboardInterrupt):
+        return stopped(exc)
+    return Verdict("crash", f"harness: {type(exc).__name__}: {exc}"[:300], crash_class=CrashClass.HARNESS)
 
 
 # --- the library API the commands call --------------------------------------------------------------

@@ -12,6 +12,11 @@ unchanged kernels hit again:
 * the children's ``CUDA_TILE_CACHE_DIR`` is the session's own ``sandbox/jit-cache/``, never the
   user's global cache, which anything on the machine may write.
 
+The manifest (what the loop's own children compiled) lives beside the cache folder, never in it
+(``sandbox/jit-cache-manifest.json``): the children write into the cache folder, and a manifest
+there could be rewritten, or replaced by a folder that failed every later command. A session made
+before it moved has ``jit-cache/manifest.json``: ``guarded`` moves it out once (``migrate``).
+
 The guard. A cached cubin runs instead of compiling the committed source, so an entry planted by
 someone else would be measured as if the commit had produced it. Every loop command therefore
 starts with ``drop_unrecorded``: an entry that is not in the manifest, or whose cubin changed since
@@ -26,31 +31,47 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
+import os
 import sqlite3
-import tempfile
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
-from cutile_perf.store import atomic
+from cutile_perf.store import atomic, remove_tree, safe_read
 
 CACHE_DIR = "jit-cache"  # under sandbox/
 DB_FILE = "cache.db"  # cutile_cache's file name (tests/test_jitcache.py checks it against the package)
-MANIFEST_FILE = "manifest.json"
+MANIFEST_SUFFIX = "-manifest.json"  # sandbox/jit-cache-manifest.json, beside the cache folder
+OLD_MANIFEST_FILE = "manifest.json"  # inside the cache folder, where sessions before the move kept it
+MANIFEST_LIMIT = 64 * safe_read.MB
 ENV = "CUDA_TILE_CACHE_DIR"
+# SQLite opens these beside the database file: a child could leave a FIFO there too.
+_SIDE_FILES = ("-wal", "-shm", "-journal")
 
 
 def session_dir(sandbox: Path) -> Path:
     return sandbox / CACHE_DIR
 
 
+def manifest_path(cache_dir: Path) -> Path:
+    """Where the manifest of ``cache_dir`` lives: beside it, out of the children's reach."""
+    return cache_dir.parent / f"{cache_dir.name}{MANIFEST_SUFFIX}"
+
+
+def _special(path: Path) -> bool:
+    """Something other than a regular file is at ``path`` (a FIFO, a folder, a link, a device)."""
+    return os.path.lexists(path) and not safe_read.is_regular(path)
+
+
 def entries(cache_dir: Path) -> dict[str, str] | None:
     """key -> sha256 of its cubin, for every row of the cache; ``{}`` without a cache, ``None`` when
-    the file cannot be read as cuTile's cache (corrupt, or not SQLite)."""
+    the file cannot be read as cuTile's cache (corrupt, not SQLite, or not a regular file: SQLite
+    would block on a FIFO, follow a link out of the folder)."""
     db = cache_dir / DB_FILE
-    if not db.is_file():
+    if not os.path.lexists(db):
         return {}
+    if _special(db) or any(_special(Path(f"{db}{side}")) for side in _SIDE_FILES):
+        return None
     try:
         # Read-only: looking must never create or migrate the file.
         with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)) as conn:
@@ -60,10 +81,13 @@ def entries(cache_dir: Path) -> dict[str, str] | None:
 
 
 def _manifest(cache_dir: Path) -> dict[str, str]:
+    path = manifest_path(cache_dir)
+    if not os.path.lexists(path):  # a session made before the move (``migrate`` has not run yet)
+        path = cache_dir / OLD_MANIFEST_FILE
     try:
-        data = json.loads((cache_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
+        data = json.loads(safe_read.read_text(path, MANIFEST_LIMIT))
     except (OSError, ValueError):
-        return {}  # no manifest (first command) or a broken one: nothing is vouched for
+        return {}  # no manifest (first command), a broken one or not a file: nothing is vouched for
     recorded = data.get("entries") if isinstance(data, dict) else None
     return {k: v for k, v in recorded.items() if isinstance(k, str) and isinstance(v, str)} \
         if isinstance(recorded, dict) else {}
@@ -94,7 +118,8 @@ def drop_unrecorded(cache_dir: Path) -> list[str]:
     whole file was unreadable and was removed)."""
     looked = _look(cache_dir)
     if looked is None:
-        (cache_dir / DB_FILE).unlink(missing_ok=True)
+        for name in (DB_FILE, *(DB_FILE + side for side in _SIDE_FILES)):
+            remove_tree.remove(cache_dir / name)  # a folder or a FIFO in its place too
         return [DB_FILE]
     stray = looked[1]
     if stray:
@@ -109,7 +134,25 @@ def record(cache_dir: Path) -> None:
     found = entries(cache_dir)
     if found is None:  # a child left a broken file: vouch for nothing, the next command removes it
         found = {}
-    atomic.write_text(cache_dir / MANIFEST_FILE, json.dumps({"entries": found}, indent=0, sort_keys=True) + "\n")
+    atomic.write_text(manifest_path(cache_dir), json.dumps({"entries": found}, indent=0, sort_keys=True) + "\n")
+
+
+def migrate(cache_dir: Path) -> None:
+    """Move a manifest left inside the cache folder (sessions before the move) out of it, once.
+
+    It vouches for what it did before the move; whatever else lies there under its name (a folder,
+    a FIFO, a link: a child's) vouches for nothing and is removed."""
+    old = cache_dir / OLD_MANIFEST_FILE
+    if not os.path.lexists(old):
+        return
+    if not os.path.lexists(manifest_path(cache_dir)):
+        try:
+            text = safe_read.read_text(old, MANIFEST_LIMIT)
+        except OSError:
+            text = None
+        if text is not None:
+            atomic.write_text(manifest_path(cache_dir), text)
+    remove_tree.remove(old)
 
 
 @contextmanager
@@ -117,6 +160,7 @@ def guarded(cache_dir: Path) -> Iterator[list[str]]:
     """A loop command's use of the session cache: drop what no earlier command recorded, yield the
     dropped keys, and record the cache when the block ends (also on an error or Ctrl-C)."""
     cache_dir.mkdir(parents=True, exist_ok=True)
+    migrate(cache_dir)
     dropped = drop_unrecorded(cache_dir)
     try:
         yield dropped
@@ -127,8 +171,5 @@ def guarded(cache_dir: Path) -> Iterator[list[str]]:
 @contextmanager
 def fresh_dir() -> Iterator[Path]:
     """An empty cache for one command (``verify``), removed afterwards: nothing compiled before is reused."""
-    path = Path(tempfile.mkdtemp(prefix="cutile-perf-jit-"))
-    try:
+    with remove_tree.temporary_folder("cutile-perf-jit-") as path:  # the children wrote in it: any depth
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
