@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fixtures_repo import build_tilegym_like_repo, git
+from fixtures_repo import build_tilegym_like_repo, git, tilegym_like_repo  # noqa: F401 - fixture
 from test_fence_and_hostile_input import assert_one_line_error, assert_untouched, run_cli
 
 from cutile_perf.loop import batch as batch_mod
@@ -52,3 +52,16 @@ def test_harness_does_not_tell_users_to_edit_gitignore():
     # which init then refuses.
     text = (ROOT / "references/harness.md").read_text(encoding="utf-8")
     assert "add `sandbox/` to `.gitignore`" not in text
+
+
+def test_status_on_another_branch_says_so(tilegym_like_repo):
+    repo = tilegym_like_repo
+    code, _, err = run_cli("init", "--repo", str(repo), "--kernel", "rms_norm")
+    assert code == 0, err
+    session_branch = git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip()
+    code, out, _ = run_cli("status", "--repo", str(repo))
+    assert code == 0 and "not the session's branch" not in out
+    git(repo, "switch", "-q", "main")
+    code, out, err = run_cli("status", "--repo", str(repo))
+    assert code == 0, err
+    assert f"warning: on main, not the session's branch {session_branch} (`git switch {session_branch}`" in out
