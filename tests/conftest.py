@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import shutil
+import tempfile
 
 import pytest
 
@@ -62,3 +63,18 @@ def runtime_defences_only(monkeypatch):
     defences behind the scan (the records' signatures, the protected-file checks, the log's chain).
     The scan refusing the same attacks up front is tested in ``tests/test_iteration.py``."""
     monkeypatch.setattr("cutile_perf.loop.iteration.refuse_probes", lambda *args, **kwargs: None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_temp_folder(tmp_path_factory):
+    """This run's own temp folder (one per xdist worker), for this process and the commands it starts.
+
+    cutile-perf keeps per-user folders in the temp folder (the checkout slots of ``pristine.slot_root``,
+    installed-code bytecode); two test runs at once on one machine shared them and one run's slot-0
+    met the other's slot-1 (issue 43)."""
+    folder = tmp_path_factory.mktemp("tmp")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("TMPDIR", str(folder))
+    patch.setattr(tempfile, "tempdir", str(folder))
+    yield folder
+    patch.undo()

@@ -222,28 +222,34 @@ def test_a_wrong_result_is_exit_1_in_the_exit_code_table():
     assert len(meanings) == len(errors.EXIT_CODES)  # one meaning per code
 
 
-_PIN = re.compile(r"cuda-(?:tile|toolkit)(?:\[[^\]]*\])?[<>=!~][^\s\"'`]*|cuda-(?:tile|toolkit)(?:\[[^\]]*\])?")
+_PIN = re.compile(r"[a-z][a-z0-9-]*(?:\[[^\]]*\])?(?:[<>=!~][^\s\"'`]*)?")
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=_doc_ids())
-def test_pip_lines_that_install_cuda_tile_carry_the_toolkit_pin(doc):
+def test_pip_lines_that_install_cuda_tile_carry_the_tileiras_pin(doc):
     # cuda-tile's own tileiras extra allows tileiras 13.2, which cannot target Hopper: a doc's install
-    # line must carry the cuda-toolkit pin of the gpu extra (child/envcheck.py, checked against
-    # pyproject.toml by tests/test_envcheck.py).
-    from packaging.requirements import Requirement
+    # line must carry the tileiras pin of the gpu extra (child/envcheck.py, checked against
+    # pyproject.toml by tests/test_envcheck.py), or a record of an older install its cuda-toolkit pin.
+    from packaging.requirements import InvalidRequirement, Requirement
 
     from cutile_perf.child import envcheck
 
-    toolkit = next(Requirement(r) for r in envcheck.TOOLCHAIN_REQUIREMENTS if r.startswith("cuda-toolkit"))
+    tileiras = next(Requirement(r) for r in envcheck.TOOLCHAIN_REQUIREMENTS if "tileiras" in r)
     bad = []
     for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
         if "pip install" not in line or "cuda-tile" not in line:
             continue
-        reqs = [Requirement(m) for m in _PIN.findall(line)]
-        if not any(r.name == toolkit.name and r.extras >= toolkit.extras and r.specifier == toolkit.specifier
+        reqs = []
+        for word in _PIN.findall(line):
+            try:
+                reqs.append(Requirement(word))
+            except InvalidRequirement:
+                continue
+        if not any((r.name == tileiras.name and r.specifier == tileiras.specifier)
+                   or (r.name == "cuda-toolkit" and "tileiras" in r.extras and r.specifier == tileiras.specifier)
                    for r in reqs):
             bad.append(f"line {number}: {line.strip()}")
-    assert not bad, f"{_rel(doc)}: add '{toolkit}' (the gpu extra's pin):\n" + "\n".join(bad)
+    assert not bad, f"{_rel(doc)}: add '{tileiras}' (the gpu extra's pin):\n" + "\n".join(bad)
 
 # --- the extraction helpers themselves ------------------------------------------------------------
 

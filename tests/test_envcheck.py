@@ -111,7 +111,17 @@ def test_the_install_hint_carries_the_gpu_extras_toolchain_pins():
     for req in map(Requirement, envcheck.TOOLCHAIN_REQUIREMENTS):
         assert any(_same(req, pin) for pin in extra), f"{req} is not a pin of pyproject.toml's gpu extra"
     names = {canonicalize_name(Requirement(r).name) for r in envcheck.TOOLCHAIN_REQUIREMENTS}
-    assert names == {"cuda-tile", "cuda-toolkit"}
+    assert names == {"cuda-tile", "nvidia-cuda-tileiras", "nvidia-cuda-nvcc", "nvidia-nvvm"}
+
+
+def test_the_gpu_extra_asks_for_nothing_torch_pins():
+    # Issue 43: torch's CUDA wheels pin `cuda-toolkit` (==13.0.2 for torch 2.11): the gpu extra asking
+    # for cuda-toolkit 13.4, itself or through cuda-tile[tileiras], made pip backtrack to torch 2.10.
+    extra = _gpu_extra()
+    assert not [str(r) for r in extra if canonicalize_name(r.name) == "cuda-toolkit"]
+    assert not [str(r) for r in extra if canonicalize_name(r.name) == "cuda-tile" and r.extras]
+    tileiras = next(r for r in extra if canonicalize_name(r.name) == "nvidia-cuda-tileiras")
+    assert "13.4.92" in tileiras.specifier and "13.2.86" not in tileiras.specifier
     assert all(f"'{r}'" in envcheck.INSTALL_HINT for r in envcheck.TOOLCHAIN_REQUIREMENTS)
 
 

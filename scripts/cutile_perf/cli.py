@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import signal
 import sys
 import tempfile
@@ -321,13 +322,14 @@ def _add_demo(subparsers) -> None:
 
 def _add_install_skill(subparsers) -> None:
     p = _sub(subparsers, "install-skill",
-             "copy SKILL.md and references/ into <target>/.claude/skills/ and/or <target>/.agents/skills/",
+             "copy SKILL.md and references/ into <target>/.claude/skills/ and/or <target>/.agents/skills/ (or .cursor/skills/)",
              "Examples:\n  cutile-perf install-skill --target ~/src/TileGym\n"
              "  cutile-perf install-skill --target . --agent claude\n\n"
              "Files you edited since the last install are refused unless --force (then kept as <file>.bak).")
     p.add_argument("--target", type=Path, help="repository to install into (default: --repo)")
-    p.add_argument("--agent", choices=["claude", "codex", "all"], default="all",
-                   help="claude: .claude/skills/cutile-perf, codex: .agents/skills/cutile-perf, all: both (default)")
+    p.add_argument("--agent", choices=["claude", "codex", "cursor", "all"], default="all",
+                   help="claude: .claude/skills/cutile-perf, codex: .agents/skills/cutile-perf, cursor: "
+                        ".cursor/skills/cutile-perf, all: claude and codex (default; Cursor reads both)")
     p.add_argument("--force", action="store_true", help="overwrite files you edited (your versions are saved as .bak)")
 
     def run(a: argparse.Namespace) -> Outcome:
@@ -693,7 +695,7 @@ def _run(args: argparse.Namespace, name: Callable[[str], str] = str) -> int:
     except CutilePerfError as exc:
         message, hint = displayable(exc.message), displayable(exc.hint) if exc.hint else None
         if getattr(args, "json", False):
-            print(json.dumps({"error": message, "hint": hint, "exit_code": exc.exit_code}))
+            _print_to_reader(json.dumps({"error": message, "hint": hint, "exit_code": exc.exit_code}))
         else:
             print(f"cutile-perf: error: {message}" + (f" ({hint})" if hint else ""), file=sys.stderr)
         return exc.exit_code
@@ -706,7 +708,19 @@ def _run(args: argparse.Namespace, name: Callable[[str], str] = str) -> int:
         print(f"cutile-perf: unexpected error: {displayable(f'{type(exc).__name__}: {exc}')}{where}", file=sys.stderr)
         return EXIT_UNEXPECTED
     if getattr(args, "json", False):
-        print(json.dumps(outcome.data, default=str, sort_keys=True))
+        _print_to_reader(json.dumps(outcome.data, default=str, sort_keys=True))
     elif outcome.text:
-        print(outcome.text)
+        _print_to_reader(outcome.text)
     return outcome.exit_code
+
+
+def _print_to_reader(text: str) -> None:
+    """Print the command's output; a reader that stopped early (`cutile-perf status | head -1`) is
+    not an error: the work is done, the exit code stays the command's, and no traceback follows."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # What is still buffered must go nowhere, or Python's flush at exit raises the same error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)

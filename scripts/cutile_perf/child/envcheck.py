@@ -24,8 +24,10 @@ GPU_PROBLEMS = ("gpu", "compute capability")
 
 # The toolchain pins of pyproject.toml's `gpu` extra, the one source of every install hint
 # (tests/test_envcheck.py checks them against pyproject.toml). cuda-tile's own `tileiras` extra
-# alone allows tileiras 13.2, which cannot target Hopper: the cuda-toolkit pin is what prevents it.
-TOOLCHAIN_REQUIREMENTS = ("cuda-tile[tileiras]>=1.7", "cuda-toolkit[nvcc,nvvm,tileiras]>=13.4,<13.5")
+# allows tileiras 13.2, which cannot target Hopper, and goes through `cuda-toolkit`, which torch's
+# CUDA wheels pin to their own release: the component packages pinned to 13.4 avoid both (issue 43).
+TOOLCHAIN_REQUIREMENTS = ("cuda-tile>=1.7", "nvidia-cuda-tileiras>=13.4,<13.5", "nvidia-cuda-nvcc>=13.4,<13.5",
+                          "nvidia-nvvm>=13.4,<13.5")
 INSTALL_HINT = "pip install " + " ".join(f"'{req}'" for req in TOOLCHAIN_REQUIREMENTS)
 
 

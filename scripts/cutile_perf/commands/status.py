@@ -97,6 +97,10 @@ def status(*, repo: Path, show_all: bool) -> Outcome:
         lines.append(f"warning: a killed `{lock.get('command')}` left its lock: run `cutile-perf resume`")
     if pending:
         lines.append(f"uncommitted changes: {', '.join(pending[:5])}")
+    on_branch = git_ops.current_branch(g)
+    if on_branch != session.branch:  # the table is the session's, not what this checkout holds
+        lines.append(f"warning: on {on_branch or 'a detached HEAD'}, not the session's branch {session.branch} "
+                     f"(`git switch {session.branch}` to go back to it)")
     cache = jitcache.state(jitcache.session_dir(session.sandbox)) if session.jit_cache else None
     if cache and (cache["unrecorded"] or cache["unreadable"]):
         what = ("is not a cuTile cache" if cache["unreadable"]
@@ -104,7 +108,7 @@ def status(*, repo: Path, show_all: bool) -> Outcome:
         lines.append(f"warning: the compile cache sandbox/{jitcache.CACHE_DIR}/ {what}: the next loop command drops them")
     data = {"rows": shown, "baseline": baseline, "stop": stop, "hint": hint,
             "next": [i.letter for i in left], "stale_lock": stale, "pending_changes": pending,
-            "head": git_ops.head(g), "log_broken": broken,
+            "head": git_ops.head(g), "log_broken": broken, "branch": on_branch, "session_branch": session.branch,
             "kept_commit_off_branch": off.to_dict(g, session.branch) if off is not None else None,
             "interrupted_step": pending_state.step if pending_state else None,
             "compile_cache": cache, "sandbox": boxed or None, "timing": timing or None,

@@ -202,6 +202,7 @@ def _check(session, entries: list, digests: list[str], budget: Budget, baseline_
                 low, high = unmeasured_first_job_s(baseline_repeats)
                 data["first_verdict_seconds"] = [low, high]
                 if budget.seconds < high:
+                    data["verdict_at_risk"] = True
                     lines.append(
                         f"warning: on TileGym ops timed so far (H200, CUPTI, 16 perf cases), the baseline and one try "
                         f"took about {low:.0f}-{high:.0f} s; this budget is {budget.seconds:.0f} s, so the job "
@@ -221,8 +222,18 @@ def _check(session, entries: list, digests: list[str], budget: Budget, baseline_
             data["entries_that_fit"] = fit
             data["ready"] = data["ready"] and fit > 0
     lines += [f"note: {line}" for line in session.changes_from_init()]
-    lines.append("ready for the GPU job" if data["ready"] else "NOT READY: the GPU job would not reach its first try")
+    lines.append(_readiness_line(data))
     return Outcome("\n".join(lines), data, EXIT_OK if data["ready"] else EXIT_REJECTED)
+
+
+def _readiness_line(data: dict) -> str:
+    """The check's last line. A job the budget warning says may end before a verdict can still run
+    (it records the baseline, a reading), so it is not refused, but it is not called plainly ready."""
+    if not data["ready"]:
+        return "NOT READY: the GPU job would not reach its first try"
+    if data.get("verdict_at_risk"):
+        return "the GPU job can start, but by the warning above it may end before any verdict"
+    return "ready for the GPU job"
 
 
 def _outcome(done: list[dict], not_started: list[tuple[str, str]], actions: list[str]) -> Outcome:

@@ -41,6 +41,9 @@ def _fence_entry(repo: Path, raw: str, test_files: tuple[str, ...]) -> str:
     if bad := session_mod.check_fence(repo, [entry], test_files):
         raise UsageError(f"--allow {raw}: {bad[0]} {bad[1]}; the loop may not change tests or their configuration",
                          "fence only kernel code")
+    if not absolute.exists():  # a typo fences nothing, and the agent's edit of the file it meant is reverted
+        raise UsageError(f"--allow {raw}: no such file or folder in {repo}",
+                         "check the path; write and commit a new helper file before init")
     return entry
 
 

@@ -1,7 +1,7 @@
 """`cutile-perf install-skill`: copy SKILL.md and references/ where coding agents look for skills.
 
 Claude Code reads ``<repo>/.claude/skills/<name>/``; Codex and other agentskills.io readers read
-``<repo>/.agents/skills/<name>/``. Each installed copy carries a manifest of the sha256 of every
+``<repo>/.agents/skills/<name>/``; Cursor reads ``<repo>/.cursor/skills/<name>/`` (and both others). Each installed copy carries a manifest of the sha256 of every
 file as it was written, so a later install can tell "our old copy" (safe to replace) from "a file
 the user edited" (refused unless ``force``; even then the user's version is kept as ``<file>.bak``).
 
@@ -30,7 +30,12 @@ MANIFEST = ".cutile-perf-manifest.json"
 AGENT_DIRS: dict[str, Path] = {
     "claude": Path(".claude") / "skills" / SKILL_NAME,
     "codex": Path(".agents") / "skills" / SKILL_NAME,
+    "cursor": Path(".cursor") / "skills" / SKILL_NAME,
 }
+# What `--agent all` (the default) writes. Cursor reads `.claude/skills/` and `.agents/skills/` as
+# well as its own folder, so a third copy would only show it the skill twice; `--agent cursor`
+# writes `.cursor/skills/` for a repository that keeps only Cursor's.
+ALL_AGENTS = ("claude", "codex")
 AGENT_CHOICES = (*AGENT_DIRS, "all")
 
 
@@ -171,7 +176,7 @@ def install_skill(*, target: Path, agent: str, force: bool, source: Path | None 
         raise UsageError(f"--target {target}: not a directory")
     root = Path(source) if source else bundle_root()
     files = skill_files(root)
-    agents = list(AGENT_DIRS) if agent == "all" else [agent]
+    agents = list(ALL_AGENTS) if agent == "all" else [agent]
     plans = [plan_install(target / AGENT_DIRS[a], files) for a in agents]
     if not force:
         # Checked for every destination before writing any, so a refusal leaves nothing half-installed.
