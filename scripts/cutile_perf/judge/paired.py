@@ -95,21 +95,18 @@ def paired_log_ratios(paired: dict[str, tuple[list[float], list[float]]], prior_
     return out
 
 
-def candidate_spread(tests: dict[str, PairedTest], first: dict[str, float] | None = None) -> str | None:
+def candidate_spread(tests: dict[str, PairedTest]) -> str | None:
     """Why the candidate's runs disagree among themselves more than the baseline's noise model
     allows, or None. A bimodal candidate (fast in some processes only) or a drifting one (fast in
     its first processes only) shows it; code that runs alike every time does not.
 
-    Per case, the values compared are its per-pair log ratios (``tests``) and, given ``first``
-    (case -> the single run's ratio to the recorded median), that run's log ratio. Each has a
-    standard deviation of about sqrt(2) x ``sigma`` (a pair's difference of two runs; the single
-    run against a median of several runs, at most that), so two of them differ by 2 x ``sigma``
-    in standard deviation. Any two further apart than the normal quantile of ``SPREAD_ALPHA``,
-    shared by every comparison made (Bonferroni over cases x pairs of values), disagree: on
-    unchanged code at most ``SPREAD_ALPHA`` of checks say so.
+    Per case, the values compared are its per-pair log ratios (``tests``). Each is a difference of
+    two runs, with a standard deviation of sqrt(2) x ``sigma``, so two of them differ by 2 x
+    ``sigma`` in standard deviation. Any two further apart than the normal quantile of
+    ``SPREAD_ALPHA``, shared by every comparison made (Bonferroni over cases x pairs of pairs),
+    disagree: on code that runs alike every time at most ``SPREAD_ALPHA`` of checks say so.
     """
-    first = first or {}
-    values = {c: [*test.diffs, *([math.log(first[c])] if c in first else [])] for c, test in tests.items()}
+    values = {c: list(test.diffs) for c, test in tests.items()}
     comparisons = sum(len(v) * (len(v) - 1) // 2 for v in values.values())
     if not comparisons:
         return None

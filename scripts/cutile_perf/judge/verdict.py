@@ -419,14 +419,31 @@ def unsettled(ref: Reference, t: Thresholds, measured: dict, first: dict | None,
     candidate fast only in its first two processes was kept at -70 % after one pair, and one fast
     in 30 % of its processes on its 7th identical try (issue 39). Nor does a re-check settle while
     the candidate's runs disagree among themselves beyond the baseline's noise (``candidate_spread``,
-    its single run included: ``first``, case -> its ratio to the recorded median): the filled-in
+    and ``first_run_disagrees`` for its single run, ``first``): the filled-in
     pairs of ``settled_early`` assume the runs to come look like those so far."""
     if implausible:
         return f"a claim beyond {t.plausible_factor:g}x is judged on every pair"
     if repeat_of is not None:
         return f"the same content was reverted at iteration {repeat_of}: judged on every pair"
     tests = paired_log_ratios(measured, ref.runs, t.min_noise)
-    return candidate_spread(tests, {c: v for c, v in (first or {}).items() if c in measured})
+    return candidate_spread(tests) or first_run_disagrees(ref, t, tests, first or {})
+
+
+def first_run_disagrees(ref: Reference, t: Thresholds, tests: dict, first: dict) -> str | None:
+    """Why the candidate's single run (``first``: case -> its ratio to the recorded median) and a
+    pair so far disagree by more than the single-run rule calls a change (a case's gate and the
+    borderline band), or None. The single run was measured apart from the pairs, against the
+    recorded medians, so it is given the single run's own allowance, not the pairs' spread."""
+    floor = {c: case_noise(ref.noise, c, t) for c in tests}
+    band = t.confirm_band * t.noise_k * max(floor.values(), default=t.min_noise)
+    for case in sorted(set(tests) & set(first)):
+        allowed = single_run_gate(floor[case], t) + band
+        for diff in tests[case].diffs:
+            if abs(math.exp(diff) / first[case] - 1.0) > allowed:
+                return (f"the candidate's single run of case {case} ({format_change(first[case] - 1)}) and a pair "
+                        f"({format_change(math.exp(diff) - 1)}) disagree beyond its gate and band "
+                        f"{allowed * 100:.1f} % (fast in some processes only?)")
+    return None
 
 
 def spread_blocks_keep(ref: Reference, t: Thresholds, measured: dict, decision: Decision) -> str | None:
