@@ -17,6 +17,16 @@ Rows (goals from issue 9):
   wide       --wide N cases (15, a TileGym op's selection; 0 leaves the rows out): the slowdown on one
              case and A/A again, over --wide-tries tries each
 
+Rows of issue 39 (evidence a busy machine or a lucky run shapes; --sessions each):
+  gain       a real -8 % on every case: kept as faster (power), and what the re-check costs
+  lucky      unchanged code whose one try run is 30 % fast: never kept as faster
+  slow base  +3 % on one case, the re-check's first baseline run 50 % slow (a co-tenant): never kept
+             as faster
+  bimodal    +10 % on every case (beyond any gate here), but 30 % fast in 30 % of its processes:
+             never kept
+  drifting   +10 % on every case, but 70 % fast in its first two processes: never kept
+  repeated   the bimodal change tried again after each revert, up to 7 times: never kept
+
 Usage:
   python benchmarks/decision_power.py                 # noise 3 %, the issue's setting
   python benchmarks/decision_power.py --noise 0.05 --drift 0.01 --sessions 1000
@@ -45,12 +55,13 @@ class Simulator:
         self.runs = 0
         self.work = 0.0  # runs, each counted as the share of the cases it measured
 
-    def run(self, latency: dict[str, float], of: int | None = None) -> dict[str, float]:
+    def run(self, latency: dict[str, float], of: int | None = None, factor: float = 1.0) -> dict[str, float]:
         """One perf run: per-case medians of 9 jittered samples, times a shared per-run drift.
-        ``of``: how many cases the whole selection holds (``latency`` may be the cases in doubt)."""
+        ``of``: how many cases the whole selection holds (``latency`` may be the cases in doubt);
+        ``factor``: what this process does to every case (a co-tenant, a mode the code fell into)."""
         self.runs += 1
         self.work += len(latency) / (of or len(latency))
-        shared = 1 + self.rng.uniform(-self.drift, self.drift)
+        shared = factor * (1 + self.rng.uniform(-self.drift, self.drift))
         return {c: shared * statistics.median(v * (1 + self.rng.uniform(-self.noise, self.noise)) for _ in range(9))
                 for c, v in latency.items()}
 
@@ -62,19 +73,30 @@ def baseline(sim: Simulator, latency: dict[str, float], repeats: int, t: rules.T
                             noise=rules.noise_floor(per_case, minimum=t.min_noise), runs=per_case)
 
 
+def _same(_process: int) -> float:
+    return 1.0
+
+
 def one_try(sim: Simulator, ref: Reference, base_latency: dict, cand_latency: dict,
-            t: rules.Thresholds) -> tuple[Verdict, int, dict]:
+            t: rules.Thresholds, *, cand_factor=_same, base_factor=_same,
+            repeat_of: int | None = None) -> tuple[Verdict, int, dict]:
     """The judge's verdict on one candidate, the extra perf runs it asked for, the candidate's run.
-    Each re-check run measures the cases the judge names, as the loop selects them by node id."""
+    Each re-check run measures the cases the judge names, as the loop selects them by node id.
+    ``cand_factor(k)``: the factor on the candidate's k-th process (0: the try's own run);
+    ``base_factor(k)``: on the re-check's k-th baseline run (from 1); ``repeat_of``: the row this
+    content was reverted at (a judge that cannot be told is not told)."""
     start = sim.runs
-    perf = Stage(shapes=sim.run(cand_latency))
-    verdict = judge(ref, t, Evidence(perf=perf))
-    evidence = Evidence(perf=perf)
+    perf = Stage(shapes=sim.run(cand_latency, factor=cand_factor(0)))
+    told = {"repeat_of": repeat_of} if repeat_of is not None and "repeat_of" in Evidence.__dataclass_fields__ else {}
+    evidence = Evidence(perf=perf, **told)
+    verdict = judge(ref, t, evidence)
     while verdict.action == "re-measure":
         asked = getattr(verdict, "cases", ())  # () or a judge without partial re-checks: every case
-        runs = [Stage(shapes=sim.run({c: v for c, v in latency.items() if not asked or c in asked}, len(latency)),
+        k = len(evidence.pairs) + 1
+        runs = [Stage(shapes=sim.run({c: v for c, v in latency.items() if not asked or c in asked}, len(latency),
+                                     factor(k)),
                       **({"cases": asked} if asked else {}))
-                for latency in (base_latency, cand_latency)]
+                for latency, factor in ((base_latency, base_factor), (cand_latency, cand_factor))]
         evidence = evidence.add(pairs=(*evidence.pairs, tuple(runs)))
         verdict = judge(ref, t, evidence)
     return verdict, sim.runs - start - 1, perf.shapes
@@ -131,6 +153,68 @@ def aa_rows(args, t: rules.Thresholds, rng: random.Random, true_ms: dict | None 
              _extra(extra, work), "<= 1 %", "MET" if rate <= 0.01 else "MISSED"]]
 
 
+def _kept_faster(verdict: Verdict) -> bool:
+    return verdict.action == "keep" and verdict.decision is not None and verdict.decision.rebaseline
+
+
+def _scaled(latency: dict[str, float], factor: float, only: str | None = None) -> dict[str, float]:
+    return {c: v * factor if only in (None, c) else v for c, v in latency.items()}
+
+
+def scenario_row(args, t: rules.Thresholds, rng: random.Random, label: str, cand: dict, goal: str,
+                 bad, *, cand_factor=None, base_factor=None, tries: int = 1) -> list:
+    """``args.sessions`` sessions of one scenario: a baseline, then the same candidate tried up to
+    ``tries`` times while it is reverted (each later try told the row it was reverted at). ``bad``:
+    which final verdict misses the goal ("kept": any keep; "faster": a keep that moves the baseline;
+    "not faster": anything else)."""
+    missed, extra, work = 0, [], []
+    for _ in range(args.sessions):
+        sim = Simulator(args.noise, args.drift, rng)
+        ref = baseline(sim, TRUE_MS, args.repeats, t)
+        reverted_at = None
+        for attempt in range(1, tries + 1):
+            factors = {} if cand_factor is None else {"cand_factor": cand_factor(rng)}
+            if base_factor is not None:
+                factors["base_factor"] = base_factor
+            before = sim.work
+            verdict, runs, _ = one_try(sim, ref, TRUE_MS, cand, t, repeat_of=reverted_at, **factors)
+            extra.append(runs)
+            work.append(_extra_work(sim, before))
+            if verdict.action != "revert":
+                break
+            reverted_at = attempt
+        missed += {"kept": verdict.action == "keep", "faster": _kept_faster(verdict),
+                   "not faster": not _kept_faster(verdict)}[bad]
+    rate = missed / args.sessions
+    met = rate <= 0.1 if bad == "not faster" else rate <= 0.01
+    outcome = (f"{args.sessions - missed}/{args.sessions} kept as faster" if bad == "not faster"
+               else f"{missed}/{args.sessions} " + ("kept" if bad == "kept" else "kept as faster"))
+    return [label, outcome, _extra(extra, work), goal, "MET" if met else "MISSED"]
+
+
+def issue39_rows(args, t: rules.Thresholds, rng) -> list[list]:
+    """The rows of issue 39's evidence-shaping cases (module docstring)."""
+    every = lambda factor: _scaled(TRUE_MS, factor)  # noqa: E731
+    def per_process(r):  # fast in 30 % of processes: one draw per process, made when it first runs
+        draws = {}
+        return lambda k: draws.setdefault(k, 0.7 if r.random() < 0.3 else 1.0)
+    return [
+        scenario_row(args, t, rng("gain"), "gain: -8 % on every case", every(0.92), ">= 90 % kept as faster",
+                     "not faster"),
+        scenario_row(args, t, rng("lucky"), "lucky: unchanged, its try run 30 % fast", every(1.0),
+                     "<= 1 % kept as faster", "faster", cand_factor=lambda r: lambda k: 0.7 if k == 0 else 1.0),
+        scenario_row(args, t, rng("slow base"), "slow base: +3 % on 1 case, 1st re-check base run +50 %",
+                     _scaled(TRUE_MS, 1.03, CASES[0]), "<= 1 % kept as faster", "faster",
+                     base_factor=lambda k: 1.5 if k == 1 else 1.0),
+        scenario_row(args, t, rng("bimodal"), "bimodal: +10 %, 30 % fast in 30 % of processes", every(1.10),
+                     "<= 1 % kept", "kept", cand_factor=per_process),
+        scenario_row(args, t, rng("drifting"), "drifting: +10 %, 70 % fast in its first 2 processes", every(1.10),
+                     "<= 1 % kept", "kept", cand_factor=lambda r: lambda k: 0.3 if k < 2 else 1.0),
+        scenario_row(args, t, rng("repeated"), "repeated: the bimodal change, up to 7 tries", every(1.10),
+                     "<= 1 % kept", "kept", cand_factor=per_process, tries=7),
+    ]
+
+
 def wide_cases(count: int) -> dict[str, float]:
     """``count`` cases from 0.05 to 8 ms, spaced evenly on a log scale (a TileGym op's shapes)."""
     return {f"case{i:02d}": 0.05 * (8.0 / 0.05) ** (i / max(count - 1, 1)) for i in range(count)}
@@ -179,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10, help="tries in a row of the ratchet row")
     parser.add_argument("--wide", type=int, default=15, help="cases of the wide rows (0: leave them out)")
     parser.add_argument("--wide-tries", type=int, default=300, help="sessions and A/A tries of the wide rows")
+    parser.add_argument("--only", choices=("all", "issue39"), default="all",
+                        help="issue39: only the rows of issue 39's cases (module docstring)")
     parser.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
                         help="a threshold set away from its default, as session.yaml may set it before the baseline "
                              "(repeatable)")
@@ -195,9 +281,11 @@ def main(argv: list[str] | None = None) -> int:
     def rng(row: str) -> random.Random:
         return random.Random(f"{args.seed}/{row}")
 
-    rows = (slowdown_rows(args, t, rng("slowdown")) + aa_rows(args, t, rng("A/A"))
-            + ratchet_rows(args, t, rng("ratchet")))
-    if args.wide:
+    rows = issue39_rows(args, t, rng)
+    if args.only == "all":
+        rows = (slowdown_rows(args, t, rng("slowdown")) + aa_rows(args, t, rng("A/A"))
+                + ratchet_rows(args, t, rng("ratchet")) + rows)
+    if args.wide and args.only == "all":
         wide = wide_cases(args.wide)
         rows += (slowdown_rows(args, t, rng("wide slowdown"), wide, args.wide_tries)
                  + aa_rows(args, t, rng("wide A/A"), wide, args.wide_tries))

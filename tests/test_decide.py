@@ -396,7 +396,9 @@ def test_a_re_check_whose_first_pair_leaves_no_doubt_stops_there():
     verdict = _borderline_then([(1.0, 1.30)])  # 30 % slower in its first pair, against 1 % noise
     assert verdict.action == "revert" and verdict.decision.settled_after == 1
     assert "settled after 1 of 3 interleaved pairs" in verdict.reason
-    clear_gain = _borderline_then([(1.0, 0.80)])  # and 20 % faster
+    # And 20 % faster, after a single run that said so too (a borderline single run and a fast first
+    # pair disagree: a bimodal candidate, test_a_bimodal_candidate_is_not_settled_by_one_fast_pair).
+    clear_gain = _judge_runs(0.80, [(1.0, 0.80)])
     assert (clear_gain.action, clear_gain.decision.rebaseline, clear_gain.decision.settled_after) == ("keep", True, 1)
     # settle_sd 0 runs every pair, as before.
     assert _borderline_then([(1.0, 1.30)], Thresholds(settle_sd=0.0)).action == "re-measure"
@@ -427,3 +429,121 @@ def test_a_re_check_still_in_doubt_runs_on_and_its_last_pair_decides_as_before()
     done = _borderline_then([(1.0, 1.012), (1.002, 1.013), (0.999, 1.011)])
     assert done.final and done.decision.settled_after is None
     assert done == _borderline_then([(1.0, 1.012), (1.002, 1.013), (0.999, 1.011)], Thresholds(settle_sd=0.0))
+
+
+# --- issue 39: evidence a busy machine or a lucky run can shape ---------------------------------
+
+RUNS2 = {"a": [0.995, 1.0, 1.005], "b": [1.99, 2.0, 2.01]}
+
+
+def _ref2():
+    from cutile_perf.judge.verdict import Reference
+    return Reference("base", {"a": 1.0, "b": 2.0}, noise_floor(RUNS2), runs=RUNS2)
+
+
+def _judge_runs(single: float, pairs: list[tuple[float, float]], t: Thresholds = T, **evidence):
+    """The judge's verdict on a candidate whose single run and interleaved (baseline, candidate)
+    pairs scale every case of ``_ref2`` alike by the factors given."""
+    from cutile_perf.judge.verdict import Evidence, Stage, judge
+    shapes = lambda f: {"a": 1.0 * f, "b": 2.0 * f}  # noqa: E731
+    made = tuple((Stage("perf", shapes=shapes(b)), Stage("perf", shapes=shapes(c))) for b, c in pairs)
+    return judge(_ref2(), t, Evidence(perf=Stage("perf", shapes=shapes(single)), pairs=made, **evidence))
+
+
+def test_a_baseline_run_that_the_single_run_rule_would_call_changed_disagrees_with_the_recorded_medians():
+    from cutile_perf.judge.rules import baseline_disagreement
+    recorded, noise = {"a": 1.0, "b": 2.0}, noise_floor(RUNS2)
+    assert baseline_disagreement(recorded, noise, {"a": 1.004, "b": 1.995}, T) is None  # inside its noise
+    slow = baseline_disagreement(recorded, noise, {"a": 1.5, "b": 3.0}, T)  # a co-tenant: every case 50 % slow
+    assert slow.startswith("the baseline commit measured geomean +50.0 % against its recorded medians")
+    assert "geomean -30.0 %" in baseline_disagreement(recorded, noise, {"a": 0.7, "b": 1.4}, T)  # recorded under load
+    one_case = baseline_disagreement(recorded, noise, {"a": 0.97, "b": 2.14}, T)  # one case far off, geomean not
+    assert one_case.startswith("the baseline commit measured case b +7.0 %")
+    assert baseline_disagreement(recorded, noise, {"a": 1.5}, T) is not None  # a run of the cases in doubt only
+    assert baseline_disagreement(recorded, noise, {}, T) is None
+
+
+def test_a_slow_baseline_run_of_the_re_check_is_left_out_and_a_drifting_baseline_is_refused():
+    # Issue 39: an honestly ~1 % slower change, one baseline run of the re-check slowed by a
+    # co-tenant, was "keep/new-baseline -36.9 %, settled after 1 of 3 pairs".
+    from cutile_perf.judge.verdict import last_pair
+    verdict = _judge_runs(1.025, [(1.6, 1.01)])
+    assert verdict.action == "re-measure", verdict.reason
+    assert "pair 1's baseline run left out: the baseline commit measured geomean +60.0 %" in verdict.reason
+    # The pairs in its place decide, and the row says which pair was left out.
+    done = _judge_runs(1.025, [(1.6, 1.01), (1.0, 1.01), (1.001, 1.012), (0.999, 1.009)])
+    assert done.final and "pair 1's baseline run left out" in done.reason
+    assert not (done.action == "keep" and done.decision.rebaseline)
+    # A baseline that runs at another speed in every pair (a leftover, or a baseline recorded under
+    # load) is never kept against: past last_pair the change is refused.
+    drifting = [(1.6, 1.01)] * last_pair(T)
+    assert _judge_runs(1.025, drifting[:-1]).action == "re-measure"
+    refused = _judge_runs(1.025, drifting)
+    assert (refused.action, refused.decision.tier) == ("revert", "baseline-drift")
+    assert refused.reason.startswith(f"baseline-drift: {last_pair(T)} of {last_pair(T)} interleaved pairs' baseline "
+                                     "runs disagreed")
+
+
+def test_a_keep_that_moves_the_baseline_never_rests_on_one_candidate_run():
+    # A comment-only change kept at -36.6 % against a baseline recorded under load (issue 39): one
+    # candidate process says nothing about the candidate's own spread.
+    lucky = _judge_runs(0.7, [])
+    assert lucky.action == "re-measure" and "rests on more than one candidate run" in lucky.reason
+    assert lucky.decision.rebaseline  # what the single run alone would have done
+    assert _judge_runs(1.0, []).action == "keep"  # a within-noise keep moves nothing: no re-check
+    # Its pairs show the change is none: kept without moving the baseline.
+    same = _judge_runs(0.7, [(1.0, 1.0), (1.002, 1.001), (0.998, 0.999)])
+    assert (same.action, same.decision.rebaseline) == ("keep", False), same.reason
+
+
+def test_candidate_spread_flags_runs_that_disagree_beyond_the_baseline_noise():
+    from cutile_perf.judge.paired import candidate_spread, paired_log_ratios
+    alike = paired_log_ratios({"a": ([1.0, 1.002, 0.998], [0.9, 0.903, 0.899])}, RUNS2, T.min_noise)
+    assert candidate_spread(alike) is None
+    bimodal = paired_log_ratios({"a": ([1.0, 1.002, 0.998], [0.7, 1.06, 1.061])}, RUNS2, T.min_noise)
+    why = candidate_spread(bimodal)
+    assert why.startswith("the candidate's runs of case a disagree: -30.0 % to +6.3 % against the baseline")
+    one_pair = paired_log_ratios({"a": ([1.0], [0.9])}, RUNS2, T.min_noise)
+    assert candidate_spread(one_pair) is None  # one value: nothing to compare
+
+
+def test_a_bimodal_candidate_is_not_settled_by_one_fast_pair():
+    # A candidate ~+1 % in its single run (borderline), fast in the one process of the first pair:
+    # settled as "faster" after that pair before; its runs disagree, so the pairs go on.
+    verdict = _judge_runs(1.025, [(1.0, 0.7)])
+    assert verdict.action == "re-measure" and "not settled early: the candidate's single run" in verdict.reason
+    # The same pair after a single run that agrees with it settles as before.
+    assert _judge_runs(0.72, [(1.0, 0.7)]).decision.settled_after == 1
+    # All its pairs run: fast in one of three processes, it never moves the baseline.
+    done = _judge_runs(1.025, [(1.0, 0.7), (1.0, 1.06), (1.0, 1.061)])
+    assert not (done.action == "keep" and done.decision.rebaseline), done.reason
+
+
+def test_one_fast_pair_does_not_keep_a_slower_candidate_within_noise():
+    # Issue 39's drifting candidate with every pair run: +6 % in two of three pairs, -30 % in one;
+    # the fast pair flipped the mean's sign, so "within noise" kept it at +6 %.
+    from cutile_perf.judge.paired import paired_log_ratios
+    pairs = [(1.0, 0.7), (1.0, 1.06), (1.001, 1.061)]
+    tests = paired_log_ratios({"a": ([b for b, _ in pairs], [c for _, c in pairs])}, RUNS2, T.min_noise)
+    assert tests["a"].z < 0 < paired_module.SOME_RISE_Z < tests["a"].robust_z
+    verdict = _judge_runs(1.0, pairs, Thresholds(settle_sd=0.0), repeat_of=1)
+    assert (verdict.action, verdict.decision.tier) == ("revert", "regression"), verdict.reason
+    assert "beyond its gate" in verdict.reason
+
+
+def test_a_drifting_implausible_claim_is_judged_on_every_pair():
+    # Fast only in its first two processes (the try's run and the first pair): kept at -70 % after
+    # one pair before (issue 39).
+    verdict = _judge_runs(0.3, [(1.0, 0.3)])
+    assert verdict.action == "re-measure" and "judged on every pair" in verdict.reason
+    done = _judge_runs(0.3, [(1.0, 0.3), (1.0, 1.06), (1.0, 1.061)])
+    assert done.action == "revert", done.reason
+
+
+def test_content_reverted_before_is_kept_only_on_the_whole_re_check():
+    repeat = _judge_runs(1.0, [], repeat_of=4)
+    assert repeat.action == "re-measure" and "reverted at iteration 4" in repeat.reason
+    assert _judge_runs(1.0, [(1.0, 1.0)]).decision.settled_after == 1  # a first try settles
+    assert _judge_runs(1.0, [(1.0, 1.0)], repeat_of=4).action == "re-measure"  # a repeat does not
+    kept = _judge_runs(1.0, [(1.0, 1.0), (1.001, 1.0), (0.999, 1.001)], repeat_of=4)
+    assert (kept.action, kept.decision.rebaseline) == ("keep", False)

@@ -350,7 +350,7 @@ def test_a_branch_moved_during_the_run_is_tampering_and_is_moved_back(repo):
     session = session_mod.load(repo)
 
     def swap(name, tag, commit):
-        if name == "perf":
+        if name == "perf" and tag == "1":  # the try's own perf run (a speedup is re-checked after it)
             (repo / "tests" / "sneaky.py").write_text("EXTRA = 1\n")
             git(repo, "add", "tests/sneaky.py")
             git(repo, "commit", "-qm", "unfenced extra")

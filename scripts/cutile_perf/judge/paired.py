@@ -28,16 +28,35 @@ SOME_RISE_Z = statistics.NormalDist().inv_cdf(0.95)
 NOISE_WIDTH_PER_SD = 3.5
 
 
+# The median of n normal samples has a standard error at most sqrt(pi / 2) times the mean's (the
+# large-n limit; 1.16 for 3 samples), so scaling the mean's standard error by it never overstates
+# the median's certainty.
+MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2.0)
+
+# ``candidate_spread``'s two-sided level, shared (Bonferroni) by every comparison it makes.
+SPREAD_ALPHA = 0.01
+
+
 @dataclass(frozen=True)
 class PairedTest:
-    """One case's per-pair log ratios log(candidate/baseline): their mean and its standard error."""
+    """One case's per-pair log ratios log(candidate/baseline): their mean and its standard error,
+    their median, the ratios themselves and the run-to-run standard deviation ``sigma`` behind ``se``."""
 
     mean: float
     se: float
+    median: float = 0.0
+    diffs: tuple = ()
+    sigma: float = 0.0
 
     @property
     def z(self) -> float:
         return self.mean / self.se
+
+    @property
+    def robust_z(self) -> float:
+        """The median's z: one pair far off (a candidate fast in one process only) moves the mean, and
+        with it ``z``, as far as it likes, but the median of three pairs not at all."""
+        return self.median / (self.se * MEDIAN_SE_FACTOR)
 
 
 def paired_log_ratios(paired: dict[str, tuple[list[float], list[float]]], prior_runs: dict[str, list[float]] | None,
@@ -71,8 +90,39 @@ def paired_log_ratios(paired: dict[str, tuple[list[float], list[float]]], prior_
         sigma = max(pooled, own, minimum / NOISE_WIDTH_PER_SD)
         n = min(len(base), len(cand))
         diffs = [math.log(cand[i] / base[i]) for i in range(n)]
-        out[case] = PairedTest(statistics.fmean(diffs), sigma * math.sqrt(2.0 / n))
+        out[case] = PairedTest(statistics.fmean(diffs), sigma * math.sqrt(2.0 / n), statistics.median(diffs),
+                               tuple(diffs), sigma)
     return out
+
+
+def candidate_spread(tests: dict[str, PairedTest]) -> str | None:
+    """Why the candidate's runs disagree among themselves more than the baseline's noise model
+    allows, or None. A bimodal candidate (fast in some processes only) or a drifting one (fast in
+    its first processes only) shows it; code that runs alike every time does not.
+
+    Per case, the values compared are its per-pair log ratios (``tests``). Each is a difference of
+    two runs, with a standard deviation of sqrt(2) x ``sigma``, so two of them differ by 2 x
+    ``sigma`` in standard deviation. Any two further apart than the normal quantile of
+    ``SPREAD_ALPHA``, shared by every comparison made (Bonferroni over cases x pairs of pairs),
+    disagree: on code that runs alike every time at most ``SPREAD_ALPHA`` of checks say so.
+    """
+    values = {c: list(test.diffs) for c, test in tests.items()}
+    comparisons = sum(len(v) * (len(v) - 1) // 2 for v in values.values())
+    if not comparisons:
+        return None
+    z = statistics.NormalDist().inv_cdf(1.0 - SPREAD_ALPHA / 2.0 / comparisons)
+    worst, excess = None, 0.0
+    for case, logs in values.items():
+        if len(logs) > 1:
+            gap = (max(logs) - min(logs)) / (2.0 * tests[case].sigma)
+            if gap > z and gap > excess:
+                worst, excess = case, gap
+    if worst is None:
+        return None
+    logs = values[worst]
+    return (f"the candidate's runs of case {worst} disagree: {format_change(math.exp(min(logs)) - 1)} to "
+            f"{format_change(math.exp(max(logs)) - 1)} against the baseline, {excess:.1f} sd apart where the "
+            f"baseline's noise allows {z:.1f} (fast in some processes only?)")
 
 
 def geomean_z(tests: dict[str, PairedTest]) -> float:

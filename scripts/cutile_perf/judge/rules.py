@@ -32,7 +32,9 @@ from cutile_perf.templating import format_change
 VERDICTS = ("keep", "revert", "confirm")
 # Tiers that moved performance: their numbers become the new baseline.
 IMPROVING_TIERS = ("new-baseline", "keep-lower-priority", "keep-recommend-stop")
-TIERS = (*IMPROVING_TIERS, "no-change", "regression", "missing-shape", "borderline")
+# "baseline-drift": the interleaved re-check's baseline runs kept disagreeing with the baseline's
+# recorded medians (``baseline_disagreement``), so no keep could rest on them.
+TIERS = (*IMPROVING_TIERS, "no-change", "regression", "missing-shape", "borderline", "baseline-drift")
 
 DEFAULT_MIN_NOISE = 0.005
 # Noise assumed for a shape measured once: one run says nothing about its spread.
@@ -310,6 +312,36 @@ def cases_in_doubt(baseline: dict[str, float], candidate: dict[str, float], nois
     if zone not in ("no-change", "faster") or not doubt:
         return tuple(shapes)
     return tuple(sorted(doubt))
+
+
+def baseline_disagreement(recorded: dict[str, float], noise: dict[str, float], run: dict[str, float],
+                          t: Thresholds) -> str | None:
+    """Why one run of the baseline commit (``run``: case -> median ms, any of the cases) cannot be
+    the baseline whose medians were recorded (``recorded``, with their ``noise``), or None.
+
+    It is judged as the single-run rule (``decide``) would judge it as a candidate against those
+    medians: a geomean, or any case, beyond its gate and the borderline band either way is a run
+    that rule would call changed, so the code did not run as it did when it was recorded (a
+    co-tenant on the device, a leftover of a reverted iteration, clocks). Only the outer zones
+    count: the single run's false verdicts on unchanged code are rare there, so an honest
+    baseline run is seldom refused (``benchmarks/decision_power.py`` measures the cost).
+    """
+    cases = sorted(set(run) & set(recorded))
+    if not cases:
+        return None
+    ratios = {c: run[c] / recorded[c] for c in cases}
+    zone, agg, gate = geomean_zone(ratios, noise, t)
+    if zone in ("slower", "faster"):
+        return (f"the baseline commit measured geomean {format_change(agg)} against its recorded medians, "
+                f"beyond its gate {gate * 100:.1f} % and the borderline band")
+    floor = {c: case_noise(noise, c, t) for c in cases}
+    band = t.confirm_band * t.noise_k * max(floor.values())
+    for case in cases:
+        change = ratios[case] - 1.0
+        if abs(change) > single_run_gate(floor[case], t) + band:
+            return (f"the baseline commit measured case {case} {format_change(change)} against its recorded "
+                    f"median, beyond its gate {single_run_gate(floor[case], t) * 100:.1f} % and the band")
+    return None
 
 
 def improvement_tier(improvement: float, t: Thresholds) -> str:

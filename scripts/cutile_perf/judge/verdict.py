@@ -24,9 +24,10 @@ from dataclasses import dataclass, field, replace
 
 from cutile_perf.judge import stats
 from cutile_perf.judge.crash import CrashClass
-from cutile_perf.judge.paired import SOME_RISE_Z, completed, confirm, geomean_z, paired_log_ratios
-from cutile_perf.judge.rules import (Decision, Thresholds, case_noise, cases_in_doubt, decide, geomean_zone,
-                                     improvement_tier, single_run_gate)
+from cutile_perf.judge.paired import (SOME_RISE_Z, candidate_spread, completed, confirm, geomean_z,
+                                      paired_log_ratios)
+from cutile_perf.judge.rules import (Decision, Thresholds, baseline_disagreement, case_noise, cases_in_doubt, decide,
+                                     geomean_zone, improvement_tier, single_run_gate)
 from cutile_perf.templating import format_change
 
 
@@ -86,6 +87,10 @@ class Evidence:
     defined_names: frozenset | None = None
     changed_during_run: bool = False  # the fenced files in the work tree differ from the candidate commit
     git_moved: str | None = None  # HEAD, the session branch or the index moved while the children ran
+    # The iteration of an earlier row reverted with the same fenced content (``Iteration.repeat_of``):
+    # trying it again until a lucky run keeps it must not work, so a repeat is kept only on the
+    # whole interleaved re-check.
+    repeat_of: int | None = None
 
     def add(self, **changes) -> Evidence:
         return replace(self, **changes)
@@ -234,9 +239,19 @@ def judge(ref: Reference, t: Thresholds, ev: Evidence) -> Verdict:
     doubt = cases_in_doubt(ref.medians, single_medians, ref.noise, t, implausible)
     if not ev.pairs:
         single = decide({c: ref.medians[c] for c in cases}, single_medians, ref.noise, t)
-        if single.verdict == "confirm" or (implausible and single.verdict == "keep"):
-            why = (f"claims more than {t.plausible_factor:g}x on {', '.join(implausible)}" if implausible
-                   else single.reason)
+        # One candidate process says nothing about the candidate's own spread: a keep that moves the
+        # reference, or keeps content reverted before, rests on interleaved pairs too.
+        unproven = single.verdict == "keep" and (single.rebaseline or ev.repeat_of is not None)
+        if single.verdict == "confirm" or (implausible and single.verdict == "keep") or unproven:
+            if implausible:
+                why = f"claims more than {t.plausible_factor:g}x on {', '.join(implausible)}"
+            elif single.verdict == "keep" and ev.repeat_of is not None:
+                why = (f"{single.reason}; the same fenced content was reverted at iteration {ev.repeat_of}, so "
+                       "only the whole interleaved re-check may keep it")
+            elif single.verdict == "keep":
+                why = f"{single.reason}; a keep that moves the baseline rests on more than one candidate run"
+            else:
+                why = single.reason
             if len(doubt) < len(cases):
                 why += f"; re-measuring the {len(doubt)} of {len(cases)} cases in doubt ({_names(doubt)})"
             return Verdict("re-measure", why, decision=single, cases=_asked(doubt, cases))
@@ -249,12 +264,65 @@ def judge(ref: Reference, t: Thresholds, ev: Evidence) -> Verdict:
     if ev.pairs[-1][1] is None:
         return Verdict("re-measure", "the candidate's run of this interleaved pair is next",
                        cases=ev.pairs[-1][0].cases)
+    drifted = drifted_pairs(ref, t, ev.pairs)
+    if drifted:
+        return judge_without_drifted(ref, t, ev, drifted)
     paired = paired_samples(ev.pairs, cases)
+    first = {c: single_medians[c] / ref.medians[c] for c in cases}
     if len(doubt) < len(cases):
-        verdict = judge_partial(ref, t, single_medians, doubt, paired, implausible)
+        verdict = judge_partial(ref, t, single_medians, doubt, paired, implausible, ev.repeat_of)
         if verdict is not None:
             return verdict
-    return judge_paired(ref, t, paired, implausible)
+    return judge_paired(ref, t, paired, implausible, first=first, repeat_of=ev.repeat_of)
+
+
+# A re-check whose baseline runs disagree with the recorded baseline (``drifted_pairs``) runs up to
+# this many pairs beyond ``max_confirm_pairs`` in their place before it refuses to decide.
+DRIFT_EXTRA_PAIRS = 2
+
+
+def last_pair(t: Thresholds) -> int:
+    """The most interleaved pairs one re-check may run: ``max_confirm_pairs``, plus the pairs that
+    replace those whose baseline run drifted."""
+    return t.max_confirm_pairs + DRIFT_EXTRA_PAIRS
+
+
+def drifted_pairs(ref: Reference, t: Thresholds, pairs) -> dict[int, str]:
+    """Index -> why, of each complete pair whose baseline run disagrees with the baseline's recorded
+    medians (``rules.baseline_disagreement``, over the cases the run measured). Such a pair compares
+    the candidate with a baseline that did not run at its recorded speed: a co-tenant or a reverted
+    iteration's leftover slowing the one baseline run of a pair made an honestly slower change
+    "-36.9 %, settled after 1 pair" before this check (issue 39)."""
+    out = {}
+    for index, (base, cand) in enumerate(pairs):
+        if cand is None or not (base.ok and cand.ok):
+            continue
+        asked = [c for c in (base.cases or ref.medians) if c in base.shapes and c in ref.medians]
+        why = baseline_disagreement(ref.medians, ref.noise, {c: base.shapes[c] for c in asked}, t)
+        if why:
+            out[index] = why
+    return out
+
+
+def judge_without_drifted(ref: Reference, t: Thresholds, ev: Evidence, drifted: dict[int, str]) -> Verdict:
+    """The verdict on the pairs whose baseline run agrees with the recorded baseline: the others are
+    left out (chosen on the baseline runs alone, so the candidate's runs bias nothing), and more pairs
+    are run in their place up to ``last_pair``. Past it, no verdict can rest on this re-check: the
+    change is refused as "baseline-drift", never kept on a baseline that ran at another speed."""
+    first = min(drifted)
+    note = (f"pair {first + 1}'s baseline run left out: {drifted[first]}"
+            + (f" ({len(drifted)} of {len(ev.pairs)} pairs left out)" if len(drifted) > 1 else ""))
+    verdict = judge(ref, t, replace(ev, pairs=tuple(p for i, p in enumerate(ev.pairs) if i not in drifted)))
+    if verdict.final:
+        reason = f"{verdict.reason}; {note}"
+        decision = replace(verdict.decision, reason=reason) if verdict.decision is not None else None
+        return replace(verdict, reason=reason, decision=decision)
+    if len(ev.pairs) < last_pair(t):
+        return replace(verdict, reason=f"{note}; re-measuring")
+    reason = (f"baseline-drift: {len(drifted)} of {len(ev.pairs)} interleaved pairs' baseline runs disagreed with "
+              f"the baseline's recorded medians (e.g. {drifted[first]}): the machine or a leftover changed the "
+              "baseline's speed, so no verdict rests on them; try again on a quiet device")
+    return Verdict("revert", reason, decision=Decision("revert", "baseline-drift", reason, source="confirm"))
 
 
 def _names(cases, shown: int = 3) -> str:
@@ -341,8 +409,69 @@ def settled_early(ref: Reference, t: Thresholds, measured: dict, rounds: int,
     return replace(outcomes[0], reason=reason, decision=decision)
 
 
+def _keeps(verdict: Verdict | None) -> bool:
+    return verdict is not None and verdict.action == "keep"
+
+
+def unsettled(ref: Reference, t: Thresholds, measured: dict, first: dict | None, implausible, repeat_of) -> str | None:
+    """Why a re-check that would keep may not stop before ``min_confirm_pairs`` on the pairs so far,
+    or None (a revert settles as before: refusing a change needs no proof of its spread).
+
+    A claim beyond ``plausible_factor`` and content reverted before are judged on every pair: a
+    candidate fast only in its first two processes was kept at -70 % after one pair, and one fast
+    in 30 % of its processes on its 7th identical try (issue 39). Nor does a re-check settle while
+    the candidate's runs disagree among themselves beyond the baseline's noise (``candidate_spread``,
+    and ``first_run_disagrees`` for its single run, ``first``): the filled-in
+    pairs of ``settled_early`` assume the runs to come look like those so far."""
+    if implausible:
+        return f"a claim beyond {t.plausible_factor:g}x is judged on every pair"
+    if repeat_of is not None:
+        return f"the same content was reverted at iteration {repeat_of}: judged on every pair"
+    tests = paired_log_ratios(measured, ref.runs, t.min_noise)
+    return candidate_spread(tests) or first_run_disagrees(ref, t, tests, first or {})
+
+
+def first_run_disagrees(ref: Reference, t: Thresholds, tests: dict, first: dict) -> str | None:
+    """Why the candidate's single run (``first``: case -> its ratio to the recorded median) and a
+    pair so far disagree by more than the single-run rule calls a change (a case's gate and the
+    borderline band), or None. The single run was measured apart from the pairs, against the
+    recorded medians, so it is given the single run's own allowance, not the pairs' spread."""
+    floor = {c: case_noise(ref.noise, c, t) for c in tests}
+    band = t.confirm_band * t.noise_k * max(floor.values(), default=t.min_noise)
+    for case in sorted(set(tests) & set(first)):
+        allowed = single_run_gate(floor[case], t) + band
+        for diff in tests[case].diffs:
+            if abs(math.exp(diff) / first[case] - 1.0) > allowed:
+                return (f"the candidate's single run of case {case} ({format_change(first[case] - 1)}) and a pair "
+                        f"({format_change(math.exp(diff) - 1)}) disagree beyond its gate and band "
+                        f"{allowed * 100:.1f} % (fast in some processes only?)")
+    return None
+
+
+def spread_blocks_keep(ref: Reference, t: Thresholds, measured: dict, decision: Decision) -> str | None:
+    """Why a keep that would move the reference may not, or None: the candidate's own runs in the
+    pairs disagree beyond the baseline's noise (``candidate_spread``), so no one speed of it can
+    become the reference. The gates come from the baseline's noise; this is where the candidate's
+    own spread enters a decision."""
+    if decision.verdict != "keep" or not decision.rebaseline:
+        return None
+    return candidate_spread(paired_log_ratios(measured, ref.runs, t.min_noise))
+
+
+def beyond_gate(ref: Reference, t: Thresholds, measured: dict, changes: dict, gates: dict) -> str | None:
+    """The first re-measured case whose paired median ratio sits beyond its single-run gate with a
+    rise the pairs support, or None: "within noise" never keeps such a case. The rise is asked of
+    the mean per-pair log ratio or their median (``PairedTest.robust_z``): one fast pair flips the
+    mean's sign however slow the others were, never the median of three."""
+    tests = paired_log_ratios(measured, ref.runs, t.min_noise)
+    for case in sorted(measured):
+        if changes.get(case, 0.0) > gates[case] and max(tests[case].z, tests[case].robust_z) > SOME_RISE_Z:
+            return case
+    return None
+
+
 def judge_partial(ref: Reference, t: Thresholds, single: dict, doubt: tuple[str, ...], paired: dict,
-                  implausible: list[str]) -> Verdict | None:
+                  implausible: list[str], repeat_of: int | None = None) -> Verdict | None:
     """The verdict when the re-check re-measured only the cases in doubt (``rules.cases_in_doubt``
     derives why it is valid), or None when the geomean is in doubt and the whole re-check decides.
 
@@ -361,10 +490,12 @@ def judge_partial(ref: Reference, t: Thresholds, single: dict, doubt: tuple[str,
     if rounds < t.min_confirm_pairs:
         settled = settled_early(ref, t, measured, rounds, lambda filled: judge_partial(
             ref, t, single, doubt, {**paired, **filled}, implausible), note)
-        if settled is not None:
+        first = {c: single[c] / ref.medians[c] for c in doubt}
+        barrier = unsettled(ref, t, measured, first, implausible, repeat_of) if _keeps(settled) else None
+        if settled is not None and not barrier:
             return settled
         return Verdict("re-measure", f"{rounds} of {t.min_confirm_pairs} interleaved pairs of the {len(doubt)} "
-                       "cases in doubt", cases=doubt)
+                       "cases in doubt" + (f"; not settled early: {barrier}" if barrier else ""), cases=doubt)
     confirmed = confirm(measured, t, ref.runs)
     ratios = {c: single[c] / ref.medians[c] for c in cases}
     ratios.update({c: 1.0 + confirmed.changes[c] for c in doubt})
@@ -381,21 +512,27 @@ def judge_partial(ref: Reference, t: Thresholds, single: dict, doubt: tuple[str,
     if zone not in ("no-change", "faster"):
         return None  # the geomean is in doubt: it rests on every case, so the others are re-measured too
     geo = f"geomean {format_change(agg)} (gate {agg_gate * 100:.1f} %)"
+    spread = None
     if zone == "faster":
         tier = improvement_tier(-agg, t)
         decision = Decision("keep", tier, f"{geo}: faster ({tier}); {note}", rebaseline=True, **made)
-    else:
-        decision = Decision("keep", "no-change", f"{geo}: within noise, kept without moving the baseline; {note}",
+        spread = spread_blocks_keep(ref, t, measured, decision)
+        if spread and rounds < t.max_confirm_pairs:
+            return Verdict("re-measure", f"faster, but {spread}", decision=decision, cases=doubt)
+    if zone != "faster" or spread:
+        within = ("within noise" if not spread else
+                  f"faster by the pairs' geomean, but {spread}, so its numbers cannot be the reference")
+        decision = Decision("keep", "no-change", f"{geo}: {within}, kept without moving the baseline; {note}",
                             **made)
         if rounds < t.max_confirm_pairs:
             return Verdict("re-measure", "ambiguous after the interleaved pairs so far", decision=decision,
                            cases=doubt)
-        for case in doubt:  # as judge_paired: "within noise" never keeps a case beyond its gate
-            if changes[case] > single_gates[case] and confirmed.paired_z.get(case, 0.0) > SOME_RISE_Z:
-                reason = (f"shape {case} {format_change(changes[case])} vs the baseline commit, beyond its gate "
-                          f"{single_gates[case] * 100:.1f} % (interleaved median ratio); {note}")
-                return Verdict("revert", reason, decision=replace(decision, verdict="revert", tier="regression",
-                                                                  reason=reason, worst_shape=case))
+        case = beyond_gate(ref, t, measured, changes, single_gates)  # as judge_paired
+        if case is not None:
+            reason = (f"shape {case} {format_change(changes[case])} vs the baseline commit, beyond its gate "
+                      f"{single_gates[case] * 100:.1f} % (interleaved median ratio); {note}")
+            return Verdict("revert", reason, decision=replace(decision, verdict="revert", tier="regression",
+                                                              reason=reason, worst_shape=case))
     still = [c for c in doubt if stats.median(paired[c][0]) / stats.median(paired[c][1]) > t.plausible_factor]
     review = bool(implausible)
     reason = decision.reason + (f"; re-measured: {', '.join(still) or 'no case'} still beyond "
@@ -403,8 +540,10 @@ def judge_partial(ref: Reference, t: Thresholds, single: dict, doubt: tuple[str,
     return Verdict("keep", reason, decision=decision, review=review)
 
 
-def judge_paired(ref: Reference, t: Thresholds, paired: dict, implausible: list[str]) -> Verdict:
+def judge_paired(ref: Reference, t: Thresholds, paired: dict, implausible: list[str], *,
+                 first: dict | None = None, repeat_of: int | None = None) -> Verdict:
     """The verdict from interleaved pairs ``{case: (baseline runs, candidate runs)}`` of every case.
+    ``first``: case -> the single run's ratio to the recorded median; ``repeat_of``: ``Evidence``'s.
 
     After a partial re-check whose geomean came out in doubt, the cases not re-measured yet have
     fewer pairs: the next runs measure those (``Verdict.cases``) until every case has as many."""
@@ -414,24 +553,33 @@ def judge_paired(ref: Reference, t: Thresholds, paired: dict, implausible: list[
     behind = _asked([c for c in cases if per_case[c] == rounds], cases)
     if rounds < t.min_confirm_pairs:
         settled = settled_early(ref, t, paired, rounds, lambda filled: judge_paired(ref, t, filled, implausible))
-        if settled is not None:
+        barrier = unsettled(ref, t, paired, first, implausible, repeat_of) if _keeps(settled) else None
+        if settled is not None and not barrier:
             return settled
-        return Verdict("re-measure", f"{rounds} of {t.min_confirm_pairs} interleaved pairs", cases=behind)
+        return Verdict("re-measure", f"{rounds} of {t.min_confirm_pairs} interleaved pairs"
+                       + (f"; not settled early: {barrier}" if barrier else ""), cases=behind)
     confirmed = confirm(paired, t, ref.runs)
+    spread = spread_blocks_keep(ref, t, paired, confirmed)
+    if spread:
+        if rounds < t.max_confirm_pairs:
+            return Verdict("re-measure", f"faster, but {spread}", decision=confirmed, cases=behind)
+        reason = (f"{confirmed.reason.removesuffix(f': faster ({confirmed.tier})')}: faster by the pairs' geomean, "
+                  f"but {spread}, so its numbers cannot be the reference; kept without moving the baseline")
+        confirmed = replace(confirmed, tier="no-change", rebaseline=False, reason=reason)
     if confirmed.tier == "no-change" and rounds < t.max_confirm_pairs:
         return Verdict("re-measure", "ambiguous after the interleaved pairs so far", decision=confirmed,
                        cases=behind)
     if confirmed.tier == "no-change":
         # "Within noise" never keeps code whose paired median sits beyond the case's gate: the kept
         # HEAD may not drift past the gate, however the statistics above came out.
-        for case in cases:
-            gate = single_run_gate(case_noise(ref.noise, case, t), t)
-            change = confirmed.changes.get(case, 0.0)
-            if change > gate and confirmed.paired_z.get(case, 0.0) > SOME_RISE_Z:
-                reason = (f"shape {case} {format_change(change)} vs the baseline commit, beyond its gate "
-                          f"{gate * 100:.1f} % (interleaved median ratio)")
-                decision = replace(confirmed, verdict="revert", tier="regression", reason=reason, worst_shape=case)
-                return Verdict("revert", reason, decision=decision)
+        gates = {c: single_run_gate(case_noise(ref.noise, c, t), t) for c in cases}
+        case = beyond_gate(ref, t, paired, confirmed.changes, gates)
+        if case is not None:
+            change = confirmed.changes[case]
+            reason = (f"shape {case} {format_change(change)} vs the baseline commit, beyond its gate "
+                      f"{gates[case] * 100:.1f} % (interleaved median ratio)")
+            decision = replace(confirmed, verdict="revert", tier="regression", reason=reason, worst_shape=case)
+            return Verdict("revert", reason, decision=decision)
     still = [c for c in cases if stats.median(paired[c][0]) / stats.median(paired[c][1]) > t.plausible_factor]
     review = bool(implausible) and confirmed.verdict == "keep"
     reason = confirmed.reason + (f"; re-measured: {', '.join(still) or 'no case'} still beyond "

@@ -149,6 +149,25 @@ def shapes_field(medians: dict[str, float], test_ids: dict[str, str],
     return out
 
 
+def fenced_content_hash(session: Session, g, commit: str) -> str:
+    """sha256 over the fenced files of ``commit`` (each one's path, mode and blob sha, sorted): the
+    same content tried again hashes alike, whatever its commit, message or base. Rows carry it as
+    ``content_hash``, so a change reverted before is recognised (``reverted_before``)."""
+    entries = sorted(f"{e.path}\0{e.mode}\0{e.sha}" for e in git_ops.tree_entries(g, commit)
+                     if session.in_fence(e.path))
+    return hashlib.sha256("\n".join(entries).encode()).hexdigest()
+
+
+def reverted_before(rows: list[dict], content_hash: str) -> int | None:
+    """The iteration of the last row reverted with this fenced content, or None. Trying a change
+    again until one lucky run keeps it (one fast in 30 % of its processes was kept on its 7th
+    identical try, issue 39) then needs the whole interleaved re-check (``Evidence.repeat_of``)."""
+    for row in reversed(rows):
+        if row.get("status") == "revert" and row.get("content_hash") == content_hash:
+            return row.get("iteration")
+    return None
+
+
 def commit_message(number: int, optimization: str, reference: str, extra: dict[str, str] | None = None) -> str:
     trailers = {"Iteration": str(number), "Baseline": reference, **(extra or {})}
     return f"cutile-perf {number}: {optimization}\n\n" + "\n".join(f"{TRAILER}-{k}: {v}" for k, v in trailers.items())
@@ -473,6 +492,7 @@ class Iteration:
         self.ref = reference
         self.budget = budget  # the job's time: no stage starts, and no stage's result counts, past its end
         self.correctness_seen: str | None = None  # PASS or FAIL once the correctness stage was judged
+        self._content_hash: str | None = None
 
     @classmethod
     def begin(cls, session: Session, g, history: History, optimization: str, clock: Clock,
@@ -531,7 +551,7 @@ class Iteration:
             self._within_budget("during the correctness and perf runs")
         else:
             corr, perf = self._stage(stages, "correctness", tag, cand), None
-        evidence = Evidence(correctness=corr)
+        evidence = Evidence(correctness=corr, repeat_of=reverted_before(self.history.rows, self.content_hash()))
         verdict = judge(ref, t, evidence)
         # What the tests showed, for a row the harness's own failure or an interruption ends later.
         self.correctness_seen = correctness_status(verdict, perf_ran=False) if verdict.final else "PASS"
@@ -589,10 +609,16 @@ class Iteration:
     def _recheck_runs(self, first_pair: int, cases: dict | None = None, speculative: bool = False) -> list[NextRun]:
         """The interleaved re-check's runs from pair ``first_pair`` to the last one the thresholds
         allow, in order: base, then candidate, of each pair."""
-        number, last = self.state.iteration, self.session.thresholds.max_confirm_pairs
+        # Pairs whose baseline run drifted are replaced by more, past max_confirm_pairs (``verdict.last_pair``).
+        number, last = self.state.iteration, max(self.session.thresholds.max_confirm_pairs, first_pair)
         return [NextRun("perf", f"{number}-confirm{j}-{side}", commit, cases, speculative)
                 for j in range(first_pair, last + 1)
                 for side, commit in (("base", self.ref.commit), ("cand", self.state.candidate))]
+
+    def content_hash(self) -> str:
+        if self._content_hash is None:
+            self._content_hash = fenced_content_hash(self.session, self.g, self.state.candidate)
+        return self._content_hash
 
     def changed_during_run(self) -> bool:
         for rel in self.state.paths:
@@ -625,7 +651,8 @@ class Iteration:
         status, perf = verdict.action, evidence.perf
         fields_ = dict(crash_class=verdict.crash_class.value if verdict.crash_class else None,
                        patch=self.state.patch if status != "keep" else None, reason=verdict.reason,
-                       review=verdict.review, reference_commit=self.ref.commit, **self._origin())
+                       review=verdict.review, reference_commit=self.ref.commit, content_hash=self.content_hash(),
+                       **self._origin())
         paired = paired_samples(evidence.pairs, sorted(self.ref.medians))
         if any(base for base, _ in paired.values()):
             # Only the cases the re-check measured (all of them, or the cases in doubt).
