@@ -37,6 +37,7 @@ from cutile_perf.store import atomic
 FRAMEWORK = "cutile"
 FORWARD = "forward"
 # Files outside the fence whose change during a child run is tampering (besides every test file).
+CHECK_FOLDER = "checked"  # where a perf child saves its checked timed calls (child.checked), in its private folder
 CONFIG_NAMES = ("conftest.py", "pytest.ini", "pyproject.toml", "setup.cfg", "setup.py", "tox.ini")
 
 
@@ -229,12 +230,17 @@ def run_stage(session: Session, name: str, tag: str, deadline: Deadline, *, chec
 def _run_child(session, name, deadline, checkout, fenced_files, on_start, output: Path, private: Path,
                shard: tuple[int, int] | None = None, gate: runner.Gate | None = None,
                select: list[str] | None = None, start: runner.StartGate | None = None,
-               preload: Sequence[str] = ()) -> tuple[runner.RunResult, runreport.RunReport, Path]:
+               preload: Sequence[str] = (), extra_env: dict[str, str] | None = None,
+               ) -> tuple[runner.RunResult, runreport.RunReport, Path]:
     """One pytest child of the stage (one share of the tests when ``shard`` is given): its result,
-    its verified run report, and the report file (kept next to the log by the caller)."""
+    its verified run report, and the report file (kept next to the log by the caller).
+    ``extra_env``: more harness values (the reference child of checked timed calls, ``child.checkrun``)."""
     report_file = private / "report.jsonl"
     key = runreport.new_key()
-    overrides = {"CUTILE_PERF_REPORT": str(report_file)}
+    overrides = {"CUTILE_PERF_REPORT": str(report_file), **(extra_env or {})}
+    if name == "perf" and shard is None and not extra_env:  # checked timed calls (child.checked)
+        (private / CHECK_FOLDER).mkdir(exist_ok=True)
+        overrides["CUTILE_PERF_CHECK_DIR"] = str(private / CHECK_FOLDER)
     if session.defence:
         overrides["CUTILE_PERF_DEFENCE"] = "1"
     if shard is not None:
@@ -387,6 +393,9 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
         restore(session.repo, before_user, touched_user)
     if report_file is not None and report_file.exists():
         shutil.copyfile(report_file, output.with_suffix(".report.jsonl"))
+    captured = private / CHECK_FOLDER
+    if name == "perf" and captured.is_dir():  # kept beside the log for the reference child (child.checkrun)
+        shutil.copytree(captured, output.with_suffix(".checked"), dirs_exist_ok=True)
 
     crash = runner.classify(result)
     detail = _last_lines(result.tail()) if crash else ""
@@ -431,7 +440,7 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
     imports = warmstart.installed_imports(report.modules, [checkout.root, private]) if name == "perf" else []
     return Stage(name, crash, result.duration_s, _rel(session, output), shapes, test_ids, kernel_names, detail,
                  ended=report.ended, passed=passed, not_passed=not_passed, restored=tuple(touched_user),
-                 sandbox=box.label(box_why_not(session)), imports=tuple(imports))
+                 sandbox=box.label(box_why_not(session)), imports=tuple(imports), checked=tuple(report.checked))
 
 
 def _last_lines(text: str, count: int = 3) -> str:

@@ -85,6 +85,9 @@ class RunReport:
     # Timing or reporting functions the plugin saw replaced in the child ("tampered" lines; a report
     # from a plugin without the timer identity check has none).
     tampered: list[str] = field(default_factory=list)
+    # Checked timed calls (``child.checked``): "checked" lines of a perf child (what it captured),
+    # "check" lines of a reference child (the verdict per timed call).
+    checked: list[dict] = field(default_factory=list)
 
     def passed(self) -> set[str]:
         return {n for n, o in self.outcomes.items() if o == "passed"}
@@ -125,6 +128,8 @@ def read(path: str | os.PathLike, key: bytes) -> RunReport:
             report.modules = dict(line.get("files") or {})
         elif kind == "tampered":
             report.tampered.extend(str(f) for f in line.get("findings") or [])
+        elif kind in ("checked", "check"):
+            report.checked.append(line)
         elif kind == "end":
             report.ended = True
             report.exitstatus = line.get("exitstatus")
