@@ -49,3 +49,13 @@ def test_honest_change_is_not_flagged(checked_session, capsys):
     path.write_text(path.read_text() + "\n# honest: a comment-only change\n")
     code, data = cli(capsys, repo, "try", "honest comment")
     assert "wrong-when-timed" not in json.dumps(data) and "implausible" not in data.get("reason", ""), data
+
+
+def test_without_the_check_the_count_cheat_is_kept(checked_session, capsys, monkeypatch):
+    """The control of the defence itself: with checked timed calls switched off
+    (``CUTILE_PERF_UNCHECKED=1``, the documented A/B knob) the same cheat is kept as faster, so the
+    test above fails without the check."""
+    monkeypatch.setenv("CUTILE_PERF_UNCHECKED", "1")
+    set_cheat(checked_session, "count")
+    code, data = cli(capsys, checked_session, "try", "cheat count, unchecked")
+    assert data.get("decision") == "keep", data

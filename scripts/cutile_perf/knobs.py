@@ -30,6 +30,7 @@ OWN_ENV_VARS: dict[str, str] = {
     "CUTILE_PERF_TUNE_CACHE_DIR": "directory of the persistent tuning cache (default: the user cache dir)",
     "CUTILE_PERF_BENCH_MODE": "timing mode of cutile_perf.bench in perf tests: cold (default), warm, graph, graph-warm, cupti or cupti-warm",
     "CUTILE_PERF_CHECK_DIR": "folder a perf child saves its checked timed calls to (child/checked.py: inputs, a sampled timed call's result, the call after the timer); set by the harness",
+    "CUTILE_PERF_UNCHECKED": "1: perf children do not check their timed calls (child/checked.py); for measuring what checking costs, never for real decisions",
     "CUTILE_PERF_CHECK_REPLAY": "folder of captured timed calls a reference child (the baseline's checkout) replays the base kernel on and compares (child/checked.py); set by the harness",
     "CUTILE_PERF_DEFENCE": "1: the bundled suite's tests run their red-team defence checks (test_defence; also --defence); set by the harness when session.yaml says defence: true",
     "DISABLE_AUTOTUNE": "1: cutile_perf.tune launches the fixed config without searching",

@@ -238,7 +238,8 @@ def _run_child(session, name, deadline, checkout, fenced_files, on_start, output
     report_file = private / "report.jsonl"
     key = runreport.new_key()
     overrides = {"CUTILE_PERF_REPORT": str(report_file), **(extra_env or {})}
-    if name == "perf" and shard is None and not extra_env:  # checked timed calls (child.checked)
+    # checked timed calls (child.checked); CUTILE_PERF_UNCHECKED=1 switches them off (the A/B of their cost)
+    if name == "perf" and shard is None and not extra_env and os.environ.get("CUTILE_PERF_UNCHECKED") != "1":
         (private / CHECK_FOLDER).mkdir(exist_ok=True)
         overrides["CUTILE_PERF_CHECK_DIR"] = str(private / CHECK_FOLDER)
     if session.defence:
