@@ -59,3 +59,24 @@ def test_judge_refuses_a_mismatch_naming_case_and_call():
 def test_judge_lets_an_honest_record_through():
     verdict = _judge([{"case": "64x16384", "status": "ok", "bytes": 10**9, "gbps": 1000.0}], {"64x16384": 1.5})
     assert not verdict.final
+
+
+def test_unchecked_calls_are_said_on_the_row_and_in_status():
+    from cutile_perf.child.checkrun import row_fields
+    from cutile_perf.judge.verdict import Stage
+
+    run = Stage(name="perf", checks=(
+        {"case": "4x512", "ordinal": 3, "timer": "benchmark_fn", "status": "ok"},
+        {"case": "64x16384", "ordinal": 9, "timer": "benchmark_fn", "status": "unchecked",
+         "reason": "the base kernel's two results on the same inputs differ (random output, e.g. dropout)"}))
+    fields = row_fields([run, None])
+    assert "1 ok" in fields["checked"] and "1 unchecked" in fields["checked"] and "random output" in fields["checked"]
+    assert fields["unchecked"] == [{"case": "64x16384", "call": 9, "timer": "benchmark_fn",
+                                    "why": "the base kernel's two results on the same inputs differ (random output, "
+                                           "e.g. dropout)"}]
+    assert row_fields([Stage(name="perf")]) == {}
+    from cutile_perf.loop.render import summarize_session
+
+    entries = [{"iteration": 0, "status": "keep", "shapes": {}},
+               {"iteration": 1, "status": "revert", "shapes": {}, **fields}]
+    assert summarize_session(entries)["unchecked"] == [{"iteration": 1, "calls": fields["unchecked"]}]

@@ -122,3 +122,15 @@ def summary(checks) -> str:
     if unchecked:
         text += f" (e.g. {unchecked[0]['case']}: {unchecked[0].get('reason', '')})"
     return text
+
+
+def row_fields(stages) -> dict:
+    """The row's ``checked`` (``summary``) and ``unchecked`` (each timed call no check could judge:
+    case, call, why) over every perf run of an iteration; {} when none was checked. A case that
+    cannot be checked is said on the row and in ``status``, never silently."""
+    checks = [c for s in stages if s is not None for c in getattr(s, "checks", ())]
+    if not checks:
+        return {}
+    unchecked = [{"case": c.get("case"), "call": c.get("ordinal"), "timer": c.get("timer"), "why": c.get("reason")}
+                 for c in checks if c.get("status") == "unchecked"]
+    return {"checked": summary(checks), **({"unchecked": unchecked} if unchecked else {})}
