@@ -80,3 +80,14 @@ def test_unchecked_calls_are_said_on_the_row_and_in_status():
     entries = [{"iteration": 0, "status": "keep", "shapes": {}},
                {"iteration": 1, "status": "revert", "shapes": {}, **fields}]
     assert summarize_session(entries)["unchecked"] == [{"iteration": 1, "calls": fields["unchecked"]}]
+
+
+def test_uncovered_perf_cases_by_test_id_parameters():
+    from cutile_perf.child.checkrun import uncovered_perf_cases
+
+    correctness = ["t.py::test_op[cutile-4-64]", "t.py::test_op[cutile-8-256]", "t.py::test_op[cutile-64-16384]"]
+    perf = ["t.py::test_perf[cutile-4-512]", "t.py::test_perf[cutile-64-16384]", "t.py::test_perf[cutile-8-256]",
+            "t.py::test_perf[cutile]"]
+    assert uncovered_perf_cases(correctness, perf) == ["t.py::test_perf[cutile-4-512]"]
+    assert uncovered_perf_cases([], ["t.py::test_perf[float16-8192]"]) == ["t.py::test_perf[float16-8192]"]
+    assert uncovered_perf_cases(["t.py::test_op[1e-3-8]"], ["t.py::test_perf[8]"]) == []

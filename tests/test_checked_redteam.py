@@ -59,3 +59,11 @@ def test_without_the_check_the_count_cheat_is_kept(checked_session, capsys, monk
     set_cheat(checked_session, "count")
     code, data = cli(capsys, checked_session, "try", "cheat count, unchecked")
     assert data.get("decision") == "keep", data
+
+
+def test_init_says_which_perf_shapes_no_correctness_test_covers(tilegym_like_repo, capsys):
+    repo = add_checked_op(tilegym_like_repo)
+    code, data = cli(capsys, repo, "init", "--kernel", "silu_and_mul", "--timeout", "120")
+    assert code == 0, data
+    uncovered = data["uncovered_perf_cases"]
+    assert any("16384" in case for case in uncovered) and any("512" in case for case in uncovered), uncovered

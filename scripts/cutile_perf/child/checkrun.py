@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import tempfile
 from dataclasses import replace
@@ -134,3 +135,17 @@ def row_fields(stages) -> dict:
     unchecked = [{"case": c.get("case"), "call": c.get("ordinal"), "timer": c.get("timer"), "why": c.get("reason")}
                  for c in checks if c.get("status") == "unchecked"]
     return {"checked": summary(checks), **({"unchecked": unchecked} if unchecked else {})}
+
+
+def _sizes(node_id: str) -> frozenset[int]:
+    """The integers of a test id's parameters (``test_perf[64-16384-cutile]`` -> {64, 16384})."""
+    params = node_id.partition("[")[2].rstrip("]")
+    return frozenset(int(t) for t in re.findall(r"(?<![\w.])\d+(?![\w.])", params))
+
+
+def uncovered_perf_cases(correctness_ids, perf_ids) -> list[str]:
+    """Perf test ids whose sizes no correctness test uses (best effort, pure): a perf case is covered
+    when one correctness test id carries every integer of its parameters; a perf id without integer
+    parameters is not judged. Checked timed calls cover these cases; init says which they are."""
+    correct = [_sizes(i) for i in correctness_ids]
+    return [p for p in perf_ids if (sizes := _sizes(p)) and not any(sizes <= c for c in correct)]
