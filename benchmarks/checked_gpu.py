@@ -166,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
 
     for op in args.ops:
         fn = args.fn.get(op, op)
+        if time.monotonic() - began > args.budget:
+            rows.append({"op": op, "change": "setup", "decision": "skipped: budget", "alarm": False,
+                         "as_promised": False, "reason": ""})
+            continue
         try:
             repo = _session(args.tilegym, work, op)
         except Exception as exc:  # noqa: BLE001 - one op's setup failing must not hide the others
@@ -178,7 +182,10 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({"op": op, "change": change, "decision": "skipped: budget", "alarm": False,
                              "as_promised": False, "reason": ""})
                 continue
-            code, data, seconds = _try(repo, op, fn, change)
+            try:
+                code, data, seconds = _try(repo, op, fn, change)
+            except Exception as exc:  # noqa: BLE001 - a timeout or git error is a row, not the end of the run
+                code, data, seconds = -1, {"decision": "error", "reason": f"{type(exc).__name__}: {exc}"}, 0.0
             rows.append({"op": op, **outcome(change, code, data), "seconds": round(seconds, 1)})
             save()
     if args.ab_runs and args.ab_op in args.ops and time.monotonic() - began < args.budget:
