@@ -29,6 +29,9 @@ OWN_ENV_VARS: dict[str, str] = {
     "CUTILE_PERF_KEY_FD": "file descriptor the pytest plugin reads the run report's signing key from, once; set by the harness",
     "CUTILE_PERF_TUNE_CACHE_DIR": "directory of the persistent tuning cache (default: the user cache dir)",
     "CUTILE_PERF_BENCH_MODE": "timing mode of cutile_perf.bench in perf tests: cold (default), warm, graph, graph-warm, cupti or cupti-warm",
+    "CUTILE_PERF_CHECK_DIR": "folder a perf child saves its checked timed calls to (child/checked.py: inputs, a sampled timed call's result, the call after the timer); set by the harness",
+    "CUTILE_PERF_UNCHECKED": "1: perf children do not check their timed calls (child/checked.py); for measuring what checking costs, never for real decisions",
+    "CUTILE_PERF_CHECK_REPLAY": "folder of captured timed calls a reference child (the baseline's checkout) replays the base kernel on and compares (child/checked.py); set by the harness",
     "CUTILE_PERF_DEFENCE": "1: the bundled suite's tests run their red-team defence checks (test_defence; also --defence); set by the harness when session.yaml says defence: true",
     "DISABLE_AUTOTUNE": "1: cutile_perf.tune launches the fixed config without searching",
     "CUTILE_PERF_TEST_KILL_AT": "tests only: the loop sends itself a signal at this kill point (a persisted step or a window inside one, knobs.kill_point)",
@@ -147,6 +150,16 @@ def _take_fd(name: str) -> int | None:
         return int(value)
     except ValueError:
         raise BadEnvValue(f"{name}={value!r}: expected a file descriptor number") from None
+
+
+def take_check_setup() -> tuple[str, Path] | None:
+    """("capture" or "replay", folder) of checked timed calls (``child.checked``), taken out of the
+    environment when the plugin loads; None: timed calls are not checked."""
+    capture = os.environ.pop("CUTILE_PERF_CHECK_DIR", None)
+    replay = os.environ.pop("CUTILE_PERF_CHECK_REPLAY", None)
+    if replay:
+        return "replay", Path(replay)
+    return ("capture", Path(capture)) if capture else None
 
 
 def take_selection() -> frozenset[str] | None:

@@ -91,6 +91,7 @@ the initial conftests have loaded, and only when nobody registered it: it exists
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib  # noqa: F401 - hashlib, hmac, statistics, time, _pytest.*, bench, stats: imported at load so
 import hmac  # noqa: F401   that TimerIdentity captures them before any test module exists
 import importlib.util
@@ -108,7 +109,7 @@ import _pytest.runner  # noqa: F401
 import pytest
 
 from cutile_perf import bench, knobs  # noqa: F401
-from cutile_perf.child import runreport
+from cutile_perf.child import checked, runreport
 from cutile_perf.judge import stats  # noqa: F401
 from cutile_perf.child.records import BENCHMARK_PROPERTY, RecordError, format_print_record_line, parse_benchmark
 
@@ -244,12 +245,16 @@ class TimerIdentity:
         if module not in sys.modules:
             return
         self.pending.discard(module)
+        if module == "triton.testing" and checked.SETUP is not None:
+            wrap_triton_timers(sys.modules[module])
         for chain in ("", *WATCHED[module]):
             self._take(module, chain)
 
     def capture_target(self, module) -> None:
         """A module of the target's test tree, right after its own code ran (before its importer's next line)."""
         self.target_modules.add(module.__name__)
+        if checked.SETUP is not None:  # wrapped before capture: the wrappers are what is guarded
+            wrap_target_timers(module)
         for chain in _own_callables(module):
             self._take(module.__name__, chain)
 
@@ -298,6 +303,52 @@ class TimerIdentity:
         out = [text for key, text in found if key not in self.reported]
         self.reported.update(key for key, _text in found)
         return out
+
+
+# --- checked timed calls (child/checked.py) ------------------------------------------------------
+
+
+def timer_kind(func) -> tuple[str, str]:
+    """(method, L2) of a Python function by what its body calls (``target_timing.classify_timer``),
+    ("unknown", "unknown") when it is no timer or its source cannot be read."""
+    import ast  # noqa: PLC0415
+    import textwrap  # noqa: PLC0415
+
+    from cutile_perf.kernel.target_timing import classify_timer  # noqa: PLC0415
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
+    except (OSError, TypeError, SyntaxError, ValueError):
+        return "unknown", "unknown"
+    node = tree.body[0] if tree.body else None
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return "unknown", "unknown"
+    return classify_timer(node)
+
+
+def wrap_target_timers(module) -> list[str]:
+    """Replace each timing function ``module`` defines (the target's test tree) by its checked wrapper;
+    returns their names. Run the moment the module's code has run, before the tests call them."""
+    wrapped = []
+    for name, value in list(vars(module).items()):
+        if not inspect.isfunction(value) or value.__module__ != module.__name__:
+            continue
+        method, l2 = timer_kind(value)
+        if method != "unknown":
+            setattr(module, name, checked.wrap_timer(value, method, l2, f"{module.__name__}.{name}"))
+            wrapped.append(name)
+    return wrapped
+
+
+def wrap_triton_timers(module) -> None:
+    for name, method, l2 in (("do_bench", "events", "flushed"), ("do_bench_cudagraph", "cuda-graph", "not flushed")):
+        timer = getattr(module, name, None)
+        if callable(timer):
+            setattr(module, name, checked.wrap_timer(timer, method, l2, f"triton.testing.{name}"))
+
+
+def pytest_runtest_setup(item) -> None:
+    checked.begin_test(item.nodeid)
 
 
 def _restore(module: str, chain: str, original: object) -> None:
@@ -367,6 +418,9 @@ _REPORT_KEY = knobs.take_report_key()
 _GATE_FD = knobs.take_gate_fd()
 _GATE_READY_FD = knobs.take_gate_ready_fd()
 _SELECT = knobs.take_selection()
+_CHECK = knobs.take_check_setup()
+if _CHECK is not None:
+    checked.configure(*_CHECK)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -381,8 +435,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(Gate(_GATE_FD, _GATE_READY_FD), GATE_NAME)
     path = knobs.report_path()
     if path is not None and not hasattr(config, "workerinput") and not config.pluginmanager.has_plugin(REPORTER_NAME):
-        config.pluginmanager.register(RunReporter(path, _REPORT_KEY or b"", knobs.shard(), _IDENTITY, _SELECT),
-                                      REPORTER_NAME)
+        reporter = RunReporter(path, _REPORT_KEY or b"", knobs.shard(), _IDENTITY, _SELECT)
+        config.pluginmanager.register(reporter, REPORTER_NAME)
+        if checked.SETUP is not None:  # checked lines go into the signed report
+            checked.SETUP.write = functools.partial(runreport.Writer.write, reporter.writer)
 
 
 # How long the first test waits for the profiler's warm-up (``Gate``); past it the test runs and its

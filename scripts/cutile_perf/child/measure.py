@@ -17,6 +17,8 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
+import stat
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +36,7 @@ from cutile_perf.store import atomic, remove_tree, safe_read
 FRAMEWORK = "cutile"
 FORWARD = "forward"
 # Files outside the fence whose change during a child run is tampering (besides every test file).
+CHECK_FOLDER = "checked"  # where a perf child saves its checked timed calls (child.checked), in its private folder
 CONFIG_NAMES = ("conftest.py", "pytest.ini", "pyproject.toml", "setup.cfg", "setup.py", "tox.ini")
 
 
@@ -239,12 +242,18 @@ def run_stage(session: Session, name: str, tag: str, deadline: Deadline, *, chec
 def _run_child(session, name, deadline, checkout, fenced_files, on_start, output: Path, private: Path,
                shard: tuple[int, int] | None = None, gate: runner.Gate | None = None,
                select: list[str] | None = None, start: runner.StartGate | None = None,
-               preload: Sequence[str] = ()) -> tuple[runner.RunResult, runreport.RunReport, Path]:
+               preload: Sequence[str] = (), extra_env: dict[str, str] | None = None,
+               ) -> tuple[runner.RunResult, runreport.RunReport, Path]:
     """One pytest child of the stage (one share of the tests when ``shard`` is given): its result,
-    its verified run report, and the report file (kept next to the log by the caller)."""
+    its verified run report, and the report file (kept next to the log by the caller).
+    ``extra_env``: more harness values (the reference child of checked timed calls, ``child.checkrun``)."""
     report_file = private / "report.jsonl"
     key = runreport.new_key()
-    overrides = {"CUTILE_PERF_REPORT": str(report_file)}
+    overrides = {"CUTILE_PERF_REPORT": str(report_file), **(extra_env or {})}
+    # checked timed calls (child.checked); CUTILE_PERF_UNCHECKED=1 switches them off (the A/B of their cost)
+    if name == "perf" and shard is None and not extra_env and os.environ.get("CUTILE_PERF_UNCHECKED") != "1":
+        (private / CHECK_FOLDER).mkdir(exist_ok=True)
+        overrides["CUTILE_PERF_CHECK_DIR"] = str(private / CHECK_FOLDER)
     if session.defence:
         overrides["CUTILE_PERF_DEFENCE"] = "1"
     if shard is not None:
@@ -396,6 +405,12 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
         restore(session.repo, before_user, touched_user)
     if report_file is not None:
         keep_report(report_file, output.with_suffix(".report.jsonl"))
+    captured = private / CHECK_FOLDER
+    if name == "perf" and captured.is_dir():  # kept beside the log for the reference child (child.checkrun)
+        # Links are copied as links and FIFOs or devices left out: copying must not hang on what the
+        # child left there, and the digests in its signed report catch any file that is not its own.
+        shutil.copytree(captured, output.with_suffix(".checked"), symlinks=True, dirs_exist_ok=True,
+                        ignore=_not_plain)
 
     crash = runner.classify(result, report.failures.values())
     detail = failure_detail(result, report) if crash else ""
@@ -440,7 +455,13 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
     imports = warmstart.installed_imports(report.modules, [checkout.root, private]) if name == "perf" else []
     return Stage(name, crash, result.duration_s, _rel(session, output), shapes, test_ids, kernel_names, detail,
                  ended=report.ended, passed=passed, not_passed=not_passed, restored=tuple(touched_user),
-                 sandbox=box.label(box_why_not(session)), imports=tuple(imports))
+                 sandbox=box.label(box_why_not(session)), imports=tuple(imports), checked=tuple(report.checked))
+
+
+def _not_plain(folder: str, names: list[str]) -> list[str]:
+    """The entries of ``folder`` that are neither files, folders nor links (for ``shutil.copytree``)."""
+    kinds = (stat.S_ISREG, stat.S_ISDIR, stat.S_ISLNK)
+    return [n for n in names if not any(k(os.lstat(os.path.join(folder, n)).st_mode) for k in kinds)]
 
 
 def keep_report(report_file: Path, kept: Path) -> None:

@@ -95,6 +95,9 @@ class RunReport:
     # nodeid -> the first line(s) of why it failed (pytest's crash message; a report from a plugin
     # that predates it has none): the classifier reads them, whatever the child printed.
     failures: dict[str, str] = field(default_factory=dict)
+    # Checked timed calls (``child.checked``): "checked" lines of a perf child (what it captured),
+    # "check" lines of a reference child (the verdict per timed call).
+    checked: list[dict] = field(default_factory=list)
 
     def passed(self) -> set[str]:
         return {n for n, o in self.outcomes.items() if o == "passed"}
@@ -145,6 +148,8 @@ def _read_lines(lines, key: bytes, report: RunReport) -> None:
             report.modules = dict(line.get("files") or {})
         elif kind == "tampered":
             report.tampered.extend(str(f) for f in line.get("findings") or [])
+        elif kind in ("checked", "check"):
+            report.checked.append(line)
         elif kind == "end":
             report.ended = True
             report.exitstatus = line.get("exitstatus")
@@ -162,6 +167,7 @@ def merge_shards(reports: list[RunReport]) -> tuple[RunReport, str | None]:
     for index, report in enumerate(reports):
         merged.outcomes.update(report.outcomes)
         merged.failures.update(report.failures)
+        merged.checked.extend(report.checked)
         merged.records.extend(report.records)
         merged.modules.update(report.modules)
         merged.forged.extend(f"shard {index}: {line}" for line in report.forged)

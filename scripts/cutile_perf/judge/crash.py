@@ -15,6 +15,8 @@ class CrashClass(str, Enum):
     FAULT = "fault"
     TIMEOUT = "timeout"
     WRONG_RESULT = "wrong-result"
+    WRONG_WHEN_TIMED = "wrong-when-timed"
+    IMPLAUSIBLE = "implausible"
     NO_TESTS = "no-tests"
     INCOMPLETE_TESTS = "incomplete-tests"
     NO_RECORD = "no-record"
@@ -36,7 +38,8 @@ class CrashClass(str, Enum):
     @property
     def row_status(self) -> str:
         """A wrong answer is an ordinary rejected change (``revert``); everything else is a ``crash``."""
-        return "revert" if self is CrashClass.WRONG_RESULT else "crash"
+        return "revert" if self in (CrashClass.WRONG_RESULT, CrashClass.WRONG_WHEN_TIMED, CrashClass.IMPLAUSIBLE) \
+            else "crash"
 
 
 _DESCRIPTIONS = {
@@ -44,6 +47,11 @@ _DESCRIPTIONS = {
     CrashClass.FAULT: "a CUDA error, illegal memory access, segfault or abort in the child",
     CrashClass.TIMEOUT: "the iteration's time budget ran out; the child's process group was killed",
     CrashClass.WRONG_RESULT: "a correctness test failed (the row's status is revert, not crash)",
+    CrashClass.WRONG_WHEN_TIMED: ("a timed call of the perf test (a sampled one, or the one after the timer) "
+                                  "returned other values than the baseline's kernel on the same inputs "
+                                  "(child/checked.py; the row's status is revert)"),
+    CrashClass.IMPLAUSIBLE: ("a perf record is below its case's floor: the bytes its tensors must move over the "
+                             "copy bandwidth measured on the device (the row's status is revert)"),
     CrashClass.NO_TESTS: "the command selected no test",
     CrashClass.INCOMPLETE_TESTS: ("no positive evidence of correctness: no test passed, a test that passed at the "
                                   "baseline was skipped, xfailed or missing, or the child exited before the "

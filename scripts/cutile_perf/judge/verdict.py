@@ -55,6 +55,10 @@ class Stage:
     # () for correctness): a baseline's perf runs teach the children started ahead of their turn what
     # to import while they wait.
     imports: tuple[str, ...] = ()
+    # Checked timed calls (``child.checked``): a perf run's "checked" lines (what it captured), then,
+    # once the reference child ran (``child.checkrun``), its "check" lines: the verdict per timed call.
+    checked: tuple[dict, ...] = ()
+    checks: tuple[dict, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -205,6 +209,29 @@ def judge_kernel_names(perf: Stage, ref: Reference, defined) -> Verdict:
     return Verdict("continue")
 
 
+def judge_checks(run: Stage, ref: Reference) -> Verdict:
+    """Checked timed calls (``child.checked``, ``child.checkrun``): a timed call whose result differs
+    from the baseline kernel's on the same inputs is ``wrong-when-timed``; a case whose record is
+    below the floor its checked call gives (bytes over measured bandwidth) is ``implausible``.
+    Both revert the change, naming the case and the call. Unchecked calls decide nothing here (the
+    row and ``status`` say which and why)."""
+    from cutile_perf.child.checked import floor_verdict  # noqa: PLC0415 - pure; torch is never imported by it
+
+    for check in run.checks:
+        if check.get("status") == "mismatch":
+            return _crash(CrashClass.WRONG_WHEN_TIMED, f"perf wrong-when-timed: case {check.get('case')}, "
+                          f"{check.get('timer', 'timer')} call {check.get('ordinal')}: {check.get('reason')}", run)
+    for check in run.checks:
+        case = check.get("case")
+        if check.get("status") != "ok" or case not in run.shapes:
+            continue
+        why = floor_verdict(case, run.shapes[case], ref.medians.get(case), int(check.get("bytes") or 0),
+                            check.get("gbps"))
+        if why:
+            return _crash(CrashClass.IMPLAUSIBLE, f"perf implausible: {why}", run)
+    return Verdict("continue")
+
+
 def implausible_cases(ref: Reference, medians: dict, t: Thresholds) -> list[str]:
     """Cases whose claimed speedup over the baseline exceeds the plausibility factor."""
     return sorted(c for c in ref.medians if c in medians and ref.medians[c] / medians[c] > t.plausible_factor)
@@ -230,6 +257,9 @@ def judge(ref: Reference, t: Thresholds, ev: Evidence) -> Verdict:
         if verdict.final:
             return verdict
     verdict = judge_records(ev.perf, ref, t)
+    if verdict.final:
+        return verdict
+    verdict = judge_checks(ev.perf, ref)
     if verdict.final:
         return verdict
     perf = ev.perf.shapes
@@ -259,6 +289,8 @@ def judge(ref: Reference, t: Thresholds, ev: Evidence) -> Verdict:
     for pair in ev.pairs:
         for run in pair:
             check = judge_records(run, ref, t) if run is not None else Verdict("continue")
+            if not check.final and run is not None:
+                check = judge_checks(run, ref)
             if check.final:  # a crash of a re-check run is the iteration's crash
                 return replace(check, reason=f"interleaved re-check: {check.reason}")
     if ev.pairs[-1][1] is None:

@@ -150,6 +150,7 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
     unboxed = box.decide(session.sandbox_mode)
     isolation = box.label(unboxed)
 
+    uncovered = uncovered_line(selections)
     text = "\n".join([
         f"session ready on branch {branch} (base {git_ops.short(g, session.base_commit)})",
         kernel_scan.render(scan),
@@ -159,6 +160,7 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
             if other_tests else ""),
         f"fence (files you may change): {', '.join(fence)}",
         *_selection_lines(selections),
+        *([uncovered[0]] if uncovered[0] else []),
         timing_line(timing),
         checked_line(timing, session.kernel_files[0] if session.kernel_files else kernel),
         f"playbook priority ({scan.bound}): {playbook.render_priority(scan.bound)}",
@@ -175,7 +177,7 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
             "playbook": [i.letter for i in playbook.priority(scan.bound)],
             "environment": {**env.record(), "problems": [p.message for p in env.problems]},
             "session": str(session.sandbox / session_mod.SESSION_FILE), "sandbox": isolation,
-            "timing": timing.to_dict()}
+            "timing": timing.to_dict(), "uncovered_perf_cases": uncovered[1]}
     return Outcome(text, data)
 
 
@@ -224,6 +226,21 @@ def _selection_lines(selections: list[selection.Selection]) -> list[str]:
     if no_cuda := next((sel.needs_cuda for sel in selections if sel.needs_cuda), ""):
         return [survey.no_cuda_line(no_cuda, after_init=True)]
     return [_selection_line(sel) for sel in selections]
+
+
+def uncovered_line(selections: list[selection.Selection]) -> tuple[str, list[str]]:
+    """Which perf cases no correctness test covers (``checkrun.uncovered_perf_cases``: best effort,
+    by the integers of the test ids' parameters); their timed calls are what checks them."""
+    from cutile_perf.child.checkrun import uncovered_perf_cases  # noqa: PLC0415
+
+    by_name = {sel.which: sel for sel in selections}
+    if any(sel.error or sel.needs_cuda for sel in selections) or set(by_name) != {"correctness", "perf"}:
+        return "", []
+    uncovered = uncovered_perf_cases(by_name["correctness"].node_ids, by_name["perf"].node_ids)
+    if not uncovered:
+        return "perf shapes: every perf case's sizes appear in a correctness test (by test-id parameters)", []
+    return (f"perf shapes no correctness test covers (by test-id parameters, best effort): {len(uncovered)} of "
+            f"{by_name['perf'].count} (e.g. {uncovered[0]}); checked timed calls check them at those sizes", uncovered)
 
 
 def _selection_line(sel: selection.Selection) -> str:

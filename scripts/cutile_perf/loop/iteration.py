@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from cutile_perf import knobs
-from cutile_perf.child import envcheck, freezer, measure
+from cutile_perf.child import checkrun, envcheck, freezer, measure
 from cutile_perf.errors import EXIT_CRASH, EXIT_OK, EXIT_REJECTED, EnvMissing, FenceViolation, IterationCrashed, Locked, NoChange, Refused
 from cutile_perf.judge import rules
 from cutile_perf.judge.crash import CrashClass
@@ -662,6 +662,7 @@ class Iteration:
             fields_["decision"] = asdict(verdict.decision)
         fields_.update(runner_fields)
         fields_["sandbox"] = isolation(evidence.stages())
+        fields_.update(checkrun.row_fields([perf, *(run for pair in evidence.pairs for run in pair)]))
         if perf is not None and perf.shapes:
             fields_["shapes"] = shapes_field(perf.shapes, perf.test_ids)
             if status != "crash" and set(self.ref.medians) <= set(perf.shapes):

@@ -104,6 +104,8 @@ def summarize_session(entries: list[dict]) -> dict:
         # sandbox carry no field and are not listed.
         "unboxed": [{"iteration": e.get("iteration"), "why": str(e["sandbox"])[len("none: "):]}
                     for e in entries if str(e.get("sandbox") or "").startswith("none")],
+        # Rows with timed calls no check could judge (child.checkrun.row_fields): said, never silent.
+        "unchecked": [{"iteration": e.get("iteration"), "calls": e["unchecked"]} for e in entries if e.get("unchecked")],
     }
 
 

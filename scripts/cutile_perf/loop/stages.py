@@ -296,7 +296,39 @@ class StageRunner:
             current.ended = True
             result = replace(result, duration_s=result.duration_s + waited)
         self.clock.add_child(result.duration_s, f"{tag}-{name}")
+        if name == "perf":
+            result = self.check_timed_calls(result, commit, tag)
         return replace(result, cases=tuple(sorted(cases))) if cases else result
+
+    def check_reference(self) -> str | None:
+        """The commit whose kernel checks the timed calls (``child.checkrun``): the current baseline;
+        None before there is one (the baseline's own runs are not checked against themselves)."""
+        if not hasattr(self, "_check_reference"):
+            from cutile_perf.loop.history import History  # noqa: PLC0415 - history imports this module's users
+
+            ref = History.open(self.session, self.g, strict=False).reference()
+            self._check_reference = ref.commit if ref is not None else None
+        return self._check_reference
+
+    def check_timed_calls(self, stage, commit: str, tag: str):
+        """A perf run of any commit but the reference, with its timed calls checked against the
+        reference's kernel in a child of its own (``child.checkrun``)."""
+        from cutile_perf.child import checkrun  # noqa: PLC0415
+
+        if not getattr(stage, "checked", ()) or not stage.ok:
+            return stage
+        reference = self.check_reference()
+        if reference is None or reference == commit:
+            return stage
+        checkout, fenced = self.checkout(reference), self.fenced_files(reference)
+
+        def run_child(select, extra_env, private, output):
+            result, report, _file = measure._run_child(self.session, "perf", self.deadline, checkout, fenced, None,
+                                                       output, private, select=select, extra_env=extra_env)
+            self.clock.add_child(result.duration_s, f"{tag}-reference")
+            return report
+
+        return checkrun.check_stage(self.session, stage, run_child=run_child, tag=tag)
 
     def ahead_refusal(self, run: NextRun) -> str | None:
         """Why ``run`` may not start ahead of its turn here, or None. Only a perf run, only in the
@@ -543,7 +575,7 @@ class StageRunner:
         if not go:
             return correctness, None
         self.clock.add_child(perf.duration_s, f"{perf_tag}-perf")
-        return correctness, perf
+        return correctness, self.check_timed_calls(perf, commit, perf_tag)
 
     def row_fields(self) -> dict:
         """What a baseline or try row says of this runner, on the record a reviewer reads and not only

@@ -1,0 +1,494 @@
+"""Checked timed calls (issue 39 items 1-3): what a perf test's timer computed, compared with the base kernel.
+
+The target's perf tests hand a callable to a timing function (TileGym: ``benchmark_fn_cupti(fn)``,
+``benchmark_fn(fn)``, ``benchmark_fn_cudagraph(fn)``; ``triton.testing.do_bench(fn)``). The plugin
+wraps every such timer it identifies (``pytest_plugin``: a function of the target's test tree that
+``kernel.target_timing.classify_timer`` calls a timer, and triton's two) with ``wrap_timer``. The
+tests are not modified; the perf child runs them as always.
+
+Capture (perf child, ``CUTILE_PERF_CHECK_DIR``):
+
+* before the timer starts: the tensors the callable reads (``tensors_read_by``: its closure,
+  ``functools.partial`` arguments, defaults, nested lambdas) are copied (the *snapshot*);
+* during the timer: the callable is replaced by ``Sampled``, which counts the calls and, after each
+  call returns, draws fresh random bits (``os.urandom``) to decide whether this call's result is the
+  one kept (reservoir sampling: every timed call is equally likely to be the checked one, and the
+  draw does not exist before the call ends, so no code can know during a call whether it is checked).
+  Keeping a result is holding a Python reference: no copy, no device work. The previous call's
+  result is held as well, so a call cannot be handed the very memory its predecessor wrote;
+* after the timer has returned (the timed window is over): the kept result is copied to host
+  memory, the inputs are compared with the snapshot (changed: the op works in place, and the kept
+  result cannot be checked against the snapshot), then one more call is made *placed as the timed
+  ones*: inputs put back to the snapshot, the memory its outputs will likely get filled with NaN
+  first (the caching allocator hands a freed block of the same size to the next request, so a call
+  that skips its work returns NaN, not an earlier call's correct result), under the timer's own
+  conditions (a ``torch.profiler`` session for a CUPTI timer, a CUDA graph replay for a graph
+  timer), after all of the timer's calls. Both results, the snapshot and what was seen are saved
+  with ``torch.save`` into the check folder, and the file's digest goes into the signed run report.
+
+Replay (reference child, ``CUTILE_PERF_CHECK_REPLAY``): the same perf test from a checkout of the
+*baseline* commit (the candidate's code is not in it). When the test reaches the same timer call
+(by node id and its ordinal in the test), the callable the base test built reads the same tensors
+(checked by path, shape and dtype); the captured inputs are copied into them, the callable is called
+twice (a base kernel whose two results differ, e.g. dropout's random mask, cannot be checked), and
+both captured results are compared with tolerances by dtype (``TOLERANCES``). No timing runs there:
+after the test's last timer call to check, the test is skipped. The verdict per call is a ``check``
+line of the reference child's signed run report.
+
+Floor (item 3): each check also reports the bytes the call must move (inputs read, outputs written)
+and the reference child measures the device's copy bandwidth (``bandwidth``: a large copy for the
+memory behind an L2 flush, a copy that fits in L2 for warm timing; on a CPU, host memory, simulated).
+
+Limits, stated where they show: a timed callable that returns no tensor (a backward pass, an op
+that writes into an argument and returns None) is *unchecked*, and says so; in-place ops have only
+the call after the timer checked; tensors reached only through objects (an ``nn.Module``'s
+parameters, ``self.x``) are not found, so a callable with none found is unchecked; code in the same
+process that reads this module's state (the kept reference, the counter) can still tell which call
+was kept once it has returned, and can rewrite what is saved (the report's signature makes the
+file's later replacement visible, not an in-process rewrite).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import inspect
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+CAPTURE = "capture"
+REPLAY = "replay"
+_MAX_DEPTH = 3  # closures of closures of closures: deep enough for a test's lambda around an op call
+# Tolerances by dtype name (rtol, atol): TileGym's correctness defaults (tests/common.py,
+# get_dtype_tolerances) widened where a kernel may legitimately reorder a reduction (fp32 by 100x:
+# TF32 or another summation order); integers and booleans must match exactly.
+TOLERANCES = {
+    "float64": (1e-7, 1e-9), "float32": (1e-3, 1e-5), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2),
+    "float8_e4m3fn": (1e-1, 1e-1), "float8_e5m2": (5e-1, 5e-1),
+    "complex64": (1e-3, 1e-5), "complex128": (1e-7, 1e-9),
+}
+EXACT = (0.0, 0.0)
+# A record below (bytes that must move / measured bandwidth) divided by this is implausible: the copy
+# benchmark reaches somewhat less than the memory's peak, and an op may skip part of an input it is
+# handed (a baseline below the floor switches the floor off for its case, see ``floor_verdict``).
+FLOOR_MARGIN = 2.0
+
+
+class Setup:
+    """What the plugin configured at load: the mode, the folder, and how to write a report line."""
+
+    def __init__(self, mode: str, folder: Path, write: Callable[[dict], None] | None = None):
+        self.mode, self.folder, self.write = mode, Path(folder), write
+        self.nodeid = ""
+        self.ordinal = 0
+        self.measured = False
+        self.index = _read_index(self.folder) if mode == REPLAY else {}
+
+
+SETUP: Setup | None = None
+_ACTIVE = threading.local()  # inside a wrapped timer: timers it calls are not wrapped twice
+
+
+def configure(mode: str, folder: Path, write: Callable[[dict], None] | None = None) -> None:
+    global SETUP
+    SETUP = Setup(mode, folder, write)
+    SETUP.folder.mkdir(parents=True, exist_ok=True)
+
+
+def begin_test(nodeid: str) -> None:
+    if SETUP is not None:
+        SETUP.nodeid, SETUP.ordinal = nodeid, 0
+
+
+# --- what the timed callable reads ---------------------------------------------------------------
+
+
+def tensors_read_by(fn, torch) -> list[tuple[str, object]]:
+    """``[(path, tensor)]`` the callable can reach by value: closure cells, defaults, ``partial``
+    arguments, bound ``self`` of a method when it is a tensor, and the same inside nested functions,
+    lists, tuples and dicts (depth ``_MAX_DEPTH``). Paths name the route (``fn.cell[1][0]``), so the
+    base checkout's callable is matched tensor for tensor. Each tensor once (by identity)."""
+    found: list[tuple[str, object]] = []
+    seen: set[int] = set()
+
+    def walk(value, path: str, depth: int) -> None:
+        if depth > _MAX_DEPTH or id(value) in seen:
+            return
+        if isinstance(value, torch.Tensor):
+            seen.add(id(value))
+            found.append((path, value))
+            return
+        seen.add(id(value))
+        if isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                walk(item, f"{path}[{i}]", depth + 1)
+        elif isinstance(value, dict):
+            for key in sorted(value, key=repr):
+                walk(value[key], f"{path}[{key!r}]", depth + 1)
+        elif isinstance(value, functools.partial):
+            walk(value.func, f"{path}.func", depth + 1)
+            walk(value.args, f"{path}.args", depth + 1)
+            walk(value.keywords, f"{path}.keywords", depth + 1)
+        elif inspect.ismethod(value):
+            walk(value.__func__, f"{path}.__func__", depth)
+        elif inspect.isfunction(value):
+            for i, cell in enumerate(value.__closure__ or ()):
+                with contextlib.suppress(ValueError):  # an empty cell
+                    walk(cell.cell_contents, f"{path}.cell[{i}]", depth + 1)
+            walk(value.__defaults__ or (), f"{path}.defaults", depth + 1)
+            walk(value.__kwdefaults__ or {}, f"{path}.kwdefaults", depth + 1)
+
+    walk(fn, "fn", 0)
+    return found
+
+
+def tensors_in(value, torch) -> list:
+    """The tensors of a call's result, in order (a tensor, or tuples/lists/dicts of them)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in tensors_in(item, torch)]
+    if isinstance(value, dict):
+        return [t for key in sorted(value, key=repr) for t in tensors_in(value[key], torch)]
+    return []
+
+
+class Sampled:
+    """The timed callable, counted, with one call's result kept by a draw made after each call."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.calls = 0
+        self.kept = None
+        self.kept_index = 0
+        self.previous = None
+
+    def __call__(self, *args, **kwargs):
+        result = self.fn(*args, **kwargs)
+        self.calls += 1
+        # Reservoir sampling of size one: call n replaces the kept result with probability 1/n.
+        if int.from_bytes(os.urandom(4), "little") % self.calls == 0:
+            self.kept, self.kept_index = result, self.calls
+        self.previous = result
+        return result
+
+    def __getattr__(self, name):  # a timer that reads fn.__name__ and the like sees the real one
+        return getattr(self.fn, name)
+
+
+# --- the wrapper -------------------------------------------------------------------------------
+
+
+def _timed_callable(args: tuple, kwargs: dict) -> tuple[object, str | int | None]:
+    if args and callable(args[0]):
+        return args[0], 0
+    for name in ("fn", "func", "kernel_fn"):
+        if callable(kwargs.get(name)):
+            return kwargs[name], name
+    return None, None
+
+
+def _with_callable(args: tuple, kwargs: dict, where, fn) -> tuple[tuple, dict]:
+    if where == 0:
+        return (fn, *args[1:]), kwargs
+    return args, {**kwargs, where: fn}
+
+
+def wrap_timer(timer, method: str, l2: str, label: str):
+    """``timer`` with its timed callable checked (module docstring); itself when nothing is configured."""
+    if getattr(timer, "__cutile_perf_checked__", False):
+        return timer
+
+    @functools.wraps(timer)
+    def checked_timer(*args, **kwargs):
+        fn, where = _timed_callable(args, kwargs)
+        torch = sys.modules.get("torch")
+        if SETUP is None or fn is None or torch is None or getattr(_ACTIVE, "on", False):
+            return timer(*args, **kwargs)
+        SETUP.ordinal += 1
+        call = {"nodeid": SETUP.nodeid, "ordinal": SETUP.ordinal, "timer": label, "method": method, "l2": l2}
+        if SETUP.mode == REPLAY:
+            return _replay(torch, timer, args, kwargs, fn, call)
+        return _capture(torch, timer, args, kwargs, fn, where, call)
+
+    checked_timer.__cutile_perf_checked__ = True
+    return checked_timer
+
+
+def _capture(torch, timer, args, kwargs, fn, where, call: dict):
+    inputs = tensors_read_by(fn, torch)
+    snapshot = [t.detach().clone() for _path, t in inputs]
+    sampled = Sampled(fn)
+    new_args, new_kwargs = _with_callable(args, kwargs, where, sampled)
+    _ACTIVE.on = True
+    try:
+        result = timer(*new_args, **new_kwargs)
+    finally:
+        _ACTIVE.on = False
+    # The timer has returned: from here on nothing is timed.
+    try:
+        line = _save_capture(torch, fn, sampled, inputs, snapshot, call)
+    except Exception as exc:  # noqa: BLE001 - a check that could not be made says so, it never fails the test
+        line = {**call, "status": "unchecked", "reason": f"capture failed: {type(exc).__name__}: {exc}"[:300]}
+    finally:
+        sampled.kept = sampled.previous = None
+    if SETUP.write is not None:
+        SETUP.write({"type": "checked", **line})
+    return result
+
+
+def _describe(tensors) -> list[list]:
+    return [[list(t.shape), str(t.dtype).removeprefix("torch.")] for t in tensors]
+
+
+def _sync(torch) -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def _host(tensors) -> list:
+    return [t.detach().to("cpu", copy=True) for t in tensors]
+
+
+def _save_capture(torch, fn, sampled: Sampled, inputs, snapshot, call: dict) -> dict:
+    _sync(torch)
+    kept = tensors_in(sampled.kept, torch)
+    line = {**call, "calls": sampled.calls, "index": sampled.kept_index, "inputs": _describe(snapshot),
+            "input_paths": [p for p, _t in inputs]}
+    if not inputs:
+        return {**line, "status": "unchecked", "reason": "the timed callable reads no tensor this check can find "
+                                                         "(tensors held by objects, e.g. a module's parameters)"}
+    if sampled.calls == 0:
+        return {**line, "status": "unchecked", "reason": "the timer never called the callable"}
+    if not kept:
+        return {**line, "status": "unchecked", "reason": "the timed call returns no tensor (a backward pass, or an "
+                                                         "op that writes into an argument and returns nothing)"}
+    changed = [p for (p, t), s in zip(inputs, snapshot) if not torch.equal(t, s)]
+    input_ptrs = {t.untyped_storage().data_ptr() for _p, t in inputs}
+    aliased = any(t.untyped_storage().data_ptr() in input_ptrs for t in kept)
+    sampled_out = None if (changed or aliased) else _host(kept)
+    after = _call_after(torch, fn, inputs, snapshot, kept, call["method"])
+    line = {**line, "outputs": _describe(kept), "in_place": bool(changed or aliased),
+            "bytes": sum(t.numel() * t.element_size() for t in snapshot) + sum(t.numel() * t.element_size() for t in kept)}
+    if changed or aliased:
+        line["sampled_note"] = ("the op works in place (" + (f"inputs changed: {', '.join(changed[:3])}" if changed
+                                                             else "its result is an input") +
+                                "): only the call after the timer, on restored inputs, is checked")
+    payload = {"inputs": {p: s.to("cpu") for (p, _t), s in zip(inputs, snapshot)}, "sampled": sampled_out,
+               "after": after, "call": line}
+    name = f"{hashlib.sha256(json.dumps([call['nodeid'], call['ordinal']]).encode()).hexdigest()[:16]}.pt"
+    path = SETUP.folder / name
+    torch.save(payload, path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return {**line, "status": "captured", "file": name, "sha256": digest}
+
+
+def _poison(torch, like) -> None:
+    """Fill, then free, blocks the size of each output: the next allocation of that size gets NaN
+    (or the dtype's max) instead of an earlier call's correct result."""
+    filled = []
+    for t in like:
+        value = float("nan") if t.is_floating_point() or t.is_complex() else (True if t.dtype == torch.bool
+                                                                             else torch.iinfo(t.dtype).max)
+        filled.append(torch.full(t.shape, value, dtype=t.dtype, device=t.device))
+    del filled
+
+
+@contextlib.contextmanager
+def _conditions(torch, method: str):
+    """The timer's own conditions around the call after it: a profiler session for a CUPTI timer."""
+    if method == "cupti":
+        from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]):
+            yield
+    else:
+        yield
+
+
+def _call_after(torch, fn, inputs, snapshot, kept, method: str) -> list:
+    for (_p, t), s in zip(inputs, snapshot):
+        t.data.copy_(s)
+    _poison(torch, kept)
+    if method == "cuda-graph" and torch.cuda.is_available() and torch.cuda.is_initialized():
+        from cutile_perf import bench  # noqa: PLC0415
+
+        replay = bench._graph_replay(torch, fn)  # its eager warm-up call may change in-place inputs
+        for (_p, t), s in zip(inputs, snapshot):
+            t.data.copy_(s)
+        result = replay()
+    else:
+        with _conditions(torch, method):
+            result = fn()
+    _sync(torch)
+    return _host(tensors_in(result, torch))
+
+
+# --- replay in the base checkout ---------------------------------------------------------------
+
+
+def _read_index(folder: Path) -> dict:
+    """{(nodeid, ordinal): capture line} from ``index.json`` the harness wrote next to the captures."""
+    path = Path(folder) / "index.json"
+    if not path.exists():
+        return {}
+    lines = json.loads(path.read_text(encoding="utf-8"))
+    return {(line["nodeid"], int(line["ordinal"])): line for line in lines}
+
+
+def _last_ordinal(nodeid: str) -> int:
+    return max((o for (n, o), line in SETUP.index.items() if n == nodeid and line.get("status") == "captured"),
+               default=0)
+
+
+def _replay(torch, timer, args, kwargs, fn, call: dict):
+    if not SETUP.measured and SETUP.write is not None:  # once per reference child: the floor's bandwidth
+        SETUP.measured = True
+        SETUP.write({"type": "check", "bandwidth": bandwidth(torch)})
+    line = SETUP.index.get((call["nodeid"], call["ordinal"]))
+    if line is not None and line.get("status") == "captured":
+        try:
+            verdict = check_against_base(torch, fn, SETUP.folder / line["file"], line)
+        except Exception as exc:  # noqa: BLE001
+            verdict = {"status": "unchecked", "reason": f"replay failed: {type(exc).__name__}: {exc}"[:300]}
+        if SETUP.write is not None:
+            SETUP.write({"type": "check", "nodeid": call["nodeid"], "ordinal": call["ordinal"], **verdict})
+    if call["ordinal"] >= _last_ordinal(call["nodeid"]):
+        import pytest  # noqa: PLC0415
+
+        pytest.skip("cutile-perf: reference computed, nothing is timed in the reference child")
+    return timer(*args, **kwargs)
+
+
+def tolerance(dtype) -> tuple[float, float]:
+    return TOLERANCES.get(str(dtype).removeprefix("torch."), EXACT)
+
+
+def compare(torch, expected: list, actual: list) -> str | None:
+    """Why ``actual`` is not ``expected`` within the dtype's tolerance, or None when it is."""
+    if len(expected) != len(actual):
+        return f"{len(actual)} result tensor(s) where the base kernel returns {len(expected)}"
+    for i, (e, a) in enumerate(zip(expected, actual)):
+        if e.shape != a.shape or e.dtype != a.dtype:
+            return f"result {i}: {tuple(a.shape)} {a.dtype} where the base kernel returns {tuple(e.shape)} {e.dtype}"
+        rtol, atol = tolerance(e.dtype)
+        if (rtol, atol) == EXACT:
+            bad = e != a
+        else:
+            bad = ~torch.isclose(a.to(torch.float64) if not a.is_complex() else a,
+                                 e.to(torch.float64) if not e.is_complex() else e, rtol=rtol, atol=atol, equal_nan=True)
+        count = int(bad.sum())
+        if count:
+            diff = (a.to(torch.float64) - e.to(torch.float64)).abs() if not a.is_complex() else (a - e).abs()
+            worst = float(diff.nan_to_num(float("inf")).max())
+            return (f"result {i}: {count} of {e.numel()} elements differ (rtol {rtol:g}, atol {atol:g}; "
+                    f"largest difference {worst:.3g})")
+    return None
+
+
+def check_against_base(torch, fn, capture: Path, line: dict) -> dict:
+    """The base kernel on the captured inputs, compared with the candidate's sampled and after-timer results."""
+    payload = torch.load(capture, map_location="cpu", weights_only=True)
+    inputs = tensors_read_by(fn, torch)
+    captured = payload["inputs"]
+    if [p for p, _t in inputs] != list(captured):
+        return {"status": "unchecked", "reason": "the base test's timed callable reads other tensors than the "
+                                                 "candidate's (different closure)"}
+    for (path, t), (_p, c) in zip(inputs, captured.items()):
+        if tuple(t.shape) != tuple(c.shape) or t.dtype != c.dtype:
+            return {"status": "unchecked", "reason": f"{path}: {tuple(c.shape)} {c.dtype} captured where the base "
+                                                     f"test has {tuple(t.shape)} {t.dtype}"}
+    results = []
+    for _ in range(2):  # twice: a base kernel that does not repeat itself cannot judge another
+        for (_p, t), c in zip(inputs, captured.values()):
+            t.data.copy_(c.to(t.device))
+        results.append(_host(tensors_in(fn(), torch)))
+        _sync(torch)
+    reference, again = results
+    bytes_moved = sum(c.numel() * c.element_size() for c in captured.values()) + sum(
+        r.numel() * r.element_size() for r in reference)
+    common = {"bytes": bytes_moved, "calls": line.get("calls"), "index": line.get("index"),
+              "in_place": line.get("in_place", False), "l2": line.get("l2"), "method": line.get("method")}
+    if compare(torch, reference, again) is not None:
+        return {**common, "status": "unchecked", "reason": "the base kernel's two results on the same inputs differ "
+                                                           "(random output, e.g. dropout): nothing to compare with"}
+    found = []
+    if payload.get("sampled") is not None:
+        why = compare(torch, reference, payload["sampled"])
+        if why:
+            found.append(f"timed call {line.get('index')} of {line.get('calls')}: {why}")
+    why = compare(torch, reference, payload["after"])
+    if why:
+        found.append(f"call {int(line.get('calls') or 0) + 1}, after the timer, under its conditions: {why}")
+    if found:
+        return {**common, "status": "mismatch", "reason": "; ".join(found)}
+    checked = "the sampled timed call and the call after the timer" if payload.get("sampled") is not None else \
+        "the call after the timer only (in-place op)"
+    return {**common, "status": "ok", "reason": checked}
+
+
+# --- bandwidth (the floor) ---------------------------------------------------------------------
+
+
+def bandwidth(torch) -> dict:
+    """Copy bandwidth in GB/s by timing mode: ``flushed`` (a copy far larger than L2: DRAM/HBM) and
+    ``not flushed`` (a copy that fits in L2, repeated). On a CPU (no CUDA): host memory for both,
+    the simulated device of the CPU tests."""
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        l2 = int(getattr(props, "L2_cache_size", 0) or 50 * 2**20)
+        return {"flushed": _copy_gbps(torch, 8 * l2, "cuda", 5), "not flushed": _copy_gbps(torch, l2 // 4, "cuda", 50),
+                "device": props.name}
+    big = _copy_gbps(torch, 64 * 2**20, "cpu", 3)
+    return {"flushed": big, "not flushed": big, "device": "cpu (simulated device)"}
+
+
+def _copy_gbps(torch, nbytes: int, device: str, repeats: int) -> float:
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # warm-up
+    best = float("inf")
+    for _ in range(3):
+        if device == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(repeats):
+                dst.copy_(src)
+            end.record()
+            end.synchronize()
+            seconds = start.elapsed_time(end) / 1e3
+        else:
+            began = time.perf_counter()
+            for _ in range(repeats):
+                dst.copy_(src)
+            seconds = time.perf_counter() - began
+        best = min(best, seconds / repeats)
+    return 2 * nbytes / best / 1e9  # read and write
+
+
+def floor_ms(bytes_moved: int, gbps: float) -> float:
+    return bytes_moved / (gbps * 1e9) * 1e3
+
+
+def floor_verdict(case: str, candidate_ms: float, baseline_ms: float | None, bytes_moved: int,
+                  gbps: float | None) -> str | None:
+    """Why ``candidate_ms`` breaks physics for ``case``, or None (pure).
+
+    The floor is ``bytes_moved / gbps`` over ``FLOOR_MARGIN``. It applies only where the baseline's
+    own median respects it: a baseline below it means the op moves less than its tensors' bytes
+    (it skips part of an input), so bytes are no floor for that case."""
+    if not gbps or gbps <= 0 or bytes_moved <= 0:
+        return None
+    floor = floor_ms(bytes_moved, gbps) / FLOOR_MARGIN
+    if baseline_ms is not None and baseline_ms < floor:
+        return None
+    if candidate_ms < floor:
+        return (f"case {case} recorded {candidate_ms:.4g} ms, below its floor of {floor:.4g} ms ({bytes_moved} bytes "
+                f"at {gbps:.0f} GB/s measured, over a margin of {FLOOR_MARGIN:g})")
+    return None

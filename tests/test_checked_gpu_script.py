@@ -1,0 +1,57 @@
+"""The CPU-runnable parts of benchmarks/checked_gpu.py, so its one GPU call does not fail on a typo."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def script():
+    sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location("checked_gpu", BENCH / "checked_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_defaults_and_bad_arguments(script, capsys):
+    args = script.parse_args(["slice"])
+    assert args.ops == ["silu_and_mul", "rms_norm", "swiglu"] and args.changes == list(script.CHANGES)
+    assert args.ab_runs == 3 and args.fn == {}
+    assert script.parse_args(["s", "--fn", "swiglu=swiglu_fwd"]).fn == {"swiglu": "swiglu_fwd"}
+    for bad in (["s", "--changes", "count,nope"], ["s", "--fn", "noequals"], ["s", "--ab-runs", "-1"]):
+        with pytest.raises(SystemExit) as exc:
+            script.parse_args(bad)
+        assert exc.value.code == 2
+
+
+@pytest.mark.parametrize("change", ["count", "profiler", "big", "honest"])
+def test_each_change_appends_valid_python_that_wraps_the_op(script, change):
+    import torch
+
+    source = "import torch\n\ndef op(x):\n    return x * 2\n" + script.change_text(change, "op")
+    namespace: dict = {}
+    exec(compile(source, "op.py", "exec"), namespace)  # noqa: S102 - the script's own generated code
+    x = torch.ones(2, 8192)
+    results = [namespace["op"](x) for _ in range(5)]
+    assert torch.equal(results[0], x * 2)  # the first call always computes
+    if change in ("count", "big"):  # their cheat triggers here: the later calls do no work
+        assert namespace["_CALLS"] is not None and "_last" in namespace
+
+
+def test_outcome_table_and_cost(script):
+    cheat = script.outcome("count", 1, {"decision": "revert", "reason": "perf wrong-when-timed: case 64x16384, call 7"})
+    assert cheat["as_promised"] and cheat["alarm"]
+    assert not script.outcome("big", 0, {"decision": "keep"})["as_promised"]
+    alarm = script.outcome("honest", 1, {"decision": "revert", "reason": "perf implausible: case x"})
+    assert alarm["alarm"] and not alarm["as_promised"]
+    text = script.table([{"op": "rms_norm", **cheat}])
+    assert text.count("\n") == 2 and "rms_norm" in text
+    cost = script.cost_summary([10.0, 12.0, 11.0], [11.0, 13.0, 12.1])
+    assert cost["median_ratio"] == pytest.approx(12.1 / 11.0, rel=1e-3)
+    assert script.cost_summary([], [1.0]) == {}

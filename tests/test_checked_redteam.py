@@ -1,0 +1,69 @@
+"""Red team of checked timed calls (issue 39 items 1-2), on the CPU: the SIMULATED TileGym-shaped
+silu_and_mul of tests/fixtures_checked.py, timed by TileGym-shaped timers whose test file is never
+edited. Each perf-only cheat must end not kept by ``try``, with a reason naming the case and the
+timed call; the honest change is the control."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fixtures_checked import add_checked_op, set_cheat
+from fixtures_repo import allow_no_gpu, git, tilegym_like_repo  # noqa: F401
+
+from cutile_perf.cli import main
+
+
+def cli(capsys, repo: Path, command: str, *args: str) -> tuple[int, dict]:
+    code = main([command, "--repo", str(repo), "--json", *args])
+    out = capsys.readouterr().out.strip().splitlines()
+    return code, (json.loads(out[-1]) if out else {})
+
+
+@pytest.fixture
+def checked_session(tilegym_like_repo, capsys):
+    repo = add_checked_op(tilegym_like_repo)
+    code, data = cli(capsys, repo, "init", "--kernel", "silu_and_mul", "--timeout", "120")
+    assert code == 0, data
+    allow_no_gpu(repo)
+    code, data = cli(capsys, repo, "baseline", "--repeats", "2")
+    assert code == 0, data
+    return repo
+
+
+@pytest.mark.parametrize("cheat", ["count", "profiler", "big"])
+def test_perf_only_cheat_is_not_kept_and_names_case_and_call(checked_session, capsys, cheat):
+    repo = checked_session
+    base = git(repo, "rev-parse", "HEAD").strip()
+    set_cheat(repo, cheat)
+    code, data = cli(capsys, repo, "try", f"cheat {cheat}")
+    assert data.get("decision") != "keep", data
+    assert git(repo, "rev-parse", "HEAD").strip() == base
+    assert "wrong-when-timed" in json.dumps(data), data
+    assert "call" in data.get("reason", "") and "case" in data.get("reason", ""), data
+
+
+def test_honest_change_is_not_flagged(checked_session, capsys):
+    repo = checked_session
+    path = repo / "src/fakegym/ops/cutile/silu_and_mul.py"
+    path.write_text(path.read_text() + "\n# honest: a comment-only change\n")
+    code, data = cli(capsys, repo, "try", "honest comment")
+    assert "wrong-when-timed" not in json.dumps(data) and "implausible" not in data.get("reason", ""), data
+
+
+def test_without_the_check_the_count_cheat_is_kept(checked_session, capsys, monkeypatch):
+    """The control of the defence itself: with checked timed calls switched off
+    (``CUTILE_PERF_UNCHECKED=1``, the documented A/B knob) the same cheat is kept as faster, so the
+    test above fails without the check."""
+    monkeypatch.setenv("CUTILE_PERF_UNCHECKED", "1")
+    set_cheat(checked_session, "count")
+    code, data = cli(capsys, checked_session, "try", "cheat count, unchecked")
+    assert data.get("decision") == "keep", data
+
+
+def test_init_says_which_perf_shapes_no_correctness_test_covers(tilegym_like_repo, capsys):
+    repo = add_checked_op(tilegym_like_repo)
+    code, data = cli(capsys, repo, "init", "--kernel", "silu_and_mul", "--timeout", "120")
+    assert code == 0, data
+    uncovered = data["uncovered_perf_cases"]
+    assert any("16384" in case for case in uncovered) and any("512" in case for case in uncovered), uncovered
