@@ -551,3 +551,38 @@ def test_ctrl_c_during_the_perf_run_logs_correctness_not_run(repo):
     row = log.read_entries(repo / "sandbox/experiments.jsonl")[-1]
     assert (row["crash_class"], row["correctness"]) == ("interrupted", "not run"), row
     assert "not run (interrupted)" in (repo / "sandbox/perf_results.md").read_text()
+
+
+def test_a_harness_step_blocked_past_the_deadline_ends_the_try_and_frees_the_lock(repo, monkeypatch, tmp_path):
+    """Issue 44: a blocking read of a FIFO a child left held `try` and its lock past any budget.
+
+    The step here opens a FIFO without O_NONBLOCK, as a read we did not foresee would. A thread
+    opens its other end after 20 s, so without the guard the test fails instead of hanging."""
+    import os
+    import threading
+
+    from cutile_perf.loop import watchdog
+
+    monkeypatch.setattr(watchdog, "deadline_s", lambda children_budget_s: 1.0)
+    fifo = tmp_path / "left-by-a-child"
+    os.mkfifo(fifo)
+    unblock = threading.Timer(20.0, lambda: open(fifo, "w").close())
+    unblock.daemon = True
+    unblock.start()
+    edit(repo, "reads a fifo")
+
+    def blocked_read(name, tag, commit):
+        if name == "correctness":
+            with open(fifo) as fh:
+                fh.read()
+
+    started = time.monotonic()
+    with pytest.raises(watchdog.HarnessOverran):
+        try_change(repo, "reads a fifo", stages=scripted(repo, {"a": 0.5, "b": 1.0}, on_stage=blocked_read))
+    unblock.cancel()
+    assert time.monotonic() - started < 15
+    session = session_mod.load(repo)
+    assert session_mod.read_lock(session.repo) is None
+    last = History.open(session, git_ops.open_repo(repo)).last()
+    assert (last["status"], last["crash_class"]) == ("crash", "harness") and "HarnessOverran" in last["reason"]
+    assert git_ops.head(git_ops.open_repo(repo)) == session.base_commit

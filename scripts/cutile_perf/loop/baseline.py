@@ -14,6 +14,7 @@ from cutile_perf.child import envcheck, measure
 from cutile_perf.errors import DirtyTree, IterationCrashed, Refused, UsageError
 from cutile_perf.judge import rules, stats, verdict
 from cutile_perf.judge.verdict import Stage
+from cutile_perf.loop import watchdog
 from cutile_perf.loop import iteration
 from cutile_perf.loop.history import History
 from cutile_perf.loop.stages import NextRun, Stages, StageRunner, may_prestart
@@ -81,7 +82,7 @@ def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outco
             stages.clock = clock  # scripted stages time themselves into this row, as StageRunner does
         runner = stages if stages is not None else StageRunner(session, g, measure.Deadline(session.timeout_s * repeats),
                                                                clock)
-        with runner:
+        with runner, watchdog.overrun_guard(session.timeout_s * repeats, "baseline"):
             empty = verdict.Reference(commit=head, medians={}, noise={})
             # Perf run 1 starts with the correctness run and waits before its first test, as a
             # try's perf run does (``Stages.correctness_then_perf``); the later runs start then too,

@@ -50,6 +50,7 @@ from cutile_perf.judge.crash import CrashClass
 from cutile_perf.kernel import probes
 from cutile_perf.judge.verdict import (Evidence, Reference, Stage, Verdict, correctness_status, judge, paired_samples,
                                        stopped)
+from cutile_perf.loop import watchdog
 from cutile_perf.loop.budget import Budget, BudgetSpent, DoesNotFit, recheck_floor_s
 from cutile_perf.loop import offbranch
 from cutile_perf.loop.history import History
@@ -800,7 +801,8 @@ def try_change(repo: Path, optimization: str, *, stages: Stages | None = None, b
         cut = None
         try:
             try:
-                row = it.run(runner)
+                with watchdog.overrun_guard(timeout_s, "try"):
+                    row = it.run(runner)
             except BudgetSpent as exc:
                 # The job's time ended the run, not the change: settled as an interruption (row,
                 # revert, the change kept in its patch), so the next job can try it again.
