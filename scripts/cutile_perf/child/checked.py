@@ -73,10 +73,6 @@ TOLERANCES = {
     "complex64": (1e-3, 1e-5), "complex128": (1e-7, 1e-9),
 }
 EXACT = (0.0, 0.0)
-# A record below (bytes that must move / measured bandwidth) divided by this is implausible: the copy
-# benchmark reaches somewhat less than the memory's peak, and an op may skip part of an input it is
-# handed (a baseline below the floor switches the floor off for its case, see ``floor_verdict``).
-FLOOR_MARGIN = 2.0
 
 
 class Setup:
@@ -87,7 +83,14 @@ class Setup:
         self.nodeid = ""
         self.ordinal = 0
         self.measured = False
+        self.captured_bytes = 0  # what this child saved so far (``CAPTURE_LIMIT``)
         self.index = _read_index(self.folder) if mode == REPLAY else {}
+
+
+# What one perf child may save of its timed calls: a perf test of large shapes times dozens of calls
+# of hundreds of MB each, and an unbounded capture filled a 64 GB disk during a TileGym baseline (H100).
+# Past it, each further call is unchecked with that reason, on the row.
+CAPTURE_LIMIT = 4 << 30
 
 
 SETUP: Setup | None = None
@@ -279,6 +282,11 @@ def _save_capture(torch, fn, sampled: Sampled, inputs, snapshot, call: dict) -> 
         line["sampled_note"] = ("the op works in place (" + (f"inputs changed: {', '.join(changed[:3])}" if changed
                                                              else "its result is an input") +
                                 "): only the call after the timer, on restored inputs, is checked")
+    size = line["bytes"] + sum(t.numel() * t.element_size() for t in (sampled_out or []) + (after or []))
+    if SETUP.captured_bytes + size > CAPTURE_LIMIT:
+        return {**line, "status": "unchecked", "reason": f"this run's capture limit of {CAPTURE_LIMIT >> 30} GB "
+                                                         f"was reached ({SETUP.captured_bytes >> 20} MB saved)"}
+    SETUP.captured_bytes += size
     payload = {"inputs": {p: s.to("cpu") for (p, _t), s in zip(inputs, snapshot)}, "sampled": sampled_out,
                "after": after, "call": line}
     name = f"{hashlib.sha256(json.dumps([call['nodeid'], call['ordinal']]).encode()).hexdigest()[:16]}.pt"
@@ -470,25 +478,3 @@ def _copy_gbps(torch, nbytes: int, device: str, repeats: int) -> float:
             seconds = time.perf_counter() - began
         best = min(best, seconds / repeats)
     return 2 * nbytes / best / 1e9  # read and write
-
-
-def floor_ms(bytes_moved: int, gbps: float) -> float:
-    return bytes_moved / (gbps * 1e9) * 1e3
-
-
-def floor_verdict(case: str, candidate_ms: float, baseline_ms: float | None, bytes_moved: int,
-                  gbps: float | None) -> str | None:
-    """Why ``candidate_ms`` breaks physics for ``case``, or None (pure).
-
-    The floor is ``bytes_moved / gbps`` over ``FLOOR_MARGIN``. It applies only where the baseline's
-    own median respects it: a baseline below it means the op moves less than its tensors' bytes
-    (it skips part of an input), so bytes are no floor for that case."""
-    if not gbps or gbps <= 0 or bytes_moved <= 0:
-        return None
-    floor = floor_ms(bytes_moved, gbps) / FLOOR_MARGIN
-    if baseline_ms is not None and baseline_ms < floor:
-        return None
-    if candidate_ms < floor:
-        return (f"case {case} recorded {candidate_ms:.4g} ms, below its floor of {floor:.4g} ms ({bytes_moved} bytes "
-                f"at {gbps:.0f} GB/s measured, over a margin of {FLOOR_MARGIN:g})")
-    return None

@@ -409,8 +409,11 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
     if name == "perf" and captured.is_dir():  # kept beside the log for the reference child (child.checkrun)
         # Links are copied as links and FIFOs or devices left out: copying must not hang on what the
         # child left there, and the digests in its signed report catch any file that is not its own.
-        shutil.copytree(captured, output.with_suffix(".checked"), symlinks=True, dirs_exist_ok=True,
-                        ignore=_not_plain)
+        try:  # the same filesystem: moved, not copied (a capture can be gigabytes)
+            os.rename(captured, output.with_suffix(".checked"))
+        except OSError:
+            shutil.copytree(captured, output.with_suffix(".checked"), symlinks=True, dirs_exist_ok=True,
+                            ignore=_not_plain)
 
     crash = runner.classify(result, report.failures.values())
     detail = failure_detail(result, report) if crash else ""

@@ -215,7 +215,7 @@ def judge_checks(run: Stage, ref: Reference) -> Verdict:
     below the floor its checked call gives (bytes over measured bandwidth) is ``implausible``.
     Both revert the change, naming the case and the call. Unchecked calls decide nothing here (the
     row and ``status`` say which and why)."""
-    from cutile_perf.child.checked import floor_verdict  # noqa: PLC0415 - pure; torch is never imported by it
+    from cutile_perf.judge.floor import floor_verdict  # noqa: PLC0415
 
     for check in run.checks:
         if check.get("status") == "mismatch":
