@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 from fixtures_repo import KERNEL_REL, edit_kernel, git
-from test_redteam import (SLOW, _template, append_to_kernel, assert_not_kept_nothing_lost, call, repo, rows,  # noqa: F401
-                          snapshot)
+from redteam_helpers import (SLOW, _template, append_to_kernel, assert_not_kept_nothing_lost, call, repo,  # noqa: F401
+                             rows, snapshot)
 
 from cutile_perf import knobs
 from cutile_perf.child import box, boxinit, runner

@@ -124,14 +124,14 @@ def test_boxed_children_of_a_try_read_the_folder_and_verifys_children_do_not(tmp
     """A ``try``'s boxed children run with the shared folder as their bytecode prefix; ``verify``,
     which trusts nothing it did not build from the commits, gives its children none."""
     from fixtures_repo import build_tilegym_like_repo, edit_kernel
-    from test_redteam import _start, append_to_kernel, call
+    from redteam_helpers import append_to_kernel, call, start_session
 
     from cutile_perf.child import box
 
     if box.available() is not None:
         pytest.skip(f"no box here: {box.available()}")
     repo = build_tilegym_like_repo(tmp_path)
-    _start(repo)
+    start_session(repo)
     runs, seen = repo / "sandbox" / "runs", set()
     _prefixes(runs, seen)
     edit_kernel(repo, latency={"256x1024": 0.5, "4096x1024": 1.0})

@@ -17,7 +17,7 @@ import time
 import pytest
 from fixtures_repo import edit_kernel
 from test_prestart_perf import AHEAD, BORDERLINE, TO_PERF_LOG, _slow_tests_session
-from test_redteam import append_to_kernel, call, rows
+from redteam_helpers import append_to_kernel, call, rows
 
 from cutile_perf.child import freezer, runner
 from cutile_perf.loop import stages

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from fixtures_repo import allow_no_gpu, build_tilegym_like_repo, edit_kernel, edit_session
-from test_redteam import FAST, append_to_kernel, assert_not_kept_nothing_lost, call, rows, snapshot
+from redteam_helpers import FAST, append_to_kernel, assert_not_kept_nothing_lost, call, rows, snapshot
 
 from cutile_perf import knobs
 from cutile_perf.child import runreport

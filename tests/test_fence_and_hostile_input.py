@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 import yaml
 from fixtures_repo import KERNEL_REL, TEST_REL, allow_no_gpu, build_tilegym_like_repo, edit_kernel, edit_session, git
-from test_redteam import (SCRIPTS, SLOW, _template, _user_files, call, head, repo, rows,  # noqa: F401 - fixtures
-                          snapshot)
+from redteam_helpers import (SCRIPTS, SLOW, _template, call, head, repo, rows, snapshot,  # noqa: F401 - fixtures
+                             user_files)
 
 from cutile_perf.cli import main
 from cutile_perf.errors import clean_text, displayable, strip_controls
@@ -396,5 +396,5 @@ def test_hostile_arguments_in_a_session(repo, argv):
     if code != 0:
         assert_one_line_error(code, err)
     assert head(repo) == before.head and len(rows(repo)) == before.rows
-    assert _user_files(repo) == before.files, "a file outside sandbox/ changed"
+    assert user_files(repo) == before.files, "a file outside sandbox/ changed"
     assert not (repo / "sandbox/cutile-perf.log").exists(), "a bug was logged"

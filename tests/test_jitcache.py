@@ -18,7 +18,7 @@ import git
 import pytest
 from fixtures_repo import allow_no_gpu, build_tilegym_like_repo, edit_kernel, edit_session
 from optional_deps import needs
-from test_redteam import append_to_kernel, call, rows
+from redteam_helpers import append_to_kernel, call, rows
 
 from cutile_perf.store import jitcache
 from cutile_perf.child import pristine

@@ -12,8 +12,9 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from test_redteam import (FAST, SLOW, _killed_by, _resume_and_check, append_to_kernel, call, edit_kernel, head, reap,  # noqa: F401
-                          repo, _template, rows, snapshot, spawn)
+from fixtures_repo import edit_kernel
+from redteam_helpers import (FAST, SLOW, _template, append_to_kernel, call, head, killed_by, reap, repo,  # noqa: F401
+                             resume_and_check, rows, snapshot, spawn)
 
 WINDOWS = ("record:appended", "record:anchored", "revert:patch-saved")
 
@@ -27,8 +28,8 @@ def test_kill_inside_a_window_of_a_reverted_try_is_repaired_by_resume(repo, reap
     proc = spawn(repo, "try", f"killed inside {window}",
                  env={"CUTILE_PERF_TEST_KILL_AT": window, "CUTILE_PERF_TEST_SIGNAL": "KILL", "REDTEAM_TAG": tag})
     _out, err = proc.communicate(timeout=120)
-    assert _killed_by(proc.returncode, "KILL"), f"exit {proc.returncode}, not killed in {window}: {err[-500:]}"
-    row = _resume_and_check(repo, before, tag, reap, marker="# ATTACK window")
+    assert killed_by(proc.returncode, "KILL"), f"exit {proc.returncode}, not killed in {window}: {err[-500:]}"
+    row = resume_and_check(repo, before, tag, reap, marker="# ATTACK window")
     assert row["status"] == "revert", row
     # The session is not bricked: the status is clean and the next try runs.
     code, data, _ = call(repo, "status")
@@ -44,7 +45,7 @@ def test_kill_inside_a_window_of_a_kept_try_keeps_it_once(repo, reap, window):
     proc = spawn(repo, "try", f"faster, killed inside {window}",
                  env={"CUTILE_PERF_TEST_KILL_AT": window, "CUTILE_PERF_TEST_SIGNAL": "KILL"})
     proc.communicate(timeout=120)
-    assert _killed_by(proc.returncode, "KILL"), proc.returncode
+    assert killed_by(proc.returncode, "KILL"), proc.returncode
     code, data, _ = call(repo, "resume")
     assert code == 0 and data.get("consistent"), data
     kept = [r for r in rows(repo) if r["iteration"] == 1]

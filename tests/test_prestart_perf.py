@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from fixtures_repo import TEST_REL, build_tilegym_like_repo, edit_kernel, git
-from test_redteam import (FAST, _start, append_to_kernel, assert_not_kept_nothing_lost, call, reap, rows, snapshot,  # noqa: F401 - reap: a fixture
-                          spawn, wait_until)
+from redteam_helpers import (FAST, append_to_kernel, assert_not_kept_nothing_lost, call, reap, rows,  # noqa: F401 - reap: a fixture
+                             snapshot, spawn, start_session, wait_until)
 
 from cutile_perf.child import box, runner
 from cutile_perf.loop import stages
@@ -93,7 +93,7 @@ def test_the_profiler_warm_up_runs_beside_collection_and_the_first_test_waits_fo
 
 def _prestarted_session(tmp_path: Path) -> Path:
     repo = build_tilegym_like_repo(tmp_path)
-    _start(repo, init_args=("--prestart-perf",))
+    start_session(repo, init_args=("--prestart-perf",))
     return repo
 
 
@@ -263,7 +263,7 @@ def _slow_tests_session(tmp_path: Path, collect_ahead: bool = False) -> Path:
     git(repo, "commit", "-q", "-am", "tests take a second each")
     # The simulated runs barely vary, so most re-checks would settle after their first pair
     # (``verdict.settled_early``); the tests below are about each of the six runs of a whole one.
-    _start(repo, repeats=3, collect_ahead=collect_ahead, thresholds={"settle_sd": 0.0})
+    start_session(repo, repeats=3, collect_ahead=collect_ahead, thresholds={"settle_sd": 0.0})
     return repo
 
 

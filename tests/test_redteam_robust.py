@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 from fixtures_repo import KERNEL_REL, edit_kernel
-from test_redteam import (FAST, SLOW, _template, append_to_kernel, assert_not_kept_nothing_lost, call, head, repo,  # noqa: F401
-                          rows, snapshot)
+from redteam_helpers import (FAST, SLOW, _template, append_to_kernel, assert_not_kept_nothing_lost, call, head,  # noqa: F401
+                             repo, rows, snapshot)
 
 from cutile_perf.child import box, measure, pristine, runner, runreport
 from cutile_perf.errors import displayable

@@ -12,8 +12,9 @@ import subprocess
 import time
 import uuid
 
-from test_redteam import (FAST, _template, call, edit_kernel, reap, repo, rows, snapshot,  # noqa: F401
-                          spawn, tagged_pids, wait_until)
+from fixtures_repo import edit_kernel
+from redteam_helpers import (FAST, _template, call, reap, repo, rows, snapshot, spawn, tagged_pids,  # noqa: F401
+                             wait_until)
 
 from cutile_perf.loop.iteration import end_children, process_start
 

@@ -15,8 +15,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_redteam import FAST, append_to_kernel, call, edit_kernel, repo, rows, snapshot, _template  # noqa: F401
-from test_redteam import assert_not_kept_nothing_lost
+from fixtures_repo import edit_kernel
+from redteam_helpers import (FAST, _template, append_to_kernel, assert_not_kept_nothing_lost, call, repo, rows,  # noqa: F401
+                             snapshot)
 
 from cutile_perf.child import records, runner, runreport
 
