@@ -147,3 +147,10 @@ def test_no_other_module_spells_a_toolchain_pin():
     spelled = [str(p.relative_to(package)) for p in package.rglob("*.py")
                if p.name != "envcheck.py" and re.search(r"cuda-(tile|toolkit)\[", p.read_text(encoding="utf-8"))]
     assert not spelled, f"install hints outside child/envcheck.py: {spelled}"
+
+
+def test_the_torch_hint_carries_the_gpu_extras_torch_pin():
+    # Issue 43: the base install has no torch; the hint installs the torch the extra asks for.
+    extra = _gpu_extra()
+    assert any(_same(Requirement(envcheck.TORCH_REQUIREMENT), pin) for pin in extra)
+    assert f"'{envcheck.TORCH_REQUIREMENT}'" in envcheck.TORCH_INSTALL_HINT

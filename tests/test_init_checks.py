@@ -7,7 +7,9 @@ every case nothing is created: no branch, no sandbox/, no session file, HEAD unc
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -172,3 +174,52 @@ def test_perf_test_option_must_name_an_existing_file_in_the_repo(tilegym_like_re
     code, data = cli(capsys, tilegym_like_repo, "--kernel", "rms_norm", "--perf-test", str(outside))
     assert code == 2 and "outside the repository" in data["error"]
     assert_untouched(tilegym_like_repo, before)
+
+
+# Issue 43: under the base install (no torch) a test module that does `pytest.importorskip("torch")`
+# selects nothing, and init said to write a perf test. What is missing is torch.
+IMPORT_SKIP_OUTPUT = """\
+
+=========================== short test summary info ============================
+SKIPPED [1] tests/common.py:14: could not import 'torch': No module named 'torch'
+no tests collected in 0.07s
+"""
+
+
+def test_an_import_skip_is_found_in_the_collection_output():
+    assert selection.find_import_skip(IMPORT_SKIP_OUTPUT) == (
+        "tests/common.py:14: could not import 'torch': No module named 'torch'")
+    assert selection.find_import_skip("SKIPPED [1] tests/x.py:3: needs 8 GPUs\nno tests collected\n") == ""
+    assert "-rs" in selection.collect_argv(["python", "-m", "pytest", "t.py"])  # the reasons are printed
+
+
+def test_the_install_hint_names_the_package_and_the_command():
+    hint = selection.install_hint("torch")
+    assert "pip install 'torch>=2.11'" in hint
+    assert "pip install 'cuda-tile>=1.7'" in selection.install_hint("cuda.tile")
+    assert "`tilegym`" in selection.install_hint("tilegym")
+
+
+NO_TORCH = 'raise ModuleNotFoundError("No module named \'torch\'", name="torch")\n'
+
+
+def test_init_without_torch_names_torch_and_its_install_command(tilegym_like_repo, tmp_path):
+    """The base install, made here by a `torch` package on PYTHONPATH that fails to import (this
+    venv has torch), in the init process and the collections it starts."""
+    repo = tilegym_like_repo
+    path = repo / TEST_REL
+    path.write_text('import pytest\ntorch = pytest.importorskip("torch")\n' + path.read_text())
+    git(repo, "commit", "-qam", "tests skip without torch, as the bundled kernels' do")
+    blocker = tmp_path / "no-torch"
+    (blocker / "torch").mkdir(parents=True)
+    (blocker / "torch" / "__init__.py").write_text(NO_TORCH)
+    scripts = Path(selection.__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocker), str(scripts)])}
+    done = subprocess.run([sys.executable, "-m", "cutile_perf", "init", "--repo", str(repo), "--kernel", "rms_norm"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr  # setting up on a machine that cannot measure is allowed
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("perf tests:", "correctness tests:"))]
+    assert len(lines) == 2, done.stdout
+    for line in lines:
+        assert "`torch` is not importable" in line and "pip install 'torch>=2.11'" in line, line
+    assert "write a perf test" not in done.stdout + done.stderr  # the old advice, for a missing package

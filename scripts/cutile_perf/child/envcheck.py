@@ -29,6 +29,9 @@ GPU_PROBLEMS = ("gpu", "compute capability")
 TOOLCHAIN_REQUIREMENTS = ("cuda-tile>=1.7", "nvidia-cuda-tileiras>=13.4,<13.5", "nvidia-cuda-nvcc>=13.4,<13.5",
                           "nvidia-nvvm>=13.4,<13.5")
 INSTALL_HINT = "pip install " + " ".join(f"'{req}'" for req in TOOLCHAIN_REQUIREMENTS)
+# The torch of the same extra: the base install has none, and a target's tests import it.
+TORCH_REQUIREMENT = "torch>=2.11"
+TORCH_INSTALL_HINT = f"pip install '{TORCH_REQUIREMENT}'"
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,7 @@ def check(*, with_torch: bool = True) -> Environment:
         torch_version, torch_name, torch_cc, torch_problem = torch_gpu()
         gpu, cc = gpu or torch_name, cc or torch_cc
         if torch_version is None:
-            problems.append(Problem("torch", f"{torch_problem}: install a CUDA build of torch"))
+            problems.append(Problem("torch", f"{torch_problem}: install a CUDA build of torch: {TORCH_INSTALL_HINT}"))
     if gpu is None:
         problems.append(Problem("gpu", "no NVIDIA GPU found (nvidia-smi absent or failing, torch sees no GPU): "
                                        "run the loop on a GPU machine"))

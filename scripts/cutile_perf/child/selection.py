@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cutile_perf.child import pristine, records, runner
+from cutile_perf.child import envcheck, pristine, records, runner
 from cutile_perf.store import remove_tree, session as session_mod
 
 # Verbosity flags are dropped: "-v" would turn the one-node-id-per-line listing into a tree.
@@ -61,6 +61,32 @@ class Selection:
     def not_collected(self, which: str) -> Selection:
         """The same failure for another command that was not collected (it would fail alike)."""
         return Selection(which, (), (), None, self.error, self.needs_cuda)
+
+    @property
+    def missing_module(self) -> str:
+        """The module whose failed import skipped the whole collection ('' when none did)."""
+        found = re.search(r"could not import '([\w.]+)'", self.error)
+        return found[1] if found else ""
+
+
+# What installs the modules a target's tests import that the base install lacks: the pins of the
+# `gpu` extra (envcheck keeps them, checked against pyproject.toml), so the hint installs what was measured.
+_INSTALL = {"torch": envcheck.TORCH_INSTALL_HINT, "cuda": envcheck.INSTALL_HINT}
+# pytest's short summary of a skip, shown by `-rs`: "SKIPPED [1] tests/common.py:14: could not import 'torch': ..."
+_IMPORT_SKIP = re.compile(r"^SKIPPED \[\d+\] (?P<reason>\S+: could not import '[\w.]+'.*)$")
+
+
+def find_import_skip(text: str) -> str:
+    """The first skip of a whole module for a failed import in pytest's output, or '' (pure)."""
+    return next((m["reason"][:300] for line in text.splitlines() if (m := _IMPORT_SKIP.match(line.strip()))), "")
+
+
+def install_hint(module: str) -> str:
+    """What to run so ``module`` imports: the `gpu` extra's pins for torch and cuda.tile."""
+    command = _INSTALL.get(module.split(".")[0])
+    if command:
+        return f"install it: {command} (cutile-perf's `gpu` extra brings it)"
+    return f"install the package that provides `{module}` in this Python"
 
 
 # What torch, the driver and CUDA say when there is no usable GPU. Matched case-sensitively, so
@@ -113,7 +139,8 @@ def collect_argv(argv: Sequence[str]) -> list[str]:
     where the target's conftest does not define it; the cache plugin is off so nothing is written.
     """
     kept = [a for a in argv if a not in _VERBOSITY]
-    return [*kept, "--collect-only", "-q", "-p", "no:cacheprovider", *records.PYTEST_PLUGIN_ARGS]
+    # `-rs` prints the reason of each skip: a module skipped for a missing import says which.
+    return [*kept, "--collect-only", "-q", "-rs", "-p", "no:cacheprovider", *records.PYTEST_PLUGIN_ARGS]
 
 
 def parse_collect_output(text: str) -> list[str]:
@@ -154,4 +181,8 @@ def collect(which: str, argv: Sequence[str], *, cwd: Path, timeout_s: float = CO
     elif result.returncode not in (runner.PYTEST_OK, runner.PYTEST_NO_TESTS):
         error = f"pytest exit {result.returncode}: {error_summary(text)}"
         cuda = needs_cuda(text, cwd)
+    elif not ids and (skip := find_import_skip(text)):
+        # Not "selects nothing": pytest.importorskip (the bundled kernels' tests do it for torch)
+        # skipped the module, so what is missing is a package, not a test.
+        error = f"skipped for a missing import: {skip}"
     return Selection(which, tuple(full), tuple(ids), result.returncode, error, cuda)

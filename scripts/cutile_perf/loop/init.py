@@ -244,6 +244,9 @@ def uncovered_line(selections: list[selection.Selection]) -> tuple[str, list[str
 
 
 def _selection_line(sel: selection.Selection) -> str:
+    if sel.missing_module:
+        return (f"{sel.which} tests: not checked, `{sel.missing_module}` is not importable here ({sel.error}); "
+                f"{selection.install_hint(sel.missing_module)}")
     if sel.error:
         return (f"{sel.which} tests: not checked, collection failed here ({sel.error}); "
                 "baseline will tell on the GPU machine")
