@@ -97,3 +97,60 @@ def test_knob_helpers_on_a_sample(tmp_path):
     assert env_vars_named_in(tmp_path) == {"CUTILE_PERF_NEW"}
     text = "x\n<!-- knobs:begin -->\n| Knob | Kind |\n| --- | --- |\n| `A_B` | env |\n| `c` | session |\n<!-- knobs:end -->\n"
     assert knob_table_names(text) == ["A_B", "c"]
+
+
+# --- no dated measurements in docstrings and comments (issue 40 item 4) ---------------------------
+
+# A path (``docs/results/2026-12-02-h200-speed.md``) may carry a date: it is the pointer itself.
+_PATH = re.compile(r"\S*/\S*|\S+\.md\b")
+_GPU_FIGURE = re.compile(r"\b(?:H100|H200)\b.*?\d(?:\.\d+)? ?(?:ms|us|s|%|x)\b|"
+                         r"\d(?:\.\d+)? ?(?:ms|us|s|%|x)\b.*?\b(?:H100|H200)\b")
+_DATED = re.compile(r"\bsession \d+\b|\b20\d\d-\d\d-\d\d\b")
+
+
+def comment_and_docstring_lines(source: str) -> list[tuple[int, str]]:
+    """``(line number, text)`` of every comment and docstring line of a Python source."""
+    import ast
+    import io
+    import tokenize
+
+    found = {tok.start[0]: tok.string for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+             if tok.type == tokenize.COMMENT}
+    lines = source.splitlines()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+                and ast.get_docstring(node, clean=False) is not None:
+            first = node.body[0]
+            for number in range(first.lineno, first.end_lineno + 1):
+                found[number] = lines[number - 1]
+    return sorted(found.items())
+
+
+def dated_measurements(source: str) -> list[str]:
+    """Comment or docstring lines that quote a figure of a named GPU, a session number or a date.
+    Such figures go stale with the next toolchain; the results docs keep them with their commands."""
+    problems = []
+    for number, line in comment_and_docstring_lines(source):
+        plain = _PATH.sub(" ", line)
+        if _GPU_FIGURE.search(plain) or _DATED.search(plain):
+            problems.append(f"{number}: {line.strip()}")
+    return problems
+
+
+def test_no_dated_measurements_in_docstrings_or_comments():
+    problems = []
+    for path in sorted((ROOT / "scripts").rglob("*.py")):
+        if "data" in path.relative_to(ROOT / "scripts").parts:  # the bundled kernels' links
+            continue
+        problems += [f"{path.relative_to(ROOT)}:{p}" for p in dated_measurements(path.read_text(encoding="utf-8"))]
+    assert not problems, ("quote the results doc (docs/results/, references/h200-measurements.md) instead of "
+                          "its figures:\n" + "\n".join(problems))
+
+
+def test_dated_measurements_on_a_sample():
+    source = ('"""Doc.\n\nOn the H200 it took 4.6 s.\n"""\n'
+              "# see docs/results/2026-12-02-h200-speed.md, section 9\n"
+              "# session 25 showed it\n"
+              "x = 1  # measured 2026-11-30\n"
+              "# The H200's L2 is 60 MB\n")
+    assert [p.split(":")[0] for p in dated_measurements(source)] == ["3", "6", "7"]
