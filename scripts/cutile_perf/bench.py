@@ -36,7 +36,7 @@ Why it is done this way:
 * **Work the events cannot see is caught, not timed as free.** An event pair on the current stream
   only brackets work queued on that stream: a kernel launched on a side stream that the current
   stream never waits for runs after (or beside) the end event, so its time vanishes from the sample
-  (a red-team attack, references/harness.md). Synchronizing the whole device before the end event
+  (a red-team attack, docs/design.md, "Attacks and outcomes"). Synchronizing the whole device before the end event
   would expose it, but puts a host round trip (and the next launch's host overhead) inside every
   sample. Instead, after the samples, ``bench`` times one batch of calls twice: by an event pair on
   the current stream, and by the host clock from a device-wide ``synchronize`` to the next one. The
@@ -64,7 +64,7 @@ Why it is done this way:
   in a way the plugin's identity check cannot see (one ``Event`` object patched, a patch applied
   and undone around the samples), and the harness calls the stage ``tampered``. Both numbers come
   from the same process: a candidate that rewrites CUPTI's buffers or the driver in native code
-  defeats both (``references/harness.md``, "Limits").
+  defeats both (``docs/design.md``, "Limits").
 * **Checked calls.** With ``check=OutputCheck(inputs, reference, compare)``, the first and the last
   timed sample run on fresh input values (each input tensor's values permuted in place, so shapes,
   addresses and value distributions stay, the numbers do not) and their results are compared with
@@ -365,8 +365,8 @@ def _profiled(torch, call, count: int, flush_buf, check: OutputCheck | None = No
 
 def warm_up_profiler() -> bool:
     """Run one tiny ``torch.profiler`` session with CUDA activity, so that the process's first one
-    (CUPTI and the profiler's own set-up: 3.6 s on the H200, ``benchmarks/child_profile.py``,
-    median of 3) is not paid by a record's witness or a CUPTI-timed sample. A pre-started perf
+    (CUPTI and the profiler's own set-up: seconds, measured in ``docs/results/2026-12-02-h200-speed.md``,
+    section 1) is not paid by a record's witness or a CUPTI-timed sample. A pre-started perf
     child calls it while it waits for the correctness run (``pytest_plugin.Gate``); it times
     nothing and leaves nothing behind. Returns whether a session ran."""
     try:
@@ -387,12 +387,12 @@ def warm_up_profiler() -> bool:
 def prepare_profiler_without_context() -> bool:
     """Pay most of the profiler's one-off set-up with a CPU-only ``torch.profiler`` session, which
     makes no CUDA context: a perf child started ahead of its turn calls it while it waits
-    (``child.warmstart``), where no CUDA context may exist yet. On the H200 the session took 4.58 s
-    without making a context (``torch.cuda.is_initialized`` false, ``nvidia-smi`` did not list the
-    process), and the process's first CUDA profile then took 0.04 s, against 5.44 s in a process
-    without it (``benchmarks/profiler_warmup.py``, variant ``cpu-session``, single run). It does
-    initialize the CUDA driver (``cuInit``, no context: ``benchmarks/results/2026-12-03-h200-s23/``,
-    driver probe), which is why ``child.warmstart`` checks its preloads before it. Returns whether
+    (``child.warmstart``), where no CUDA context may exist yet. The session makes no context
+    (``torch.cuda.is_initialized`` stays false, ``nvidia-smi`` does not list the process), and the
+    process's first CUDA profile afterwards is nearly free (``benchmarks/profiler_warmup.py``; the
+    figures are in ``docs/results/2026-12-02-h200-speed.md``, section 9). It does initialize the CUDA
+    driver (``cuInit``, no context; same document, section 12), which is why ``child.warmstart``
+    checks its preloads before it. Returns whether
     the session ran; one that cannot run changes nothing (the first witness pays it)."""
     try:
         import torch  # noqa: PLC0415 - lazy, as everywhere in this module
@@ -413,9 +413,9 @@ def device_time_ms(torch, call, flush_buf, calls: int = WITNESS_CALLS, *, cupti:
     Event modes (``cupti=False``): per call the smaller of its kernels' span and their summed
     durations, the call queued behind the L2 flush when the samples had one, as the timed calls
     are. The span alone counts idle time between a call's kernels that the timed calls do not
-    always pay: cuBLAS GEMMs' events read 0.73-0.91 of their span in modes cold, warm and graph on
-    the H200, while their summed kernel time came within 0.90-1.11 of the events
-    (benchmarks/witness_check.py, benchmarks/results/2026-12-02-h200/trust-witness/). The sum alone
+    always pay: cuBLAS GEMMs' events read well under their span, while their summed kernel time
+    stayed close to the events (``benchmarks/witness_check.py``; the ratios are in
+    ``docs/results/2026-12-02-h200-trust.md``, "The witness in every bench mode"). The sum alone
     would count kernels on two streams that overlap twice. The smaller of the two is the device
     time no honest event pair can claim much less than.
     CUPTI modes (``cupti=True``): the sum of each call's kernel durations, flushed as the samples

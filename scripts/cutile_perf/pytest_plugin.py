@@ -453,7 +453,8 @@ class Gate:
     run, or the runs before it for a child collected ahead of its turn; no test, and so no timing,
     starts before the harness says so.
 
-    The profiler's one-off set-up (about 4 s on the H200: CUPTI and Kineto) would otherwise be paid
+    The profiler's one-off set-up (CUPTI and Kineto: seconds, ``docs/results/2026-12-02-h200-speed.md``,
+    section 1) would otherwise be paid
     inside the first record's witness. It runs in a thread from the moment the plugin is configured,
     beside collection (torch's profiler preparation releases the GIL), and the first test waits for
     it: it runs no test, times nothing, and is over before anything is timed.

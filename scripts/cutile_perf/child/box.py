@@ -1,7 +1,7 @@
 """A sandbox for one pytest child: Linux namespaces through the ``unshare`` command.
 
 The test child runs code the candidate kernel module brings (its top level runs at import), so it
-runs in a box (``references/harness.md``, "Sandbox"):
+runs in a box (``docs/design.md``, "The box"):
 
 * user, mount, pid, IPC and net namespaces (``unshare --user --map-root-user --mount --pid --ipc
   --net --fork --mount-proc --kill-child``); ``boxinit.py`` sets up the mounts before any user code;

@@ -4,9 +4,9 @@ Why it exists. A fresh test child imports torch, cuda.tile and pytest before its
 the interpreter's packages were installed without their bytecode (uv, for one, writes none unless
 asked) and the child may not write any (a boxed child sees site-packages read-only, and
 ``PYTHONDONTWRITEBYTECODE`` is set for it: ``pristine.child_env``), every child compiles those
-thousands of modules from source again. On the H200, ``import torch, cuda.tile, pytest`` took
-4.7-4.9 s, and 2.7 s with their bytecode at hand (``docs/results/2026-12-02-h200-speed.md``,
-section 1). The correctness child starts with the try, so those seconds are on every try's path;
+thousands of modules from source again, which costs seconds per child (``import torch, cuda.tile,
+pytest`` with and without their bytecode: ``docs/results/2026-12-02-h200-speed.md``, sections 1 and
+16). The correctness child starts with the try, so those seconds are on every try's path;
 the shares of a sharded correctness run (``correctness_jobs``) each compiled everything into a
 fresh folder of their own.
 

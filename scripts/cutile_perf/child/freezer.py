@@ -10,7 +10,8 @@ process's mappings (``/proc/<pid>/maps``: a context maps ``/dev/nvidia-uvm``). A
 without a context has nothing that can run on the GPU. One that holds one is ended: the run it was
 started for starts fresh in its turn.
 
-What the H200 showed (``benchmarks/probes/collect_context.py``, session 25): after collecting
+What a GPU showed (``benchmarks/probes/collect_context.py``; ``docs/results/2026-12-02-h200-speed.md``,
+section 14): after collecting
 TileGym's rms_norm tests (its conftest asks torch for the device's capability) the process had
 torch's CUDA initialized and mapped ``/dev/nvidia0`` and ``/dev/nvidiactl``, and nvidia-smi listed
 no process; after one tensor on the GPU it also mapped ``/dev/nvidia-uvm`` and nvidia-smi listed it

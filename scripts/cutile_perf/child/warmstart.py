@@ -3,7 +3,7 @@
 The interleaved re-check and the baseline run perf children one after another, each fresh (runs
 in one process would share its state, so the samples would not be independent). Most of a fresh
 child's start-up is the same in every run and belongs to no repository: the interpreter, torch,
-cuda.tile and pytest (about 5 s on the H200; ``benchmarks/child_profile.py``). This module lets the
+cuda.tile and pytest (seconds: ``docs/results/2026-12-02-h200-speed.md``, section 1). This module lets the
 next run pay that while the current one starts, and nothing more:
 
     python -P -m cutile_perf.child.warmstart <pytest arguments>
@@ -16,8 +16,8 @@ next run pay that while the current one starts, and nothing more:
    besides (``CUTILE_PERF_PRELOAD``, ``installed_imports``: a TileGym test imports triton, sympy,
    transformers and more while it collects, seconds that every fresh child paid after its gate).
    It pays the profiler's one-off set-up with a CPU-only session
-   (``bench.prepare_profiler_without_context``: about 4.6 s on the H200 that the run's first
-   witness no longer pays), says so on ``CUTILE_PERF_READY_FD``, and blocks on
+   (``bench.prepare_profiler_without_context``: seconds that the run's first witness no longer
+   pays; ``docs/results/2026-12-02-h200-speed.md``, section 9), says so on ``CUTILE_PERF_READY_FD``, and blocks on
    ``CUTILE_PERF_START_FD`` (the byte ``1``: go; end of file first: cancelled). What follows the go
    byte, up to the end of file, is the ``CUTILE_PERF_SELECT`` value of a child started before its
    cases were known (the re-check's runs, started with the candidate's correctness run). It has
@@ -199,7 +199,7 @@ def driver_initialized() -> bool:
     before ``cuInit``. False when no driver is mapped, or the library mapped has no such function.
     On the H200 it is False after ``import torch, cuda.tile, pytest`` and after TileGym's preloads,
     and True after the CPU-only profiler session, which makes no context either
-    (``benchmarks/results/2026-12-03-h200-s23/README.md``)."""
+    (``docs/results/2026-12-02-h200-speed.md``, section 12)."""
     path = _driver_path()
     if path is None:
         return False

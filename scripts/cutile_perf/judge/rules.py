@@ -439,16 +439,15 @@ def next_priority_hint(history: list[dict]) -> str | None:
 # --- the device-time witness (bench.py, "A device-time witness beside the events") ---------------
 #
 # An event pair brackets everything one call queues on the stream, so an honest event median is
-# close to the device time of the call's kernels. Measured on the H200 in every bench mode
-# (benchmarks/witness_check.py, benchmarks/results/2026-12-02-h200/trust-witness/) with the witness
-# taken as the kernels' span: median / witness 0.97-1.08 for copies, eager multi-kernel ops and
-# cuTile kernels, 0.73-0.91 for cuBLAS GEMMs timed by events (their span holds idle time the timed
-# calls did not pay; their summed kernel time came within 0.90-1.11 of the events, which is why
-# bench's witness is now the smaller of span and sum), and far above 1 for microsecond kernels
-# (the events include launch latency). WITNESS_FLOOR sits below the lowest honest ratio seen and
-# still catches a record that claims half of what the device ran; WITNESS_SLACK_MS covers the
-# event resolution (0.5 us) and launch jitter. A smaller faked discount passes this check:
-# references/harness.md, "Limits". Frozen: changing either changes which past rows would have been
+# close to the device time of the call's kernels. Measured in every bench mode with
+# benchmarks/witness_check.py (the ratios: docs/results/2026-12-02-h200-trust.md, "The witness in
+# every bench mode"): copies, eager multi-kernel ops and cuTile kernels read near 1, cuBLAS GEMMs
+# timed by events lower (their span holds idle time the timed calls did not pay, while their summed
+# kernel time matched the events, which is why bench's witness is the smaller of span and sum), and
+# microsecond kernels far above 1 (the events include launch latency). WITNESS_FLOOR sits below the
+# lowest honest ratio seen and still catches a record that claims half of what the device ran;
+# WITNESS_SLACK_MS covers the event resolution and launch jitter. A smaller faked discount passes
+# this check: docs/design.md, "Limits". Frozen: changing either changes which past rows would have been
 # called tampered.
 WITNESS_FLOOR = 0.6
 WITNESS_SLACK_MS = 0.003

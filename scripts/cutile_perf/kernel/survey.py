@@ -114,7 +114,7 @@ def _session_for(root: Path, kernel_rel: str, test_rel: str, perf_rel: str | Non
 
 # A kernel file that tunes itself at launch can spend minutes in its first test: TileGym's bmm runs
 # exhaustive_search over 18 sm_90 configs for every new shape, and its first correctness case ran
-# past the H200 survey's 150 s timeout. Said next to such a timeout, so it is not read as a hang.
+# past a GPU survey's per-test timeout (docs/survey.md). Said next to such a timeout, so it is not read as a hang.
 _SELF_TUNING = re.compile(r"exhaustive_search\s*\(|autotune\w*\s*\(")
 
 

@@ -10,8 +10,8 @@ once, and a batch goes on with the entries after it while a typical try still fi
 
 Why a typical try and not the worst case: the worst case (correctness, perf and every re-check
 pair at the slowest child) is several times a typical try, so a job sized for it idles most of
-the time and, on a slow op, never starts a try at all (a TileGym op: 603 s budgeted against one perf
-run of 68-85 s). Starting a try that then runs long costs only time the job had left anyway,
+the time and, on a slow op, never starts a try at all (a TileGym op in an agent's GPU job, issue 21:
+docs/design.md, "What a try costs"). Starting a try that then runs long costs only time the job had left anyway,
 since the cut is clean and the next job continues.
 """
 from __future__ import annotations
@@ -34,10 +34,10 @@ PRIOR_RECHECKED, PRIOR_JUDGED = 1, 3
 RESERVE_FRACTION, RESERVE_MIN_S = 0.05, 15.0
 
 
-# Before a session has timed anything: what a TileGym op's children cost on the H200, 16 perf cases
-# under TileGym's CUPTI timer, (cheapest, dearest) of the ops timed so far: silu_and_mul (correctness
-# 25 s, perf runs 20-30 s) and dropout (correctness 17 s, perf runs 42-51 s; TileGym times each case
-# about 600 times). Source: benchmarks/results/2026-12-03-h200/README.md, single runs. A guess to
+# Before a session has timed anything: what a TileGym op's children cost, 16 perf cases under
+# TileGym's CUPTI timer, (cheapest, dearest) of the ops timed so far, silu_and_mul and dropout
+# (TileGym times each dropout case hundreds of times). The figures and their runs:
+# references/harness.md, "Batches", and benchmarks/results/2026-12-03-h200/README.md. A guess to
 # warn with, never a reason to refuse: the baseline's own runs replace it.
 UNMEASURED_CORRECTNESS_S = (17.0, 25.0)
 UNMEASURED_PERF_S = (20.0, 50.0)

@@ -128,7 +128,7 @@ def step_line(number: int, step: Step, decision_text: str, stop: str | None, *, 
 
 # Most of a demo step is its correctness run: six tests, each compiling the candidate in turn, in a
 # child that first imports torch. Three children side by side, each reading the installed-code
-# bytecode (child/bytecode.py), took a step from 13.2-15.3 s (one child, no such bytecode) to 9.2-11.5 s on the H200
+# bytecode (child/bytecode.py), shortened a step against one child without that bytecode
 # (docs/results/2026-12-02-h200-speed.md, section 16; benchmarks/demo_ab.sh).
 DEMO_CORRECTNESS_JOBS = 3
 

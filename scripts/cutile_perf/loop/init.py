@@ -262,7 +262,8 @@ def check_selections(session: session_mod.Session, *, timeout_s: float) -> list[
     """
     env = selection.import_env(session)
     # The two collections are two children at once: each is seconds of interpreter, torch and test
-    # imports on a GPU host (5-7 s on the H200), and neither needs the other's answer.
+    # imports on a GPU host (docs/results/2026-12-02-h200-speed.md, section 1), and neither needs
+    # the other's answer.
     with ThreadPoolExecutor(max_workers=2) as pool:
         pending = {which: pool.submit(selection.collect, which, session.argv(which), cwd=session.repo,
                                       timeout_s=timeout_s, env=env) for which in ("correctness", "perf")}

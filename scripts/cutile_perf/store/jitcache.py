@@ -23,7 +23,7 @@ starts with ``drop_unrecorded``: an entry that is not in the manifest, or whose 
 it was recorded, is deleted (and reported) before any child starts; the command ends with
 ``record``, which writes what its own children compiled into the manifest.
 
-What the guard does not stop (harness.md, "Limits"): a process that writes an entry while a loop
+What the guard does not stop (docs/design.md, "Limits"): a process that writes an entry while a loop
 command runs, or that rewrites the manifest along with the cache. ``verify`` is the backstop: it
 compiles everything afresh in an empty cache of its own (``fresh_dir``), from the commits alone.
 """

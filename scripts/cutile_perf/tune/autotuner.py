@@ -102,8 +102,8 @@ class AutoPrecompiler:
     """Stage 1 by whoever is ready: the worker pool when one is running in this process (started by
     ``prestart_compile_workers`` or an earlier search), else threads in this process.
 
-    Threads never pay a start (the pool's first start cost 3.5-4.8 s on the H200 host, the whole
-    budget of a small space); the pool runs frontends in parallel, which pays off once it is up.
+    Threads never pay a start (the pool's first start costs seconds, the whole budget of a small
+    space: ``references/h200-measurements.md``, "Autotuning benchmark"); the pool runs frontends in parallel, which pays off once it is up.
     ``last_mode`` says which one ran the last call.
     """
 

@@ -1,7 +1,7 @@
 """Give the JIT the cubin stage 1 already built, so a config's first launch skips a second frontend.
 
 On a JIT miss cuTile calls ``kernel._compile(signature, context, compute_capability)``, which
-re-runs the Python frontend (20-80 ms per matmul config here) only to find the cubin in the disk
+re-runs the Python frontend (tens of milliseconds per matmul config) only to find the cubin in the disk
 cache. ``HandoffKernel`` is a ``ct.kernel`` whose ``_compile`` first looks the signature up in
 the handoffs stage 1 returned and answers with that cubin and symbol; anything it does not hold
 exactly (another signature, another arch) goes to cuTile's own ``_compile``. A handoff is used
@@ -45,9 +45,9 @@ def handoff_class() -> type:
             # cuTile's replace_hints always builds a new kernel with an empty JIT cache, and
             # exhaustive_search calls it on every candidate (with no hints when hints_fn is None,
             # as in CuTileTimer): each config that reached it re-ran the frontend, a disk-cache
-            # lookup and a module load before its first sample. The H200 timing rows fit that:
-            # 0.04 / 0.12 / 0.45 s for 1 / 5 / 13 timed configs, 25-35 ms each, where 3 warm-ups
-            # and 5-20 samples of a 0.2-0.4 ms kernel cost under 10 ms. Unchanged options compile
+            # lookup and a module load before its first sample. The timing rows measured fit that:
+            # each timed config cost several times its warm-ups and samples (references/autotuning.md,
+            # the 30-config run). Unchanged options compile
             # to the same cubin, so this already loaded object answers; real changes go to cuTile.
             if dataclasses.replace(self._compiler_options, **hints) == self._compiler_options:
                 return self
@@ -58,7 +58,7 @@ def handoff_class() -> type:
 
 def _unnamed(signature: Any) -> Any:
     """The signature without its symbol: ``from_kernel_args`` fills in the mangled symbol, the
-    JIT passes ``symbol=None`` (the first H200 run matched none of 30 configs for that reason)."""
+    JIT passes ``symbol=None`` (a GPU run once matched none of its configs for that reason)."""
     with_symbol = getattr(signature, "with_symbol", None)
     return with_symbol(None) if with_symbol is not None and signature.symbol is not None else signature
 

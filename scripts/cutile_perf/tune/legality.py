@@ -12,9 +12,10 @@ compiling. Each rule is conservative and says where its threshold comes from:
 * shared memory: double-buffered A and B tiles of a GEMM over the per-CTA opt-in maximum
   (``spaces.gemm_smem_bytes``; CUDA programming guide, technical specifications).
 * registers: on sm_90 a GEMM whose fp32 accumulator per CTA, ``TILE_M*TILE_N/num_ctas``, is
-  over 128x128 spills. Measured on the H200 (``cutile-perf probe``, ``cutile_perf/tune/spaces.py``
-  header): 256x128 and 128x256 with one CTA ran 8.3x and 13.8x slower than 128x128, 256x256 with
-  two CTAs 13.7x (1.8 KB per thread spilled); the same tiles split over two CTAs were within 3.3 %.
+  over 128x128 spills. Measured with ``cutile-perf probe`` (``cutile_perf/tune/spaces.py`` header;
+  the figures: ``references/h200-measurements.md``, "Probe: matmul tile sizes and num_ctas"): such
+  tiles with one CTA ran several times slower than 128x128, while the same tiles split over two
+  CTAs ran close to it.
   No rule where nothing was measured (other archs), or when ``num_worker_warps`` > 4 adds registers.
 """
 from __future__ import annotations

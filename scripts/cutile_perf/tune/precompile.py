@@ -7,8 +7,8 @@ CUDA, or spawned where there is none) call
 so the same debug locations in the bytecode), its compiler options with the config's hints, the
 signature ``KernelSignature.from_kernel_args`` infers from the real arguments under the minimal
 calling convention, and the device's ``sm_XY``. The cubins land in cuTile's shared SQLite disk cache
-(same ``cache_dir``), so the main process's first launch of each config is a cache hit (about 40 ms
-of frontend instead of 0.3-6 s of tileiras). Where a worker cannot rebuild the kernel (defined in a
+(same ``cache_dir``), so the main process's first launch of each config is a cache hit (the
+frontend only, not tileiras, which is most of a compile). Where a worker cannot rebuild the kernel (defined in a
 closure, or an import error), the config is reported ``unavailable`` and simply compiles on its
 first launch; a tileiras error or timeout is a per-config result, never an abort.
 """

@@ -4,8 +4,9 @@ Kernel types (TileGym's decision tree): memory-bound and balanced kernels (eleme
 reductions) tune occupancy only; matmul tunes TILE_M x TILE_N x TILE_K x occupancy x num_ctas;
 attention TILE_M x TILE_N x num_ctas; fused multi-GEMM uses conservative tiles and low occupancy.
 
-Where the lists come from. sm_90 matmul and attention are MEASURED on an H200 (2026-11-30,
-cuda-tile 1.7.0, tileiras 13.4; raw logs in the team's gpu-results/6); the sm_90 fused-GEMM list
+Where the lists come from. sm_90 matmul and attention are MEASURED on a GPU (the figures, with
+their toolchain: ``references/h200-measurements.md``, "Probe: matmul tile sizes and num_ctas",
+"Matmul sweep" and "Attention prepared steps"); the sm_90 fused-GEMM list
 is still a guess (``PROVISIONAL``); other archs carry TileGym's per-arch choices or conservative
 guesses, none measured by us. The sm_90 matmul ranking (geomean slowdown vs the best over 4096^3 and
 8192^3 fp16, plain 2-D-grid kernel, no occupancy hint) came from
@@ -16,8 +17,8 @@ guesses, none measured by us. The sm_90 matmul ranking (geomean slowdown vs the 
 and the occupancy-2 result from ``cd examples/kernels && python -m tests.check_compute_bound_steps``
 (matmul step 03 and attention step 03, each timed against cuBLAS / SDPA flash in the same run).
 The sm_90 matmul list's 128x256x64 num_worker_warps=8 config comes from
-``python benchmarks/matmul_sweep.py --precompile 16 --rounds 3`` (H200, 2026-12-02, medians of 3 rounds;
-benchmarks/results/2026-12-02-h200/issue22/matmul_sweep.md).
+``python benchmarks/matmul_sweep.py --precompile 16 --rounds 3`` (``references/h200-measurements.md``,
+"Matmul sweep").
 """
 from __future__ import annotations
 
@@ -106,20 +107,17 @@ MATMUL = {
     "sm_80": [(64, 64, 32, 1, 1), (128, 128, 32, 1, 1), (128, 64, 32, 2, 1), (64, 128, 64, 1, 1)],
     "sm_86": [(64, 64, 32, 1, 1), (128, 64, 32, 1, 1), (64, 128, 32, 1, 1), (128, 128, 32, 1, 1)],
     "sm_89": [(64, 64, 32, 1, 1), (128, 64, 32, 1, 1), (64, 128, 32, 1, 1), (128, 128, 32, 1, 1)],
-    # MEASURED on H200 unless marked. 128x128x64 occupancy 2 (matmul step 03, grouped order):
-    # 88.0-96.6 % of cuBLAS; probe ranks: 128x128x64 nc1 1.000, 256x128x64 nc2 1.026,
-    # 128x256x64 nc2 1.033, 64x256x64 nc1 1.090, 64x128x64 nc1 1.418. Left out as measured
-    # losers: 256x128 nc1 8.3x, 256x256 nc2 13.7x, 128x256 nc1 13.8x, 256x256 nc1 30x slower
-    # (256x256 nc2 spills 1.8 KB per thread on sm_90, see matmul step 05). 128x256x64 with
-    # num_worker_warps=8 (two consumer warpgroups, 168 registers, no stack) does not spill:
-    # `python benchmarks/matmul_sweep.py --precompile 16 --rounds 3` (2026-12-02, medians of 3 rounds,
-    # benchmarks/results/2026-12-02-h200/issue22/matmul_sweep.md) timed it at 93.6 % / 95.9 % of cuBLAS
-    # (4096^3 / 8192^3 bf16, grouped order, no latency hint: this space's kernels have none), step 03
-    # at 90.7 % / 92.5 % in the same run; with latency=10 it is matmul step 07 (95.6 % / 99.5 %).
+    # MEASURED unless marked (references/h200-measurements.md, "Probe: matmul tile sizes and
+    # num_ctas" and "Matmul sweep"): 128x128x64 occupancy 2 is matmul step 03; the next entries
+    # follow the probe's ranking. Left out as measured losers, several times slower: 256x128 nc1,
+    # 256x256 nc2, 128x256 nc1, 256x256 nc1 (256x256 nc2 spills on sm_90, see matmul step 05).
+    # 128x256x64 with num_worker_warps=8 (two consumer warpgroups) does not spill and timed faster
+    # than step 03 in the same sweep, without a latency hint (this space's kernels have none); with
+    # latency=10 it is matmul step 07.
     "sm_90": [(128, 128, 64, 2, 1), (128, 128, 64, 1, 1), (128, 256, 64, 1, 1, 8),
               (256, 128, 64, 1, 2), (128, 256, 64, 1, 2),
               (64, 256, 64, 1, 1),
-              (64, 128, 64, 1, 1),  # measured 1.42x at 4096^3+; kept for small problems (fewer tiles than SMs)
+              (64, 128, 64, 1, 1),  # measured slower at 4096^3+; kept for small problems (fewer tiles than SMs)
               (64, 256, 64, 2, 1)],  # NOT measured: occupancy 2 on the 4th-ranked tile (same accumulator size as 128x128)
     "sm_100": [(128, 128, 32, 1, 1), (256, 256, 64, 1, 2), (256, 256, 64, 1, 4), (512, 256, 64, 1, 2),
                (128, 256, 64, 1, 1), (128, 128, 64, 1, 2)],
@@ -131,8 +129,9 @@ ATTENTION = {
     "sm_80": [(64, 64, 1), (128, 64, 1), (64, 32, 1)],
     "sm_86": [(64, 64, 1), (128, 64, 1), (64, 32, 1)],
     "sm_89": [(64, 64, 1), (128, 64, 1), (64, 32, 1)],
-    # MEASURED on H200 (attention step 03, 106-124 % of SDPA flash): 128x128 is the best tile for
-    # D=64 and 128x64 for D=128 (128x128 spills at D=128); 64x64 is the plain version (72-94 %).
+    # MEASURED (attention step 03; references/h200-measurements.md, "Attention prepared steps"):
+    # 128x128 is the best tile for D=64 and 128x64 for D=128 (128x128 spills at D=128); 64x64 is
+    # the plain version.
     # 128x64 num_ctas=2 is NOT measured. The space has no head-dim field: key the tuner on D.
     "sm_90": [(128, 64, 1), (128, 128, 1), (64, 64, 1), (128, 64, 2)],
     "sm_100": [(128, 128, 1), (256, 128, 1), (128, 128, 2), (256, 128, 2)],

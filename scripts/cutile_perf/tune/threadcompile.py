@@ -1,12 +1,12 @@
 """Stage 1 in the calling process: cuTile's frontend under its lock, tileiras in parallel threads.
 
 Why not the worker pool for every search: the pool's first start in a process (fork server
-importing torch and cuda.tile) cost 3.5-4.8 s on the H200 host, more than ``exhaustive_search``
-spends on a whole 8-config space. Threads start in microseconds and already have the kernel.
+importing torch and cuda.tile) cost more than ``exhaustive_search`` spends on a whole 8-config
+space (``references/h200-measurements.md``, "Autotuning benchmark"). Threads start in microseconds and already have the kernel.
 
 Why threads can overlap at all: ``compile_tile`` holds cuTile's process-wide compiler lock for
-the whole compile, tileiras included. Nearly all of the time is the tileiras subprocess (0.5-1.2 s
-per matmul config on sm_90 here, against 20-70 ms of Python frontend), which needs no Python
+the whole compile, tileiras included. Nearly all of the time is the tileiras subprocess (seconds
+per matmul config on sm_90, against tens of milliseconds of Python frontend), which needs no Python
 state. So ``compile_cubin`` (module global, looked up at call time) is wrapped once: in OUR
 compile threads only (a thread-local flag), the lock is released around the tileiras run and
 taken back before cuTile reads the cubin and stores it in its disk cache. The frontends still

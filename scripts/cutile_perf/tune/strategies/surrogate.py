@@ -1,6 +1,6 @@
 """Model-based: a Gaussian-process model of log run time picks each batch by expected improvement.
 
-Why a model and not successive halving: a config's cost is its compile (0.3-6 s of tileiras on
+Why a model and not successive halving: a config's cost is its compile (seconds of tileiras on
 sm_90), not its timing, and successive halving saves on timing only, since it times every config
 at a low budget first, so it would compile the whole space. A model spends compiles only where it
 expects a faster config. The landscape suits one: run time changes smoothly with log2 of each
