@@ -130,7 +130,7 @@ def test_the_run_reports_failure_message_classifies_when_the_log_holds_nothing(t
     failures = {"t::test_op": "AssertionError: Tensor-likes are not close!"}
     assert runner.classify(result, failures.values()).value == "wrong-result"
     report = runreport.RunReport(failures=failures)
-    assert measure.failure_detail(result, report).startswith("AssertionError")
+    assert measure.failure_detail(result, report).startswith("test_op: AssertionError")
 
 
 def test_the_classifier_says_when_it_could_not_find_the_failure(tmp_path):

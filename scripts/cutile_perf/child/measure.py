@@ -481,7 +481,9 @@ def failure_detail(result: runner.RunResult, report: runreport.RunReport) -> str
     else pytest's failure lines found from the end of the output, else its last lines; and, when
     the output is too long for its end to be all of it and nothing named the failure, that the
     failure could not be found."""
-    named = list(report.failures.values())[:1] or result.failure_lines()[-3:]
+    # The failed test's node id first: what a reader (and ``verify --full-tests``) looks for.
+    named = [f"{nodeid.rpartition('::')[2]}: {message}" for nodeid, message in list(report.failures.items())[:1]] \
+        or result.failure_lines()[-3:]
     if named:
         return " | ".join(" ".join(line.split()) for line in named)[:400]
     size = safe_read.size_of(result.output_path)
