@@ -68,19 +68,6 @@ class Children:
         return job
 
 
-@pytest.fixture(autouse=True)
-def _cpus_to_spare(monkeypatch):
-    monkeypatch.setattr(pool_mod, "spares_here", lambda: pool_mod.SPARES_AT_ONCE)  # as on a GPU machine
-
-
-def test_a_small_machine_starts_one_spare_per_cpu_beside_the_running_child(monkeypatch):
-    monkeypatch.undo()
-    monkeypatch.setattr(pool_mod.os, "sched_getaffinity", lambda pid: {0, 1})
-    assert pool_mod.spares_here() == 1
-    monkeypatch.setattr(pool_mod.os, "sched_getaffinity", lambda pid: set(range(16)))
-    assert pool_mod.spares_here() == pool_mod.SPARES_AT_ONCE
-
-
 def _pool(children: Children, may_park=lambda r: r.name == "perf", ready_s: float = 5.0) -> Pool:
     return Pool(children.launch, may_park, lambda: ready_s)
 
@@ -150,8 +137,8 @@ def test_only_what_may_park_starts_as_a_spare_and_correctness_runs_never_do():
         pool.close()
 
 
-def test_at_most_spares_here_wait(monkeypatch):
-    monkeypatch.setattr(pool_mod, "spares_here", lambda: 2)
+def test_at_most_spares_at_once_wait(monkeypatch):
+    monkeypatch.setattr(pool_mod, "SPARES_AT_ONCE", 2)
     children = Children()
     pool = _pool(children)
     try:

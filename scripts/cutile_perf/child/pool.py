@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,13 +29,6 @@ from cutile_perf.output import say
 # max_confirm_pairs - 1 by default). Each holds an interpreter with torch imported (about half a GB)
 # and nothing of the GPU.
 SPARES_AT_ONCE = 5
-
-
-def spares_here() -> int:
-    """How many spares start at once on this machine: one CPU each beside the running child, so on
-    a small machine their imports do not slow the run they overlap (at least one)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(SPARES_AT_ONCE, cpus - 1))
 
 
 @dataclass(frozen=True)
@@ -150,9 +142,9 @@ class Pool:
 
     def _park(self, upcoming: Sequence[Request]) -> None:
         """Make the spares the first of ``upcoming`` (up to the first that may not park, at most
-        ``spares_here``): keep those already parked for them, end the others, start the rest."""
+        ``SPARES_AT_ONCE``): keep those already parked for them, end the others, start the rest."""
         wanted: list[Request] = []
-        for request in upcoming[:spares_here()]:
+        for request in upcoming[:SPARES_AT_ONCE]:
             if not self._may_park(request):
                 break
             wanted.append(request)
