@@ -7,7 +7,6 @@
 #   INIT_ARGS='--correctness-jobs 4' bash benchmarks/tilegym_batch.sh ...                  # more init options
 #   PLAN=comments bash benchmarks/tilegym_batch.sh ...                                      # 4 comment-only tries
 #   RECHECK=one,every bash benchmarks/tilegym_batch.sh ...   # each try re-checked (benchmarks/forced_recheck.py)
-#   COLLECT_AHEAD=false bash benchmarks/tilegym_batch.sh ...  # session.yaml's collect_ahead (default true)
 #
 # In a fresh git repository made from a copy of the folder: `init`, the candidate files in
 # sandbox/cand/ and sandbox/plan.yaml, then `cutile-perf batch sandbox/plan.yaml --baseline 3
@@ -31,8 +30,6 @@ OP=${OP:-rms_norm}  # a path under ops/cutile/ (activation/geglu: its test is te
 K=src/tilegym/ops/cutile/$OP.py
 . "$CP/benchmarks/tilegym_test_path.sh" && TEST=$(tilegym_test_path "$OP")
 python -m cutile_perf init --kernel "$K" --test "$TEST" ${INIT_ARGS:-} > "$OUT/init.txt" 2>&1
-[ -n "${COLLECT_AHEAD:-}" ] && sed -i "s/^collect_ahead: .*/collect_ahead: $COLLECT_AHEAD/" sandbox/session.yaml
-grep -H "^collect_ahead:" sandbox/session.yaml
 mkdir -p sandbox/cand
 if [ "${PLAN:-}" = comments ]; then
   # Four changes that leave the kernel as it is: what a try costs when its single run is within

@@ -147,7 +147,7 @@ def test_boxed_children_of_a_try_read_the_folder_and_verifys_children_do_not(tmp
 def test_a_folder_with_the_first_modules_is_used_at_once_and_the_rest_compiled_beside(tmp_path, monkeypatch):
     """The first ``try`` after a baseline: what every child imports first is there, the preloads
     the baseline learnt are not. The runner gives its children the folder at once and compiles the
-    rest in the background, finished before any run is timed (``_settle_ahead`` calls
+    rest in the background, finished before any run is timed (``StageRunner.run`` calls
     ``_finish_filling``) and on the row."""
     from cutile_perf.child import warmstart
     from cutile_perf.loop.stages import StageRunner
@@ -159,7 +159,7 @@ def test_a_folder_with_the_first_modules_is_used_at_once_and_the_rest_compiled_b
 
     runner = StageRunner.__new__(StageRunner)  # only what the bytecode steps touch
     runner.preload, runner.installed_bytecode, runner._bytecode_note, runner._filling = ("fakeinstalled",), None, {}, None
-    runner.dropped_compiled, runner._collect_refused_here = [], None
+    runner.dropped_compiled = []
     runner._prepare_installed_bytecode()
     assert runner.installed_bytecode == prefix and runner._filling is not None
     runner._finish_filling()

@@ -21,7 +21,7 @@ from cutile_perf.loop import iteration as iteration_mod
 from cutile_perf.loop.baseline import baseline
 from cutile_perf.loop.history import History, anchor_path
 from cutile_perf.loop.iteration import State, patch_name, resume_interrupted, state_key, try_change
-from cutile_perf.loop.stages import NextRun, ScriptedStages
+from cutile_perf.loop.stages import Request, ScriptedStages
 from cutile_perf.store import git_ops, log
 from cutile_perf.store import session as session_mod
 
@@ -66,17 +66,17 @@ def _template_all_pairs(tmp_path_factory):
     return _session_template(tmp_path_factory, settle_sd=0.0)
 
 
-def test_the_baseline_names_its_later_perf_runs_to_start_ahead_with_the_correctness_run(tmp_path):
+def test_the_baseline_tells_the_stages_its_later_perf_runs_before_each_run(tmp_path):
     repo = build_tilegym_like_repo(tmp_path)
     assert main(["init", "--repo", str(repo), "--kernel", "rms_norm"]) == 0
     allow_no_gpu(repo)
     stages = ScriptedStages({("correctness", "candidate"): [passed()],
                              ("perf", "candidate"): [perf({"a": 1.0, "b": 2.0})]}, defined={KERNEL})
     assert baseline(repo=repo, repeats=4, stages=stages).exit_code == 0
-    named = [(tag, [run.tag for run in then]) for (_, tag, _), then in zip(stages.calls, stages.ahead)]
-    # run 1 is held beside the correctness run (correctness_then_perf), the later ones start with it
-    assert named == [("0", ["0-r2", "0-r3", "0-r4"]), ("0-r1", []), ("0-r2", ["0-r3", "0-r4"]),
-                     ("0-r3", ["0-r4"]), ("0-r4", [])]
+    named = [(tag, [run.tag for run in then]) for (_, tag, _), then in zip(stages.calls, stages.expected)]
+    # every perf run is expected from the correctness run on: they start as spares beside it
+    assert named == [("0", ["0-r1", "0-r2", "0-r3", "0-r4"]), ("0-r1", ["0-r2", "0-r3", "0-r4"]),
+                     ("0-r2", ["0-r3", "0-r4"]), ("0-r3", ["0-r4"]), ("0-r4", [])]
 
 
 def _copy(template, tmp_path):
@@ -162,8 +162,8 @@ def test_the_re_check_re_measures_only_the_case_in_doubt_and_its_timings_show_it
     timings = row["timings"]
     assert timings["recheck_runs"] == 6 and timings["perf_s"] == pytest.approx(60.0)
     assert timings["recheck_s"] == pytest.approx(3 * 12.0 + 3 * 60.0)  # total_s / perf_s: the try in perf runs
-    # Each re-check run names the runs still to come, in order, to be started ahead of their turn.
-    recheck = [(tag, then) for (_, tag, _), then in zip(stages.calls, stages.ahead) if "confirm" in tag]
+    # Before each re-check run the stages are told the runs still to come, in order (they start as spares).
+    recheck = [(tag, then) for (_, tag, _), then in zip(stages.calls, stages.expected) if "confirm" in tag]
     tags = [tag for tag, _ in recheck]
     assert tags == ["1-confirm1-base", "1-confirm1-cand", "1-confirm2-base", "1-confirm2-cand",
                     "1-confirm3-base", "1-confirm3-cand"]
@@ -171,9 +171,9 @@ def test_the_re_check_re_measures_only_the_case_in_doubt_and_its_timings_show_it
     base, cand = stages.calls[-2][2], stages.calls[-1][2]
     assert all(run.commit == (base if "base" in run.tag else cand) for _, then in recheck for run in then)
     assert all(run.cases == {"a": run.cases["a"]} for _, then in recheck for run in then)  # the same case in doubt
-    # The same six were offered with the correctness run, speculatively: no cases known yet.
-    (speculative,) = stages.speculative
-    assert [run.tag for run in speculative] == tags and all(run.speculative and run.cases is None for run in speculative)
+    # The try's own perf run was expected with its correctness run; nothing is expected during it.
+    assert [[run.tag for run in then] for (_, tag, _), then in zip(stages.calls, stages.expected)
+            if "confirm" not in tag] == [["1"], []]
 
 
 def test_a_re_check_settled_after_its_first_pair_ends_there_and_its_runs_ahead_are_let_go(repo):
@@ -227,18 +227,17 @@ def test_the_baseline_row_learns_what_its_perf_runs_imported_and_every_try_prelo
     assert all("preload" not in row for row in rows()[1:])
 
 
-def test_a_speculative_run_takes_any_cases_of_its_run_and_hands_their_node_ids_over():
+def test_a_spare_serves_any_cases_of_its_run_and_is_handed_their_node_ids():
     cases = {"a": "t.py::test[a]", "b": "t.py::test[b]"}
-    speculative = NextRun("perf", "1-confirm1-base", "abc", speculative=True)
-    asked = NextRun("perf", "1-confirm1-base", "abc", cases)
-    assert speculative.takes(asked) and speculative.takes(NextRun("perf", "1-confirm1-base", "abc"))
-    assert not speculative.takes(NextRun("perf", "1-confirm2-base", "abc", cases))  # another run
-    assert not speculative.takes(NextRun("perf", "1-confirm1-base", "def", cases))  # another commit
-    assert json.loads(speculative.handover(asked)) == ["t.py::test[a]", "t.py::test[b]"]
-    assert speculative.handover(NextRun("perf", "1-confirm1-base", "abc", {"a": None})) == b""  # all: no node id
-    # A run started for known cases takes only those, and has nothing to be told.
-    assert asked.takes(asked) and not asked.takes(NextRun("perf", "1-confirm1-base", "abc", {"a": cases["a"]}))
-    assert asked.handover(asked) == b""
+    spare = Request("perf", "1-confirm1-base", "abc")  # started before the cases in doubt were known
+    asked = Request("perf", "1-confirm1-base", "abc", cases)
+    assert spare.same_run(asked) and spare.same_run(Request("perf", "1-confirm1-base", "abc"))
+    assert not spare.same_run(Request("perf", "1-confirm2-base", "abc", cases))  # another run
+    assert not spare.same_run(Request("perf", "1-confirm1-base", "def", cases))  # another commit
+    assert not spare.same_run(Request("correctness", "1-confirm1-base", "abc"))  # another stage
+    assert json.loads(asked.handover()) == ["t.py::test[a]", "t.py::test[b]"]
+    assert Request("perf", "1-confirm1-base", "abc", {"a": None}).handover() == b""  # all: no node id
+    assert spare.handover() == b""
 
 
 def test_a_crashed_baseline_run_of_the_re_check_ends_the_iteration_before_the_candidate_run(repo):

@@ -107,11 +107,3 @@ def test_next_iteration_and_shape_medians():
     assert next_iteration([entry(0), entry(1), entry(5, "crash")]) == 6
     assert shape_medians(entry(0)) == {"262144-1024": 0.28}
     assert shape_medians(entry(3, "crash") | {"shapes": None}) == {}
-
-
-def test_collect_refusal_is_the_latest_row_that_found_a_child_holding_the_gpu():
-    rows = [{"iteration": 0, "status": "keep"},
-            {"iteration": 1, "status": "revert", "collect_ahead_refused": "a child held the GPU (uvm mapped)"},
-            {"iteration": 2, "status": "keep"}]
-    assert History(tuple(rows[:1])).collect_refusal() is None
-    assert History(tuple(rows)).collect_refusal() == "iteration 1: a child held the GPU (uvm mapped)"

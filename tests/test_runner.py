@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cutile_perf.child import runner
+from cutile_perf.child import groups, runner
 
 
 def _run(tmp_path: Path, code: str, timeout_s: float = 20.0) -> runner.RunResult:
@@ -79,15 +79,36 @@ def test_missing_interpreter_is_reported_not_raised(tmp_path):
     assert result.returncode == 127 and "cannot start" in result.tail()
 
 
-def test_kill_group_returns_only_once_no_member_runs(tmp_path):
-    """SIGKILL is delivered, not instant: under load a grandchild was seen alive right after
-    kill_group returned (the evals' time-limit test, about one run in three under -n 3)."""
+def test_ending_a_group_returns_only_once_no_member_runs(tmp_path):
+    """SIGKILL is delivered, not instant: under load a grandchild was seen alive right after the
+    group was ended (the evals' time-limit test, about one run in three under -n 3)."""
     pidfile = tmp_path / "bg.pid"
     proc = subprocess.Popen(["bash", "-c", f"sleep 30 & echo $! > {pidfile}; sleep 30"], start_new_session=True)
     for _ in range(500):
         if pidfile.exists() and pidfile.read_text().strip():
             break
         time.sleep(0.01)
-    assert runner._live_members(proc.pid) >= 2  # the shell (or the sleep it exec'd) and the background sleep
-    runner.kill_group(proc, grace_s=0.2)
-    assert runner._live_members(proc.pid) == 0
+    assert groups.live_members(proc.pid) >= 2  # the shell (or the sleep it exec'd) and the background sleep
+    assert groups.end_group(proc.pid, leader=proc, grace_s=0.2, settle_s=2.0)
+    assert groups.live_members(proc.pid) == 0
+    assert proc.returncode is not None  # the leader was reaped
+    done = subprocess.Popen(["true"], start_new_session=True)
+    done.wait()
+    assert not groups.end_group(done.pid)  # a group already gone is no error
+
+
+def test_a_child_killed_at_its_deadline_gets_sigterm_first_and_a_grace_to_exit(tmp_path):
+    """The deadline ends the group gracefully: a child that cleans up on SIGTERM gets to."""
+    code = ("import signal, sys, time\n"
+            "def bye(*_):\n    print('cleaned up', flush=True); sys.exit(0)\n"
+            "signal.signal(signal.SIGTERM, bye)\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    result = _run(tmp_path, code, timeout_s=2.0)
+    assert result.timed_out and "cleaned up" in result.tail()
+
+
+def test_no_module_but_child_groups_signals_a_process_group():
+    """One place ends process groups (issue 40): every other module goes through ``groups.end_group``."""
+    package = Path(runner.__file__).resolve().parents[1]
+    callers = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
+                     if "killpg" in p.read_text(encoding="utf-8"))
+    assert callers == ["child/groups.py"], callers

@@ -382,3 +382,15 @@ def test_a_preload_that_starts_a_thread_is_undone_before_the_child_waits(tmp_pat
         start.open()
     assert threads <= plain, (threads, plain)
     assert result.ok, log.read_text()
+
+
+def test_a_mapped_path_with_a_space_is_read_whole():
+    """``/proc/<pid>/maps`` puts the path after five fields, and a path may hold spaces: read at
+    its last space, the driver's library under such a folder would be missed."""
+    maps = ("7f00-7f10 rw-s 00000000 00:05 91 /dev/nvidia-uvm\n"
+            "7f10-7f20 r-xp 00000000 08:01 42 /opt/my drivers/libcuda.so.1\n"
+            "7f20-7f30 rw-p 00000000 00:00 0 \n"
+            "7f30-7f40 r--p 00000000 08:01 43 /usr/lib/libfoo.so (deleted)\n")
+    assert warmstart.mapped_paths(maps) == ["/dev/nvidia-uvm", "/opt/my drivers/libcuda.so.1",
+                                            "/usr/lib/libfoo.so (deleted)"]
+    assert warmstart.driver_mapped(maps)

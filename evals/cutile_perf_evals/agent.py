@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import string
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cutile_perf.child import runner
+from cutile_perf.child import groups
 
 PLACEHOLDERS = ("prompt_file", "prompt", "repo", "trial_dir", "time_limit")
 TERM_GRACE_S = 5.0
@@ -72,14 +71,11 @@ def launch(template: str, *, repo: Path, prompt_file: Path, trial_dir: Path, tim
             proc.wait(timeout=time_limit_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            runner.kill_group(proc, TERM_GRACE_S)
+            groups.end_group(proc.pid, leader=proc, grace_s=TERM_GRACE_S, settle_s=2.0)
         except BaseException:
-            runner.kill_group(proc, TERM_GRACE_S)
+            groups.end_group(proc.pid, leader=proc, grace_s=TERM_GRACE_S, settle_s=2.0)
             raise
-        else:
-            try:  # anything the agent left running in the background stops with it
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        else:  # anything the agent left running in the background stops with it
+            groups.end_group(proc.pid)
     return AgentRun(command, None if timed_out else proc.returncode, timed_out, round(time.monotonic() - start, 2),
                     str(out), str(err))

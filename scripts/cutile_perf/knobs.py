@@ -19,8 +19,7 @@ OWN_ENV_VARS: dict[str, str] = {
     "CUTILE_PERF_WITHHOLD_EXAMPLES": "comma-separated bundled ops whose prepared steps example show and demo do not show (set by the eval runner for the op under test)",
     "CUTILE_PERF_SHARD": "INDEX/COUNT: the pytest plugin keeps one share of the selected tests (every COUNT-th in node-id order, from INDEX); set by the harness when session.yaml has correctness_jobs > 1",
     "CUTILE_PERF_SELECT": "JSON list of pytest node ids: the pytest plugin runs only these of the tests the command selects; set by the harness for an interleaved re-check run of the cases in doubt",
-    "CUTILE_PERF_GATE_FD": "file descriptor a pre-started perf child waits on before its first test (one byte: go; end of file: cancelled); set by the harness when session.yaml has prestart_perf: true",
-    "CUTILE_PERF_GATE_READY_FD": "file descriptor a perf child collected ahead of its turn writes one byte to once it has collected and waits at CUTILE_PERF_GATE_FD (it then makes no CUDA context before the gate, and the go byte may be followed by the CUTILE_PERF_SELECT value of a run whose cases were not known when it started); set by the harness",
+    "CUTILE_PERF_GATE_FD": "file descriptor a perf child waits on before its first test while a spare child starts beside it (one byte: go; end of file: cancelled); set by the harness",
     "CUTILE_PERF_START_FD": "file descriptor a perf child started ahead of its turn (cutile_perf.child.warmstart) waits on before it runs any code of the repository (the byte 1: go, then the CUTILE_PERF_SELECT value of a run whose cases were not known when it started; end of file first: cancelled); set by the harness",
     "CUTILE_PERF_READY_FD": "file descriptor a perf child started ahead of its turn writes one byte to once its early imports are done and it waits; set by the harness",
     "CUTILE_PERF_LATE_PYTHONPATH": "the whole PYTHONPATH of a perf child started ahead of its turn, restored when it is let go (it starts without the checkout's entries); set by the harness",
@@ -170,8 +169,8 @@ def take_selection() -> frozenset[str] | None:
 
 
 def parse_selection(value: str) -> frozenset[str]:
-    """A ``CUTILE_PERF_SELECT`` value (also what a child collected ahead of its turn is handed at its
-    gate): a JSON list of pytest node ids."""
+    """A ``CUTILE_PERF_SELECT`` value (also what a spare child is handed at its start gate): a JSON
+    list of pytest node ids."""
     try:
         ids = json.loads(value)
     except ValueError:
@@ -185,12 +184,6 @@ def take_gate_fd() -> int | None:
     """The descriptor of the gate a pre-started perf child waits on (``CUTILE_PERF_GATE_FD``);
     None when the child was not pre-started."""
     return _take_fd("CUTILE_PERF_GATE_FD")
-
-
-def take_gate_ready_fd() -> int | None:
-    """The descriptor a perf child collected ahead of its turn says it waits on
-    (``CUTILE_PERF_GATE_READY_FD``); None when it was not collected ahead."""
-    return _take_fd("CUTILE_PERF_GATE_READY_FD")
 
 
 def take_start_fds() -> tuple[int, int]:
@@ -311,7 +304,7 @@ def child_env(**overrides: str) -> dict[str, str]:
 # copied: whatever else the harness's user set (PYTEST_ADDOPTS, PYTEST_PLUGINS, LD_PRELOAD,
 # PYTHONSTARTUP, PYTHONHOME, BASH_ENV, tokens, ssh-agent sockets...) does not reach code the kernel
 # module runs. The harness adds its own values on top (child/measure.py, child/runner.py):
-# CUTILE_PERF_REPORT, CUTILE_PERF_KEY_FD, CUTILE_PERF_GATE_FD, CUTILE_PERF_GATE_READY_FD, CUTILE_PERF_START_FD, CUTILE_PERF_READY_FD,
+# CUTILE_PERF_REPORT, CUTILE_PERF_KEY_FD, CUTILE_PERF_GATE_FD, CUTILE_PERF_START_FD, CUTILE_PERF_READY_FD,
 # CUTILE_PERF_LATE_PYTHONPATH, CUTILE_PERF_LATE_CWD, CUTILE_PERF_PRELOAD, CUTILE_PERF_SHARD, CUTILE_PERF_SELECT,
 # CUTILE_PERF_DEFENCE, PYTHONPATH (the checkout's package roots, then the user's own PYTHONPATH),
 # PYTHONPYCACHEPREFIX or PYTHONDONTWRITEBYTECODE (pristine.child_env), PYTHONNOUSERSITE, CUDA_TILE_CACHE_DIR (only the session cache the harness

@@ -28,13 +28,10 @@ controller's reports are used (workers write nothing, or every record would land
   collection and ``-k``, the child keeps only those tests: an interleaved re-check run of the
   cases in doubt. Read when this module loads, before the target's code could change it.
 
-* ``CUTILE_PERF_GATE_FD`` (set by the harness for a pre-started perf child): after collection,
-  before the first test, the child waits for one byte on that descriptor; end of file means the
-  correctness run failed, and the child stops without running a test. With
-  ``CUTILE_PERF_GATE_READY_FD`` (a child collected ahead of its turn), it says there that it waits,
-  and the go byte may be followed by a ``CUTILE_PERF_SELECT`` value. That one is read after the
-  target's code has run: a target that ran other tests than those handed over gains nothing, as
-  the harness reads the records of the cases it asked for only, and a missing one fails the run.
+* ``CUTILE_PERF_GATE_FD`` (set by the harness for a perf child timed while a spare child starts
+  beside it, ``child.pool``): after collection, before the first test, the child waits for one
+  byte on that descriptor; end of file means the run was cancelled, and the child stops without
+  running a test.
 
 * Timer identity (issue 19 item 4): when this module loads, before any conftest or test module
   (and so before the candidate's kernel) is imported, it takes the identity of every function a
@@ -416,7 +413,6 @@ GATE_NAME = "cutile-perf-gate"
 # Read at import, before any conftest or test module (and the kernel they import) exists.
 _REPORT_KEY = knobs.take_report_key()
 _GATE_FD = knobs.take_gate_fd()
-_GATE_READY_FD = knobs.take_gate_ready_fd()
 _SELECT = knobs.take_selection()
 _CHECK = knobs.take_check_setup()
 if _CHECK is not None:
@@ -432,7 +428,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.has_plugin(RECORDER_NAME):
         config.pluginmanager.register(BenchmarkRecorder(config), RECORDER_NAME)
     if _GATE_FD is not None and not hasattr(config, "workerinput") and not config.pluginmanager.has_plugin(GATE_NAME):
-        config.pluginmanager.register(Gate(_GATE_FD, _GATE_READY_FD), GATE_NAME)
+        config.pluginmanager.register(Gate(_GATE_FD), GATE_NAME)
     path = knobs.report_path()
     if path is not None and not hasattr(config, "workerinput") and not config.pluginmanager.has_plugin(REPORTER_NAME):
         reporter = RunReporter(path, _REPORT_KEY or b"", knobs.shard(), _IDENTITY, _SELECT)
@@ -447,33 +443,23 @@ WARM_UP_WAIT_S = 120.0
 
 
 class Gate:
-    """Holds a pre-started perf child between collection and its first test.
-
-    Start-up (interpreter, torch, the repository's imports, collection) overlaps the correctness
-    run, or the runs before it for a child collected ahead of its turn; no test, and so no timing,
-    starts before the harness says so.
+    """Holds a perf child between collection and its first test, until the spare child started
+    beside it waits (``child.pool``): no test, and so no timing, starts before the harness says so.
 
     The profiler's one-off set-up (CUPTI and Kineto: seconds, ``docs/results/2026-12-02-h200-speed.md``,
     section 1) would otherwise be paid
     inside the first record's witness. It runs in a thread from the moment the plugin is configured,
     beside collection (torch's profiler preparation releases the GIL), and the first test waits for
-    it: it runs no test, times nothing, and is over before anything is timed.
+    it: it runs no test, times nothing, and is over before anything is timed."""
 
-    ``ready_fd``: the child was collected ahead of its turn (``loop.stages``), beside runs that
-    others time. It then makes no CUDA context before the gate (the CPU-only profiler session
-    instead of the CUDA one; the harness checks from outside that none exists, ``child.freezer``),
-    writes one byte there once it waits, and may be handed the node ids to run after the go byte
-    (a re-check run started before its cases were known)."""
-
-    def __init__(self, fd: int, ready_fd: int | None = None):
-        self.fd, self.ready_fd = fd, ready_fd
+    def __init__(self, fd: int):
+        self.fd = fd
         self._warm_up: threading.Thread | None = None
         try:
             import torch  # noqa: F401, PLC0415 - in this thread: two threads importing torch at once can deadlock
         except ImportError:
             return
-        set_up = bench.warm_up_profiler if ready_fd is None else bench.prepare_profiler_without_context
-        self._warm_up = threading.Thread(target=set_up, name="cutile-perf-profiler-warm-up", daemon=True)
+        self._warm_up = threading.Thread(target=bench.warm_up_profiler, name="cutile-perf-profiler-warm-up", daemon=True)
         self._warm_up.start()
 
     @pytest.hookimpl(tryfirst=True)
@@ -482,9 +468,6 @@ class Gate:
             self._warm_up.join(WARM_UP_WAIT_S)
         received = bytearray()
         try:
-            if self.ready_fd is not None:
-                os.write(self.ready_fd, b"1")
-                os.close(self.ready_fd)
             while chunk := os.read(self.fd, 65536):
                 received += chunk
         except OSError:
@@ -493,10 +476,7 @@ class Gate:
             with contextlib.suppress(OSError):
                 os.close(self.fd)
         if received[:1] != b"1":
-            pytest.exit("cutile-perf: perf run cancelled before its first test (the correctness run did not pass)",
-                        returncode=pytest.ExitCode.INTERRUPTED)
-        if len(received) > 1:
-            keep_selected(session.config, session.items, knobs.parse_selection(bytes(received[1:]).decode()))
+            pytest.exit("cutile-perf: perf run cancelled before its first test", returncode=pytest.ExitCode.INTERRUPTED)
 
 
 def keep_selected(config: pytest.Config, items: list, select: frozenset[str]) -> None:

@@ -214,12 +214,12 @@ def run_stage(session: Session, name: str, tag: str, deadline: Deadline, *, chec
               gate: runner.Gate | None = None, select: list[str] | None = None,
               start: runner.StartGate | None = None, preload: Sequence[str] = ()) -> Stage:
     """Run the ``name`` command ("correctness" or "perf") once in ``checkout``; with ``gate``, the
-    child waits on it before its first test (a perf child started during the correctness run);
-    with ``start``, it is started ahead of its turn and waits on it before any code of the
-    repository runs (``child.warmstart``; the stage is then timed from ``start.open()``);
+    child waits on it before its first test (``child.pool``: until the spare beside it waits);
+    with ``start``, it is a spare child, started ahead of its turn, and waits on it before any code
+    of the repository runs (``child.warmstart``; the stage is then timed from ``start.open()``);
     with ``select``, it runs only those node ids of the command's selection (``CUTILE_PERF_SELECT``:
-    an interleaved re-check run of the cases in doubt); ``preload``: the installed modules a child
-    started ahead of its turn imports while it waits (``CUTILE_PERF_PRELOAD``)."""
+    an interleaved re-check run of the cases in doubt); ``preload``: the installed modules a spare
+    child imports while it waits (``CUTILE_PERF_PRELOAD``)."""
     runs = session.sandbox / "runs"
     output = runs / f"{tag}-{name}.log"
     if deadline.left() <= 0:
@@ -374,19 +374,15 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
         result, report, report_file = _run_child(session, name, deadline, checkout, fenced_files, on_start,
                                                  output, private, gate=gate, select=select, start=start,
                                                  preload=preload)
-        if (start is not None and start.opened_at is None) or (
-                gate is not None and gate.ready is not None and gate.opened_at is None):
-            # Started (or collected) ahead of its turn and never let go (the run was not asked
-            # for, or the command ended): it timed nothing, so no log of a run that did not
-            # happen is left.
+        if start is not None and start.opened_at is None:
+            # A spare child never let go (the run was not asked for, or the command ended): it
+            # timed nothing, so no log of a run that did not happen is left.
             output.unlink(missing_ok=True)
             report_file = None
-        # A pre-started child's own stage begins when it is let go; its start-up overlapped another
-        # run (the correctness run, or the run before it) and is not counted twice.
-        begun = start.opened_at if start is not None else (
-            gate.opened_at if gate is not None and gate.hides_start_up else None)
-        if begun is not None:
-            result = replace(result, duration_s=max(time.monotonic() - begun, 0.0))
+        # A spare child's own stage begins when it is let go; its start-up overlapped another run
+        # (the correctness run, or the run before it) and is not counted twice.
+        if start is not None and start.opened_at is not None:
+            result = replace(result, duration_s=max(time.monotonic() - start.opened_at, 0.0))
 
     after_user = snapshot(session.repo, guarded)
     touched_user = sorted(p for p in guarded if after_user[p] != before_user[p])

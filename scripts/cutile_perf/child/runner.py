@@ -11,7 +11,6 @@ import contextlib
 import os
 import re
 import select
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from cutile_perf import knobs
 from cutile_perf.child import box as boxmod
-from cutile_perf.child import freezer
+from cutile_perf.child import groups
 from cutile_perf.child import warmstart
 from cutile_perf.child.box import Box
 from cutile_perf.judge.crash import CrashClass
@@ -35,7 +34,8 @@ PYTEST_USAGE_ERROR = 4
 PYTEST_NO_TESTS = 5
 
 
-_TERM_GRACE_S = 3.0
+_TERM_GRACE_S = 3.0  # how long a child killed at its deadline may take to exit on its own
+_SETTLE_S = 2.0  # how long after SIGKILL we wait for its group's members to be gone
 _TAIL_CHARS = 4000
 # What the classifier reads of a child's output: its last 64,000 characters, and pytest's failure
 # lines (short test summary, ``E`` lines of the tracebacks) searched from the end through at most
@@ -87,98 +87,24 @@ class RunResult:
         return safe_read.matching_lines(self.output_path, _FAILURE_LINE, _SCAN_BYTES, _FAILURE_LINES)
 
 
-def _live_members(pgid: int) -> int:
-    """How many processes of group ``pgid`` are still running (not zombies), from /proc; 0 where
-    there is no /proc to read."""
-    count = 0
-    for entry in Path("/proc").glob("[0-9]*"):
-        fields = freezer.stat_fields(int(entry.name))
-        if fields and len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            count += 1
-    return count
-
-
-def kill_group(proc: subprocess.Popen, grace_s: float = _TERM_GRACE_S, settle_s: float = 2.0) -> None:
-    """SIGTERM the child's whole process group, then SIGKILL what is left after ``grace_s``; returns
-    once no member runs any more (bounded by ``settle_s``: SIGKILL is delivered, not instant).
-
-    Zombies count as gone: in a container whose PID 1 never reaps orphans they stay forever, and
-    they run nothing. The child must lead its own group (``start_new_session=True``); the evals'
-    agent launcher uses this too.
-    """
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait_s)
-            # The leader is gone; grandchildren (xdist workers, compile helpers) may linger.
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            break
-        except subprocess.TimeoutExpired:
-            continue
-        break
-    end = time.monotonic() + settle_s
-    while _live_members(proc.pid) and time.monotonic() < end:
-        time.sleep(0.01)
-
-
-class ReadyPipe:
-    """The pipe a held child writes one byte to once it waits at its gate: the harness can then ask
-    whether it waits (``ready_now``) or wait for it (``wait_ready``). ``run`` hands the child the
-    write end (``ready_write``) and closes it when the child has ended; the caller closes the read
-    end with ``done()``."""
-
-    def __init__(self) -> None:
-        self._read, self.ready_write = os.pipe()
-
-    def ready_now(self) -> bool:
-        """Whether the child waits at the gate already (no waiting)."""
-        return bool(select.select([self._read], [], [], 0)[0])
-
-    def wait_ready(self, timeout_s: float, ended: Callable[[], bool]) -> bool:
-        """True once the child waits at the gate, or has ended (either way nothing of it runs
-        beside the caller's next step); False when neither happened within ``timeout_s``."""
-        end = time.monotonic() + timeout_s
-        while True:
-            readable, _, _ = select.select([self._read], [], [], 0.2)
-            if readable or ended():
-                return True
-            if time.monotonic() >= end:
-                return False
-
-    def unused(self) -> None:
-        """For a caller that never called ``run``: close the child's end too."""
-        os.close(self.ready_write)
-
-    def done(self) -> None:
-        os.close(self._read)
-
-
 class Gate:
-    """A pipe a pre-started pytest child waits on before its first test (``CUTILE_PERF_GATE_FD``):
-    ``open()`` lets it run, ``close()`` (or the harness dying) cancels it. Either, once.
+    """A pipe a perf child waits on before its first test (``CUTILE_PERF_GATE_FD``, read by
+    ``pytest_plugin.Gate``): ``open()`` lets it run, ``close()`` (or the harness dying) cancels it.
+    Either, once. The pool holds a timed run there until the spare child started beside it waits
+    before any code of the repository (``child.pool``), so nothing works beside a timed test.
 
     The read end belongs to ``run``, which hands it to the child and closes it when the child has
     ended (never earlier: the number could be reused before the child has inherited it); a caller
     that never calls ``run`` closes it with ``unused()``."""
 
-    def __init__(self, hides_start_up: bool = True, announces: bool = False) -> None:
-        """``hides_start_up``: the child's stage is timed from ``open()`` (its start-up overlapped
-        another run and is not counted twice); False: from its start, as for a child not held.
-        ``announces``: the child was collected ahead of its turn and says on ``ready`` (a
-        ``ReadyPipe``, ``CUTILE_PERF_GATE_READY_FD``) once it waits here."""
+    def __init__(self) -> None:
         self.read_fd, self._write_fd = os.pipe()
         self.opened_at: float | None = None
-        self.hides_start_up = hides_start_up
-        self.ready = ReadyPipe() if announces else None
 
     def open(self, handover: bytes = b"") -> bool:
-        """Let the child go, handing it ``handover`` after the go byte (what a child started before
-        its run was known learns only now: ``child.warmstart``, ``pytest_plugin.Gate``); False when
-        it had already ended (nobody read the pipe any more)."""
+        """Let the child go, handing it ``handover`` after the go byte (the node ids of a spare
+        child started before its run's cases were known: ``child.warmstart``); False when it had
+        already ended (nobody read the pipe any more)."""
         delivered = False
         if self._write_fd is not None:
             with contextlib.suppress(OSError):  # BrokenPipeError: the child has already ended
@@ -198,22 +124,20 @@ class Gate:
 
     def unused(self) -> None:
         os.close(self.read_fd)
-        if self.ready is not None:
-            self.ready.unused()
 
 
 class StartGate:
-    """What holds a child started ahead of its turn (``child.warmstart``) before any code of the
-    repository runs in it: ``wait_ready`` returns once it has made its early imports and waits,
-    ``open()`` lets it go on, ``close()`` (or the harness dying) cancels it.
+    """What holds a spare child (``child.warmstart``) before any code of the repository runs in it:
+    ``wait_ready`` returns once it has made its early imports and waits, ``open()`` lets it go on,
+    ``close()`` (or the harness dying) cancels it.
 
-    ``run`` hands the child the gate's read end and the ready pipe's write end and closes both when
-    the child has ended; the caller closes the ready pipe's read end with ``done()``."""
+    ``run`` hands the child the gate's read end and the ready pipe's write end (it writes one byte
+    there once it waits) and closes both when the child has ended; the caller closes the ready
+    pipe's read end with ``done()``."""
 
     def __init__(self) -> None:
         self.gate = Gate()
-        self.ready = ReadyPipe()
-        self.ready_write = self.ready.ready_write
+        self._ready_read, self.ready_write = os.pipe()
         self.handed = False  # ``run`` took the child's ends (and closes them)
         self._on_open: list[Callable[[], None]] = []
 
@@ -232,22 +156,27 @@ class StartGate:
             step()
         return self.gate.open(handover)
 
-    def ready_now(self) -> bool:
-        return self.ready.ready_now()
-
     def close(self) -> None:
         self.gate.close()
 
     def wait_ready(self, timeout_s: float, ended: Callable[[], bool]) -> bool:
-        return self.ready.wait_ready(timeout_s, ended)
+        """True once the child waits at the gate, or has ended (either way nothing of it runs
+        beside the caller's next step); False when neither happened within ``timeout_s``."""
+        end = time.monotonic() + timeout_s
+        while True:
+            readable, _, _ = select.select([self._ready_read], [], [], 0.2)
+            if readable or ended():
+                return True
+            if time.monotonic() >= end:
+                return False
 
     def unused(self) -> None:
         """For a caller that never called ``run``: close the child's ends too."""
         self.gate.unused()
-        self.ready.unused()
+        os.close(self.ready_write)
 
     def done(self) -> None:
-        self.ready.done()
+        os.close(self._ready_read)
 
 
 def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
@@ -284,9 +213,6 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
     if gate is not None:
         pass_fds = (*pass_fds, gate.read_fd)
         env["CUTILE_PERF_GATE_FD"] = str(gate.read_fd)
-        if gate.ready is not None:
-            pass_fds = (*pass_fds, gate.ready.ready_write)
-            env["CUTILE_PERF_GATE_READY_FD"] = str(gate.ready.ready_write)
     command = argv
     if start is not None:
         command = warmstart.warm_argv(argv)
@@ -310,7 +236,6 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
         with output_path.open("wb") as out:
             out.write(("$ " + " ".join(argv) + (" (in the sandbox)" if box else "")
                        + (" (started ahead of its turn)" if start else "")
-                       + (" (collected ahead of its turn)" if gate is not None and gate.ready is not None else "")
                        + "\n").encode())
             out.flush()
             try:
@@ -337,16 +262,13 @@ def _wait(proc: subprocess.Popen, argv: list[str], timeout_s: float, output_path
         proc.wait(timeout=max(timeout_s, 0.001))
     except subprocess.TimeoutExpired:
         timed_out = True
-        kill_group(proc)
+        groups.end_group(proc.pid, leader=proc, grace_s=_TERM_GRACE_S, settle_s=_SETTLE_S)
     except BaseException:
-        kill_group(proc)
+        groups.end_group(proc.pid, leader=proc, grace_s=_TERM_GRACE_S, settle_s=_SETTLE_S)
         raise
     else:
         # A test that spawned a daemon must not keep running into the next iteration.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        groups.end_group(proc.pid)
     duration = time.monotonic() - start
     if timed_out:
         with output_path.open("ab") as out:

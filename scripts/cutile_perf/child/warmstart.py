@@ -19,8 +19,8 @@ next run pay that while the current one starts, and nothing more:
    (``bench.prepare_profiler_without_context``: seconds that the run's first witness no longer
    pays; ``docs/results/2026-12-02-h200-speed.md``, section 9), says so on ``CUTILE_PERF_READY_FD``, and blocks on
    ``CUTILE_PERF_START_FD`` (the byte ``1``: go; end of file first: cancelled). What follows the go
-   byte, up to the end of file, is the ``CUTILE_PERF_SELECT`` value of a child started before its
-   cases were known (the re-check's runs, started with the candidate's correctness run). It has
+   byte, up to the end of file, is the ``CUTILE_PERF_SELECT`` value of its run (``child.pool``: a
+   spare is started before the judge names a re-check's cases in doubt). It has
    touched no GPU: neither the imports nor that session makes a CUDA context. A preloaded module
    that loaded or initialized the CUDA driver, initialized torch's CUDA or started a thread would
    break that, so the child then starts again with ``WARM_MODULES`` alone (``preload_problem``).
@@ -30,7 +30,7 @@ next run pay that while the current one starts, and nothing more:
    ``numpy.py``), the warm process is not what a fresh one would be: it re-executes itself as the
    plain ``python -m pytest`` command, which a fresh child would have run.
 
-The harness (``loop.stages``) lets the current run's first test start only once the next child
+The harness (``child.pool``) lets the current run's first test start only once the next child
 is blocked here, so a timed run never has a neighbour doing anything. Cancelled, it exits with
 ``CANCELLED`` without having run anything of the repository.
 """
@@ -174,6 +174,18 @@ def _preload(names: list[str]) -> list[str]:
 CUDA_ERROR_NOT_INITIALIZED = 3  # what the driver API answers before ``cuInit``
 
 
+def mapped_paths(maps: str) -> list[str]:
+    """The file of every line of a ``/proc/<pid>/maps`` text that names one, in order. A line is
+    five fields and then the path, which may itself hold spaces (a folder name, or the kernel's
+    " (deleted)" after a file removed since), so it is split five times, not at its last space."""
+    paths = []
+    for line in maps.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) == 6:
+            paths.append(fields[5].strip())
+    return paths
+
+
 def _driver_path(maps: str | None = None) -> str | None:
     """The CUDA driver library (``libcuda.so*``) mapped into this process, or None. ``maps``: the
     text of /proc/self/maps (read when None)."""
@@ -182,8 +194,6 @@ def _driver_path(maps: str | None = None) -> str | None:
             maps = Path("/proc/self/maps").read_text()
         except OSError:
             return None
-    from cutile_perf.child.freezer import mapped_paths  # noqa: PLC0415 - this module is the child's entry point
-
     return next((path for path in mapped_paths(maps) if os.path.basename(path).startswith("libcuda.so")), None)
 
 
@@ -265,7 +275,8 @@ def _start_again_without_preload(args: list[str], fds: tuple[int, int], late: st
 
 def _wait(ready_fd: int, start_fd: int) -> bytes | None:
     """Say it is ready and wait: None when cancelled, else what the harness handed over after the
-    go byte (empty, or the node ids of a speculative re-check run, ``loop.stages.NextRun``)."""
+    go byte (empty, or the node ids of a re-check run whose cases were not known when it started,
+    ``child.pool.Request.handover``)."""
     os.write(ready_fd, b"1")
     os.close(ready_fd)
     received = bytearray()

@@ -75,7 +75,7 @@ def adopt(session: Session, g, history: History, off: offbranch.OffBranch,
     repeats = max(1, int((history.first() or {}).get("repeats") or 1))
     tag = f"{number}-adopt"
     runner = StageRunner(session, g, measure.Deadline(session.timeout_s * (repeats + 1)), clock,
-                         preload=history.preload(), collect_refusal=history.collect_refusal())
+                         preload=history.preload())
     with runner:
         say(f"adopt {short}: correctness")
         corr = runner.stage("correctness", tag, head)

@@ -13,31 +13,27 @@ from cutile_perf import knobs
 from cutile_perf.child import envcheck, measure
 from cutile_perf.errors import DirtyTree, IterationCrashed, Refused, UsageError
 from cutile_perf.judge import rules, stats, verdict
-from cutile_perf.judge.verdict import Stage
 from cutile_perf.loop import watchdog
 from cutile_perf.loop import iteration
 from cutile_perf.loop.history import History
-from cutile_perf.loop.stages import NextRun, Stages, StageRunner, may_prestart
+from cutile_perf.loop.stages import Request, Stages, StageRunner
 from cutile_perf.output import Outcome, say
 from cutile_perf.store import git_ops
 from cutile_perf.store import session as session_mod
 
 
 def perf_repeats(runner: Stages, thresholds: rules.Thresholds, commit: str, repeats: int, test_ids: dict[str, str],
-                 names: dict[str, str], first: Stage | None = None,
-                 imports: list[str] | None = None, tag: str = "0", what: str = "baseline") -> dict[str, list[float]]:
-    """Per-case medians of ``repeats`` perf runs; a crashed run stops the baseline. ``first``: run 1,
-    already run by a perf child pre-started during the correctness run. ``imports`` collects the
+                 names: dict[str, str], imports: list[str] | None = None, tag: str = "0",
+                 what: str = "baseline") -> dict[str, list[float]]:
+    """Per-case medians of ``repeats`` perf runs; a crashed run stops the baseline. ``imports`` collects the
     installed modules the runs imported, in first-seen order (the row's ``preload``). ``tag``: the
     runs' stage tags are ``<tag>-r<k>``; ``what`` names the run in a failure (``resume --adopt``'s too)."""
     runs: dict[str, list[float]] = {}
     empty = verdict.Reference(commit=commit, medians={}, noise={})
     for k in range(repeats):
         say(f"perf run {k + 1}/{repeats}")
-        # The runs still to come start ahead of their turn (``Stages.stage``); with run 1 pre-started
-        # during the correctness run, they were started with it (``later_runs``).
-        then = later_runs(commit, k + 1, repeats, tag)
-        stage = first if k == 0 and first is not None else runner.stage("perf", f"{tag}-r{k + 1}", commit, then=then)
+        runner.expect(later_runs(commit, k + 1, repeats, tag))  # they start as spares (``Stages.expect``)
+        stage = runner.run(Request("perf", f"{tag}-r{k + 1}", commit))
         checked = verdict.judge_records(stage, empty, thresholds)
         if checked.final:
             raise IterationCrashed(f"{what} perf run failed: {checked.reason}", f"read {stage.output}")
@@ -51,9 +47,9 @@ def perf_repeats(runner: Stages, thresholds: rules.Thresholds, commit: str, repe
     return {c: v for c, v in runs.items() if len(v) == repeats}
 
 
-def later_runs(commit: str, after: int, repeats: int, tag: str = "0") -> tuple[NextRun, ...]:
+def later_runs(commit: str, after: int, repeats: int, tag: str = "0") -> tuple[Request, ...]:
     """The baseline's perf runs after run ``after`` (counted from 1), in order."""
-    return tuple(NextRun("perf", f"{tag}-r{k}", commit) for k in range(after + 1, repeats + 1))
+    return tuple(Request("perf", f"{tag}-r{k}", commit) for k in range(after + 1, repeats + 1))
 
 
 def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outcome:
@@ -84,21 +80,9 @@ def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outco
                                                                clock)
         with runner, watchdog.overrun_guard(session.timeout_s * repeats, "baseline"):
             empty = verdict.Reference(commit=head, medians={}, noise={})
-            # Perf run 1 starts with the correctness run and waits before its first test, as a
-            # try's perf run does (``Stages.correctness_then_perf``); the later runs start then too,
-            # ahead of their turn, and wait before any code of the repository.
-            prestart, why_not = may_prestart(runner, session)
-            if why_not:
-                say(f"perf run 1 not started during the correctness run: {why_not}")
-            first = None
-            if prestart:
-                say("correctness (perf run 1 started, held before its first test)")
-                corr, first = runner.correctness_then_perf(
-                    "0", head, proceed=lambda c: not verdict.judge_correctness(c, empty).final, perf_tag="0-r1",
-                    then=later_runs(head, 1, repeats))
-            else:
-                say("correctness")
-                corr = runner.stage("correctness", "0", head)
+            say("correctness")
+            runner.expect(later_runs(head, 0, repeats))  # the perf runs start as spares beside it
+            corr = runner.run(Request("correctness", "0", head))
             checked = verdict.judge_correctness(corr, empty)
             if checked.final:
                 raise IterationCrashed(f"baseline {checked.reason}",
@@ -106,7 +90,7 @@ def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outco
             test_ids: dict[str, str] = {}
             names: dict[str, str] = {}
             imports: list[str] = []
-            runs = perf_repeats(runner, session.thresholds, head, repeats, test_ids, names, first, imports)
+            runs = perf_repeats(runner, session.thresholds, head, repeats, test_ids, names, imports)
             defined = runner.defined_names(head)
             fields_of_runner = runner.row_fields()
         if not runs:

@@ -234,17 +234,6 @@ class History:
         it ran the user's own code, while a candidate's run could name any installed module."""
         return list((self.first() or {}).get("preload") or [])
 
-    def collect_refusal(self) -> str | None:
-        """Why children started ahead of their turn wait before any code of the repository instead of
-        collecting ahead (``StageRunner.collect_refusal``): the latest row that found a child
-        collected ahead holding the GPU says so (``collect_ahead_refused``), and later commands
-        believe it rather than end one such child per try to learn it again; None when none did."""
-        for entry in reversed(self.entries):
-            refused = entry.data.get("collect_ahead_refused")
-            if refused:
-                return f"iteration {entry.iteration}: {refused}"
-        return None
-
     def kernel_names(self) -> dict[str, str]:
         """case -> ``kernel_name`` recorded at the baseline, for cases whose kernel the fenced files define."""
         return dict((self.first() or {}).get("kernel_names") or {})

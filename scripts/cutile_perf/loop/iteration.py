@@ -35,15 +35,14 @@ import math
 import os
 import re
 import secrets
-import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from cutile_perf import knobs
-from cutile_perf.child import checkrun, envcheck, freezer, measure
+from cutile_perf.child import checkrun, envcheck, groups, measure
 from cutile_perf.errors import EXIT_CRASH, EXIT_OK, EXIT_REJECTED, EnvMissing, FenceViolation, IterationCrashed, Locked, NoChange, Refused
 from cutile_perf.judge import rules
 from cutile_perf.judge.crash import CrashClass
@@ -54,7 +53,7 @@ from cutile_perf.loop import watchdog
 from cutile_perf.loop.budget import Budget, BudgetSpent, DoesNotFit, recheck_floor_s
 from cutile_perf.loop import offbranch
 from cutile_perf.loop.history import History
-from cutile_perf.loop.stages import NextRun, Stages, StageRunner, may_prestart
+from cutile_perf.loop.stages import Request, Stages, StageRunner
 from cutile_perf.output import Outcome, say
 from cutile_perf.skill.install import is_installed_skill_path
 from cutile_perf.store import atomic, git_ops, safe_read, session as session_mod
@@ -194,7 +193,7 @@ def process_start(pid: int) -> str | None:
     A pid and its start time name one process for the life of the machine: a pid reused by an
     unrelated process has another start time.
     """
-    fields = freezer.stat_fields(pid)
+    fields = groups.stat_fields(pid)
     return fields[19] if fields and len(fields) > 19 else None
 
 
@@ -208,11 +207,8 @@ def end_children(children: list) -> list[int]:
     for pgid, started in children:
         if started is None or process_start(pgid) != started:
             continue
-        try:
-            os.killpg(pgid, signal.SIGKILL)
+        if groups.end_group(pgid):
             ended.append(pgid)
-        except (ProcessLookupError, PermissionError):
-            pass
     return ended
 
 
@@ -514,16 +510,15 @@ class Iteration:
 
     # -- measuring --------------------------------------------------------------------------------
 
-    def _stage(self, stages: Stages, name: str, tag: str, commit: str, cases: dict | None = None,
-               then: Sequence[NextRun] = ()) -> Stage:
-        run = tag.partition("-")[2]  # "confirm1-base" of "4-confirm1-base"; "" for the try's own runs
+    def _run(self, stages: Stages, request: Request) -> Stage:
+        run = request.tag.partition("-")[2]  # "confirm1-base" of "4-confirm1-base"; "" for the try's own runs
         recheck = run.startswith("confirm")
         # A re-check run names its scope: a run of every case costs a whole perf run (the geomean is in doubt).
-        scope = f", {len(cases)} case(s) in doubt" if cases else (", every case" if recheck else "")
-        say(f"iteration {self.state.iteration}: {name}" + (f" ({run})" if run else "") + scope)
-        self._within_budget(f"before the {name} run")
-        stage = stages.stage(name, tag, commit, cases=cases, then=then)
-        self._within_budget(f"during the {name} run" + (f" {run}" if recheck else ""))
+        scope = f", {len(request.cases)} case(s) in doubt" if request.cases else (", every case" if recheck else "")
+        say(f"iteration {self.state.iteration}: {request.name}" + (f" ({run})" if run else "") + scope)
+        self._within_budget(f"before the {request.name} run")
+        stage = stages.run(request)
+        self._within_budget(f"during the {request.name} run" + (f" {run}" if recheck else ""))
         return stage
 
     def _within_budget(self, when: str) -> None:
@@ -534,34 +529,20 @@ class Iteration:
             raise BudgetSpent(f"the job's time budget ran out {when}")
 
     def measure(self, stages: Stages) -> tuple[Evidence, Verdict]:
-        """Run stages until the judge's verdict is final: correctness, perf, interleaved pairs."""
+        """Run stages until the judge's verdict is final: correctness, perf, interleaved pairs. Before
+        each run the stages are told what follows it if the verdict goes on (``Stages.expect``)."""
         ref, t = self.ref, self.session.thresholds
         number, cand = self.state.iteration, self.state.candidate
-        tag = f"{number}"
-        prestart, why_not = may_prestart(stages, self.session)
-        if why_not:
-            say(f"iteration {number}: perf child not started during the correctness run: {why_not}")
-        if prestart:
-            say(f"iteration {number}: correctness (perf child started, held before its first test)")
-            self._within_budget("before the correctness run")
-            # The re-check's runs, in case the perf run leaves the verdict in doubt: their start-up
-            # can overlap the correctness run too (``StageRunner.correctness_then_perf``).
-            recheck = self._recheck_runs(first_pair=1, speculative=True)
-            corr, perf = stages.correctness_then_perf(
-                tag, cand, proceed=self._correctness_passed, speculative=recheck)
-            self._within_budget("during the correctness and perf runs")
-        else:
-            corr, perf = self._stage(stages, "correctness", tag, cand), None
-        evidence = Evidence(correctness=corr, repeat_of=reverted_before(self.history.rows, self.content_hash()))
+        perf_run = Request("perf", f"{number}", cand)
+        stages.expect([perf_run])
+        evidence = Evidence(correctness=self._run(stages, Request("correctness", f"{number}", cand)),
+                            repeat_of=reverted_before(self.history.rows, self.content_hash()))
         verdict = judge(ref, t, evidence)
         # What the tests showed, for a row the harness's own failure or an interruption ends later.
         self.correctness_seen = correctness_status(verdict, perf_ran=False) if verdict.final else "PASS"
         if verdict.final:
             return evidence, verdict
-        if perf is None:
-            perf = self._stage(stages, "perf", tag, cand)
-        else:
-            say(f"iteration {number}: perf")
+        perf = self._run(stages, perf_run)
         defined = frozenset(stages.defined_names(cand)) if ref.kernel_names and perf.ok else None
         evidence = evidence.add(perf=perf, defined_names=defined)
         verdict = judge(ref, t, evidence)
@@ -573,25 +554,18 @@ class Iteration:
             k = len(evidence.pairs) + 1
             # Only the cases in doubt, selected by the node ids their records came from.
             doubt = {case: perf.test_ids.get(case) for case in verdict.cases} or None
-            # The runs still to come start ahead of their turn (``Stages.stage``): each is used if
-            # the verdict goes on with the same cases, and cancelled otherwise.
             order = self._recheck_runs(first_pair=k, cases=doubt)
-            base_run = self._stage(stages, "perf", order[0].tag, ref.commit, doubt, then=order[1:])
+            stages.expect(order[1:])
+            base_run = self._run(stages, order[0])
             evidence = evidence.add(pairs=(*evidence.pairs, (base_run, None)))
             verdict = judge(ref, t, evidence)
             if verdict.final:
                 break
-            cand_run = self._stage(stages, "perf", order[1].tag, cand, doubt, then=order[2:])
+            stages.expect(order[2:])
+            cand_run = self._run(stages, order[1])
             evidence = evidence.add(pairs=(*evidence.pairs[:-1], (base_run, cand_run)))
             verdict = judge(ref, t, evidence)
         return evidence, verdict
-
-    def _correctness_passed(self, correctness: Stage) -> bool:
-        """Whether the perf stage follows this correctness stage; what it showed is kept for a row
-        that the harness's failure or an interruption ends during the perf run."""
-        verdict = judge(self.ref, self.session.thresholds, Evidence(correctness=correctness))
-        self.correctness_seen = correctness_status(verdict, perf_ran=False) if verdict.final else "PASS"
-        return not verdict.final
 
     def _recheck_fits(self, perf: Stage, cases: tuple[str, ...]) -> None:
         """Raise ``BudgetSpent`` when the job's budget cannot hold the re-check even at its floor
@@ -607,12 +581,12 @@ class Iteration:
                               f"({self.session.thresholds.min_confirm_pairs} pairs at the perf run's own speed), "
                               f"{self.budget.left():.0f} s are left")
 
-    def _recheck_runs(self, first_pair: int, cases: dict | None = None, speculative: bool = False) -> list[NextRun]:
+    def _recheck_runs(self, first_pair: int, cases: dict | None = None) -> list[Request]:
         """The interleaved re-check's runs from pair ``first_pair`` to the last one the thresholds
         allow, in order: base, then candidate, of each pair."""
         # Pairs whose baseline run drifted are replaced by more, past max_confirm_pairs (``verdict.last_pair``).
         number, last = self.state.iteration, max(self.session.thresholds.max_confirm_pairs, first_pair)
-        return [NextRun("perf", f"{number}-confirm{j}-{side}", commit, cases, speculative)
+        return [Request("perf", f"{number}-confirm{j}-{side}", commit, cases)
                 for j in range(first_pair, last + 1)
                 for side, commit in (("base", self.ref.commit), ("cand", self.state.candidate))]
 
@@ -796,8 +770,7 @@ def try_change(repo: Path, optimization: str, *, stages: Stages | None = None, b
         if stages is not None:
             stages.clock = clock  # scripted stages time themselves into this row, as StageRunner does
         runner = stages if stages is not None else StageRunner(session, g, measure.Deadline(timeout_s), clock,
-                                                               on_start=it.state.add_child, preload=history.preload(),
-                                                               collect_refusal=history.collect_refusal())
+                                                               on_start=it.state.add_child, preload=history.preload())
         cut = None
         try:
             try:

@@ -41,6 +41,8 @@ PERF_TEMPLATE = '{python} -m pytest {test} -k "test_perf and cutile and not cuti
 FROZEN_KEYS = ("kernel", "kernel_files", "fence", "test", "correctness_cmd", "perf_cmd", "thresholds", "timeout_s",
                "base_commit", "branch", "require_gpu", "defence", "jit_cache", "prestart_perf", "correctness_jobs",
                "sandbox_mode")
+# Keys an older cutile-perf wrote that mean nothing any more: read and ignored, so its sessions still load.
+RETIRED_KEYS = frozenset({"collect_ahead"})
 # How the children are isolated from the machine: "auto" (the best isolation this machine offers),
 # "off" (none; init --no-sandbox). child/runner.py reads it.
 SANDBOX_MODES = ("auto", "off")
@@ -134,18 +136,12 @@ class Session:
     # CUTILE_PERF_SHARD). Correctness is not timed, so splitting it changes no measurement; the
     # perf command always runs in one child.
     correctness_jobs: int = 1
-    # try starts the perf child together with the correctness run and holds it before its first
-    # test (runner.Gate): its start-up overlaps correctness; no perf test runs before that passed.
+    # The perf runs that come next start as spare children beside the current run, parked before
+    # any code of the repository (child/pool.py, child/warmstart.py): their start-up overlaps it.
     # init writes true unless told --no-prestart-perf; a session.yaml without the key (written
     # before it was the default) keeps false, as its baseline froze it. Done only where the
-    # children run in the sandbox (StageRunner.prestart_refusal says why).
+    # children run in the sandbox (StageRunner.spare_refusal says why).
     prestart_perf: bool = False
-    # Perf children started ahead of their turn (the re-check's runs, the baseline's later runs)
-    # collect before it, in a checkout of their own, and are stopped with their whole process tree
-    # while any other run is timed (loop/stages.py, child/freezer.py). False: they wait before any
-    # code of the repository and collect after their gate (child/warmstart.py). Not frozen: either
-    # way every run is a fresh child and nothing runs beside a timed one.
-    collect_ahead: bool = True
     # Children compile into the session's guarded cuTile cache (sandbox/jit-cache/) and checkouts
     # sit at stable paths, so kernels a change leaves alone are not recompiled (jitcache.py). False:
     # fresh checkout paths and the user's own cuTile cache, as before the setting existed.
@@ -314,11 +310,11 @@ def load(repo: Path) -> Session:
                "branch"} - set(data)
     if missing:
         raise UsageError(f"{path}: missing keys {sorted(missing)}", "re-run init or restore the file")
-    unknown = set(data) - known
+    unknown = set(data) - known - RETIRED_KEYS
     if unknown:
         raise UsageError(f"{path}: unknown keys {sorted(unknown)}", f"allowed: {sorted(known)}")
     timeout_s = parse_timeout(data.get("timeout_s", 600.0), f"{path}: timeout_s")
-    for key in ("require_gpu", "defence", "prestart_perf", "collect_ahead", "jit_cache"):
+    for key in ("require_gpu", "defence", "prestart_perf", "jit_cache"):
         if not isinstance(data.get(key, False), bool):
             raise UsageError(f"{path}: {key} must be true or false")
     if not isinstance(data.get("timing", {}), dict):
@@ -338,6 +334,8 @@ def load(repo: Path) -> Session:
         thresholds = Thresholds.from_dict(data.get("thresholds"))
     except (TypeError, ValueError) as exc:
         raise UsageError(f"{path}: thresholds: {exc}") from None
+    for key in RETIRED_KEYS:
+        data.pop(key, None)
     data.update(timeout_s=timeout_s, kernel_files=_check_paths(path, "kernel_files", data["kernel_files"]),
                 fence=_check_paths(path, "fence", data["fence"]),
                 thresholds=thresholds, created=str(data.get("created", "")))
