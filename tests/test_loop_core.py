@@ -281,8 +281,10 @@ def test_correctness_of_a_stopped_iteration_is_not_run_and_of_a_failed_one_fail(
     assert correctness_status(stopped(None, "killed"), perf_ran=True) == NOT_RUN
     assert correctness_status(stopped(RuntimeError("child failed")), perf_ran=False) == "FAIL"
 
-def test_only_a_wrong_result_is_a_revert_row():
-    assert [c.value for c in crash.CrashClass if c.row_status == "revert"] == ["wrong-result"]
+def test_only_wrong_or_impossible_results_are_revert_rows():
+    # A wrong answer, untimed or timed, and a time below the physics floor are the change's fault: revert rows.
+    assert [c.value for c in crash.CrashClass if c.row_status == "revert"] == [
+        "wrong-result", "wrong-when-timed", "implausible"]
     assert crash.parse("tampered") is crash.CrashClass.TAMPERED and str(crash.CrashClass.FAULT) == "fault"
 
 
