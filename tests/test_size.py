@@ -24,7 +24,6 @@ FILE_EXCEPTIONS = {
     "judge/verdict.py": "the judge and its evidence types; to split under issue 40",
     "kernel/compilecheck.py": "both signature sources and the compile report; to split under issue 40",
     "loop/iteration.py": "the transaction mixes six concerns; to split by concern under issue 40 item 2",
-    "loop/stages.py": "the child scheduler's start modes; to shrink to one pool under issue 40 item 1",
     "pytest_plugin.py": "record collection plus the checked-timing sampling; to split under issue 40",
     "store/git_ops.py": "every git operation in one module; to split under issue 40",
 }
