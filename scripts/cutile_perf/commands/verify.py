@@ -141,7 +141,9 @@ def not_reproduced(claim: Claim, evidence: Evidence, verdict: Verdict, gate: flo
     if not verdict.final:
         return {"verdict": f"no verdict after {len(evidence.pairs)} pairs: {verdict.reason}"}
     if evidence.perf is None and verdict.crash_class is not None:
-        return {"correctness": verdict.reason}
+        failed = sorted((evidence.correctness.not_passed if evidence.correctness is not None else {}) or {})
+        named = f" (not passed: {', '.join(failed[:5])})" if failed else ""  # the reason may name no test
+        return {"correctness": verdict.reason + named}
     if verdict.crash_class in CHECKED_CLASSES:
         return {"checked timed calls": verdict.reason}
     if verdict.crash_class is not None:
