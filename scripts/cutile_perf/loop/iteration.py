@@ -283,8 +283,14 @@ def refuse_foreign_commits(session: Session, g, kept: str, head: str) -> None:
 
 def require_nothing_pending(session: Session, g) -> None:
     """The guards before the log is opened: the session branch is checked out and no interrupted
-    iteration waits for ``resume`` (the log's last row may be that iteration's own, unanchored)."""
+    iteration waits for ``resume``."""
     require_session_branch(session, g)
+    require_no_interrupted(session)
+
+
+def require_no_interrupted(session: Session) -> None:
+    """Refuse (exit 3) while an interrupted iteration waits for ``resume``: the log's last row may
+    be that iteration's own, unanchored, and its commit not settled yet (``try``, ``verify``)."""
     if State.exists(session):
         raise Refused("an interrupted iteration is not settled yet", "run `cutile-perf resume`")
 
@@ -293,14 +299,20 @@ def require_settled(session: Session, g, history: History) -> str:
     """The guards on the history every change runs behind (after ``require_nothing_pending``): a
     baseline exists, the measurement environment is the baseline's, and HEAD is the last kept
     commit. Returns that commit."""
-    if history.baseline() is None:
-        raise Refused("no baseline recorded yet", "run `cutile-perf baseline` first")
-    require_baseline_env(history)
+    require_baseline(history)
     kept = history.kept_commit()
     head = git_ops.head(g)
     if head != kept:
         refuse_foreign_commits(session, g, kept, head)
     return kept
+
+
+def require_baseline(history: History) -> None:
+    """Refuse (exit 3) before a baseline is recorded, or under another measurement environment than
+    the baseline's (``require_baseline_env``): what ``try`` and ``verify`` measure against."""
+    if history.baseline() is None:
+        raise Refused("no baseline recorded yet", "run `cutile-perf baseline` first")
+    require_baseline_env(history)
 
 
 def require_baseline_env(history: History) -> None:
