@@ -32,7 +32,6 @@ FILE_EXCEPTIONS = {
 FUNCTION_EXCEPTIONS = {
     "child/measure.py::_run_stage": "one stage's child from start to record; to split under issue 40",
     "commands/compile_check.py::compile_check": "argument checks and report in one body; to split under issue 40",
-    "commands/verify.py::verify": "its own guards and rule; to go through the judge under issue 40 item 2",
     "kernel/scaffold.py::plan_perf_test": "every shape source in one planner; to split under issue 40",
     "kernel/target_timing.py::read": "every timing-harness shape in one reader; to split under issue 40",
     "loop/batch.py::batch": "budget, queue and outcome in one loop; to split under issue 40",
