@@ -13,7 +13,7 @@ from cutile_perf.loop import budget as budget_mod
 from cutile_perf.loop import plan
 from cutile_perf.cli import main
 from cutile_perf.errors import UsageError
-from cutile_perf.loop.history import History
+from cutile_perf.store.history import History
 
 BASE = {"256x1024": 1.0, "4096x1024": 2.0}
 FAST = {"256x1024": 0.5, "4096x1024": 1.0}

@@ -16,7 +16,7 @@ from cutile_perf.errors import EXIT_OK, EXIT_REJECTED, Refused, UsageError
 from cutile_perf.judge import paired, stats
 from cutile_perf.judge.verdict import Reference, judge_correctness, judge_records
 from cutile_perf.loop import iteration, offbranch
-from cutile_perf.loop.history import History
+from cutile_perf.store.history import History
 from cutile_perf.loop.stages import StageRunner
 from cutile_perf.output import Outcome, say
 from cutile_perf.store import git_ops

@@ -16,12 +16,12 @@ from __future__ import annotations
 from cutile_perf.child import envcheck, measure
 from cutile_perf.errors import DirtyTree, IterationCrashed, Refused
 from cutile_perf.judge import rules, stats, verdict
-from cutile_perf.loop import iteration, offbranch
+from cutile_perf.loop import iteration, offbranch, render
 from cutile_perf.loop.baseline import perf_repeats
-from cutile_perf.loop.history import History
 from cutile_perf.loop.stages import StageRunner
 from cutile_perf.output import say
 from cutile_perf.store import git_ops
+from cutile_perf.store.history import History
 from cutile_perf.store.session import Session
 from cutile_perf.templating import format_change
 
@@ -116,6 +116,7 @@ def adopt(session: Session, g, history: History, off: offbranch.OffBranch,
         adopted={"kept": off.kept, "rewritten_as": off.twin, "recognised_by": off.how},
         review=bool(implausible), sandbox=iteration.isolation([corr]), **fields_of_runner)
     history.record(row)
+    render.write_perf_results(session.results_path, history.rows)
     flag = (f"; review: {', '.join(implausible)} claim(s) more than {session.thresholds.plausible_factor:g}x faster "
             "than the reference, unconfirmed by an interleaved re-check" if implausible else "")
     return (f"iteration {number}: adopted {short} as the new reference ({rules.combine_latency(shapes):.6f} ms, "

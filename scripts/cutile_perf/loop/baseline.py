@@ -14,11 +14,11 @@ from cutile_perf.child import envcheck, measure
 from cutile_perf.errors import DirtyTree, IterationCrashed, Refused, UsageError
 from cutile_perf.judge import rules, stats, verdict
 from cutile_perf.judge.verdict import Stage
-from cutile_perf.loop import iteration
-from cutile_perf.loop.history import History
+from cutile_perf.loop import iteration, render
 from cutile_perf.loop.stages import NextRun, Stages, StageRunner, may_prestart
 from cutile_perf.output import Outcome, say
 from cutile_perf.store import git_ops
+from cutile_perf.store.history import History
 from cutile_perf.store import session as session_mod
 
 
@@ -125,6 +125,7 @@ def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outco
             **fields_of_runner,
         )
         history.record(entry)
+        render.write_perf_results(session.results_path, history.rows)
     worst = max(noise.values()) if noise else 0.0
     directions: dict[str, int] = {}
     for case in shapes:

@@ -50,13 +50,13 @@ from cutile_perf.judge.crash import CrashClass
 from cutile_perf.kernel import probes
 from cutile_perf.judge.verdict import (Evidence, Reference, Stage, Verdict, correctness_status, judge, paired_samples,
                                        stopped)
-from cutile_perf.loop.budget import Budget, BudgetSpent, DoesNotFit, recheck_floor_s
-from cutile_perf.loop import offbranch
-from cutile_perf.loop.history import History
+from cutile_perf.loop.budget import Budget, BudgetSpent, DoesNotFit, recheck_floor_s, try_estimate
+from cutile_perf.loop import offbranch, render
 from cutile_perf.loop.stages import NextRun, Stages, StageRunner, may_prestart
 from cutile_perf.output import Outcome, say
 from cutile_perf.skill.install import is_installed_skill_path
 from cutile_perf.store import atomic, git_ops, safe_read, session as session_mod
+from cutile_perf.store.history import History
 from cutile_perf.store.session import Session
 from cutile_perf.templating import format_change
 
@@ -708,7 +708,10 @@ class Iteration:
                              patch=state.patch, reason=verdict.reason[:300], **self._origin())
             state.advance("decided", row=row)
         if state.step == "decided":
-            state.advance("recorded", row_hash=self.history.record(state.row))
+            row_hash = self.history.record(state.row)
+            # The view before the step moves on: a kill after "recorded" never comes back here.
+            render.write_perf_results(self.session.results_path, self.history.rows)
+            state.advance("recorded", row_hash=row_hash)
         if state.step == "recorded":
             if state.row.get("status") != "keep":
                 self.revert()
@@ -786,7 +789,7 @@ def try_change(repo: Path, optimization: str, *, stages: Stages | None = None, b
         require_nothing_pending(session, g)
         history = History.open(session, g)
         if budget is not None:
-            expected = history.try_estimate()
+            expected = try_estimate(history.rows, session.thresholds)
             if expected is not None and not budget.fits(expected.typical_s):
                 raise DoesNotFit(f"{budget.left():.0f} s of the job's budget are left; {expected.describe()}",
                                  "nothing was changed; run it in the next job, or give the job more time")

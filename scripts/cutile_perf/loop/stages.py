@@ -25,6 +25,7 @@ from cutile_perf.errors import IterationCrashed
 from cutile_perf.judge.verdict import Stage
 from cutile_perf.output import say
 from cutile_perf.store import git_ops, jitcache
+from cutile_perf.store.history import History
 from cutile_perf.store.session import Session
 
 
@@ -304,8 +305,6 @@ class StageRunner:
         """The commit whose kernel checks the timed calls (``child.checkrun``): the current baseline;
         None before there is one (the baseline's own runs are not checked against themselves)."""
         if not hasattr(self, "_check_reference"):
-            from cutile_perf.loop.history import History  # noqa: PLC0415 - history imports this module's users
-
             ref = History.open(self.session, self.g, strict=False).reference()
             self._check_reference = ref.commit if ref is not None else None
         return self._check_reference
