@@ -49,12 +49,12 @@ def _refuse_what_cannot_be_adopted(session: Session, g, history: History, off: o
                       "the loop measures those from the base, so it cannot adopt it",
                       f"`cutile-perf resume {offbranch.RESET_FLAG}` returns to the kept commit, or start a new "
                       "session with init on this branch")
-    dirty = [p for p in _uncommitted(session, g) if session.in_fence(p)]
+    dirty = [p for p in _uncommitted(session, g) if session.fenced(p)]
     if dirty:
         raise DirtyTree(f"uncommitted change to {', '.join(dirty[:5])}: adopt measures the committed {head}, "
                         "not the work tree", "commit or stash it first")
     iteration.require_baseline_env(history)
-    changed = [p for p in git_ops.changed_between(g, off.kept, off.head) if session.in_fence(p)]
+    changed = [p for p in git_ops.changed_between(g, off.kept, off.head) if session.fenced(p)]
     # The tree is clean, so the work tree holds the adopted commit's fenced files: the static scan
     # of what it adds over the kept commit is the one ``try`` runs.
     iteration.refuse_probes(g, off.kept, changed)

@@ -73,7 +73,7 @@ def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outco
         if head != session.base_commit:
             raise Refused(f"HEAD {git_ops.short(g, head)} is not the session's base commit "
                           f"{git_ops.short(g, session.base_commit)}", "start a new session with init")
-        changed = [p for p in git_ops.changed_paths(g) if session.in_fence(p) and not p.startswith("sandbox/")]
+        changed = [p for p in git_ops.changed_paths(g) if session.fenced(p)]
         if changed:
             raise DirtyTree(f"the baseline is the committed kernel; uncommitted change to {', '.join(changed[:5])}",
                             "commit or stash it first (the baseline never measures the work tree)")

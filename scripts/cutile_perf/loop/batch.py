@@ -43,7 +43,7 @@ def batch(*, repo: Path, plan_path: Path, budget_s: float | None, job_s: float |
         entries = plan.parse(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise UsageError(f"cannot read the plan {plan_path}: {exc.strerror or exc}") from exc
-    plan.check(entries, root=session.repo, in_fence=session.in_fence)
+    plan.check(entries, root=session.repo, fenced=session.fenced)
     digests = [plan.digest(e, session.repo) for e in entries]
     if check_only:  # before a queued or billed GPU job: what would refuse it, found here for free
         return _check(session, entries, digests, budget, baseline_repeats)

@@ -154,7 +154,7 @@ def fenced_content_hash(session: Session, g, commit: str) -> str:
     same content tried again hashes alike, whatever its commit, message or base. Rows carry it as
     ``content_hash``, so a change reverted before is recognised (``reverted_before``)."""
     entries = sorted(f"{e.path}\0{e.mode}\0{e.sha}" for e in git_ops.tree_entries(g, commit)
-                     if session.in_fence(e.path))
+                     if session.fenced(e.path))
     return hashlib.sha256("\n".join(entries).encode()).hexdigest()
 
 
@@ -326,7 +326,7 @@ def isolation(stages) -> str:
 
 def fenced_changes(session: Session, changed: list[str]) -> list[str]:
     """The changed paths an iteration owns: inside the fence, sandbox excluded."""
-    return [p for p in changed if session.in_fence(p) and not p.startswith("sandbox/")]
+    return [p for p in changed if session.fenced(p)]
 
 
 def paths_touched(session: Session, g, base: str) -> list[str]:

@@ -205,7 +205,7 @@ class StageRunner:
     def fenced_files(self, commit: str) -> list[str]:
         # Asked for by every stage of a commit: list its tree once.
         if commit not in self.fenced:
-            self.fenced[commit] = [e.path for e in git_ops.tree_entries(self.g, commit) if self.session.in_fence(e.path)]
+            self.fenced[commit] = [e.path for e in git_ops.tree_entries(self.g, commit) if self.session.fenced(e.path)]
         return self.fenced[commit]
 
     def checkout(self, commit: str, held: bool | str = False):
