@@ -19,8 +19,8 @@ recorded    + the row is in the log (its hash is stored)      settle by it (no s
 settled     nothing left to do                                remove the state
 =========== ================================================= ===================================
 
-Recording (``History.record``: append, anchor, view) is idempotent, so the windows *inside* the
-steps are safe too: ``tests/test_loop_windows.py`` kills the process in each of them.
+Recording (``History.record``: append, anchor; then the view from its rows) is idempotent, so the
+windows *inside* the steps are safe too: ``tests/test_loop_windows.py`` kills the process in each of them.
 
 Settling a row that is not a keep is ``revert``: save the latest work-tree content of the fenced
 files as the row's patch, then move the branch back. It is the only revert in the loop.
