@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from cutile_perf.judge import verdict
 from cutile_perf.judge.rules import Thresholds
-from cutile_perf.loop.history import History
+from cutile_perf.store.history import History
 
 DEFAULT_BANDS = (3.0, 2.5, 2.0, 1.5, 1.0)
 

@@ -2,10 +2,10 @@
 
     __main__, cli                  the command line: parse, dispatch, print, exit
     commands                       one module a subcommand, each a thin call into a library
-    loop, pytest_plugin            the loop (history, the iteration transaction, views); the child's plugin
+    loop, pytest_plugin            the loop (the iteration transaction, batches, budgets, views); the child's plugin
     kernel, tune, tileir           kernel analysis and compile-check, autotuning, Triton-TileIR
     child, skill                   pytest children (processes, checkouts, stages, records); the shipped skill
-    store, bench                   durable state (atomic files, log, git, settings, caches); timing
+    store, bench                   durable state (atomic files, log and its history, git, settings, caches); timing
     judge                          decision rules, statistics, crash classes (pure)
     knobs, output, templating      environment variables, progress lines and outcomes, templates
     errors                         the error hierarchy and exit codes

@@ -21,7 +21,7 @@ from cutile_perf.loop import budget as budget_mod
 from cutile_perf.loop.baseline import baseline
 from cutile_perf.loop.batch import batch
 from cutile_perf.loop.budget import Budget, Timed, estimate, high_quantile
-from cutile_perf.loop.history import History
+from cutile_perf.store.history import History
 from cutile_perf.loop.iteration import State, state_key
 from cutile_perf.loop.stages import ScriptedStages
 from cutile_perf.store import git_ops
@@ -68,7 +68,7 @@ def test_history_reads_stage_times_and_re_checks_from_the_rows():
             # Cut by the budget: its last child was killed, not timed; it decided nothing.
             {"iteration": 3, "crash_class": "interrupted", "timings": {"stages": [["3-correctness", 12.0],
                                                                                 ["3-perf", 0.4]]}})
-    timed = History(rows).timed()
+    timed = budget_mod.timed(rows)
     assert timed.correctness == (9.0, 11.0, 10.0, 12.0)
     assert timed.perf == (7.0, 8.0, 7.5, 7.0)  # runs of the whole selection; re-check runs apart
     assert timed.harness == (0.5, 0.7) and timed.judged == 2 and timed.rechecks == (2,)

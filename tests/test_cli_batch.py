@@ -13,7 +13,8 @@ from cutile_perf.loop import budget as budget_mod
 from cutile_perf.loop import plan
 from cutile_perf.cli import main
 from cutile_perf.errors import UsageError
-from cutile_perf.loop.history import History
+from cutile_perf.store.history import History
+from cutile_perf.store import session as session_mod
 
 BASE = {"256x1024": 1.0, "4096x1024": 2.0}
 FAST = {"256x1024": 0.5, "4096x1024": 1.0}
@@ -106,18 +107,19 @@ def test_plan_check_refuses_targets_outside_the_fence_and_candidates_outside_san
     (tmp_path / "sandbox").mkdir()
     (tmp_path / "sandbox/c.py").write_text("x = 1\n")
     (tmp_path / "c.py").write_text("x = 1\n")
-    in_fence = {"k.py"}.__contains__
-    plan.check(plan.parse("tries: [{optimization: x, files: {k.py: sandbox/c.py}}]"), root=tmp_path, in_fence=in_fence)
+    plan.check(plan.parse("tries: [{optimization: x, files: {k.py: sandbox/c.py}}]"), root=tmp_path,
+               fenced=lambda p: session_mod.fenced(p, ("k.py",)))
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests/conftest.py").write_text("")
     (tmp_path / "link.py").symlink_to(tmp_path / "tests/conftest.py")
-    in_fence = {"k.py", "link.py"}.__contains__
+    # sandbox/ listed too: the one fence rule never fences the session's own folder.
+    fenced = lambda p: session_mod.fenced(p, ("k.py", "link.py", "sandbox/"))  # noqa: E731
     for text, fragment in (("{other.py: sandbox/c.py}", "not in the session's fence"),
                            ("{sandbox/session.yaml: sandbox/c.py}", "not in the session's fence"),
                            ("{link.py: sandbox/c.py}", "is a symlink"),
                            ("{k.py: c.py}", "not under sandbox/"), ("{k.py: sandbox/missing.py}", "not a file")):
         with pytest.raises(UsageError, match=fragment):
-            plan.check(plan.parse(f"tries: [{{optimization: x, files: {text}}}]"), root=tmp_path, in_fence=in_fence)
+            plan.check(plan.parse(f"tries: [{{optimization: x, files: {text}}}]"), root=tmp_path, fenced=fenced)
 
 
 def test_plan_digest_names_an_entry_by_its_description_targets_and_candidate_bytes(tmp_path):

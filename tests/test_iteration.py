@@ -19,7 +19,7 @@ from cutile_perf.judge.crash import CrashClass
 from cutile_perf.judge.verdict import Stage
 from cutile_perf.loop import iteration as iteration_mod
 from cutile_perf.loop.baseline import baseline
-from cutile_perf.loop.history import History, anchor_path
+from cutile_perf.store.history import History, anchor_path
 from cutile_perf.loop.iteration import State, patch_name, resume_interrupted, state_key, try_change
 from cutile_perf.loop.stages import Request, ScriptedStages
 from cutile_perf.store import git_ops, log

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from cutile_perf.judge.rules import current_baseline
-from cutile_perf.loop.history import History
+from cutile_perf.store.history import History
 from cutile_perf.store.log import shape_medians
 from cutile_perf.store.log import anchor_of, append_entry, check_chain, read_entries, read_log, validate_entry
 

@@ -301,7 +301,7 @@ def test_decide_module_keeps_its_frozen_defaults():
 
 
 def test_a_threshold_added_after_a_baseline_froze_its_rules_must_sit_at_its_default():
-    from cutile_perf.loop.history import _same_frozen
+    from cutile_perf.store.history import _same_frozen
 
     now = Thresholds().to_dict()
     before_settling = {k: v for k, v in now.items() if k != "settle_sd"}  # a log frozen before the rule existed

@@ -19,7 +19,7 @@ from cutile_perf.commands.verify import verify
 from cutile_perf.judge import verdict as verdict_mod
 from cutile_perf.judge.verdict import Stage
 from cutile_perf.loop.baseline import baseline
-from cutile_perf.loop.history import History
+from cutile_perf.store.history import History
 from cutile_perf.loop.iteration import try_change
 from cutile_perf.loop.stages import ScriptedStages
 from cutile_perf.store import git_ops

@@ -8,7 +8,8 @@ from cutile_perf.kernel import compile_report, compilecheck, kernel_scan
 from cutile_perf.store import session as session_mod
 from cutile_perf.output import Outcome, say
 from cutile_perf.errors import EXIT_OK, EXIT_REJECTED, NoSession, Refused, UsageError
-from cutile_perf.store import log
+from cutile_perf.store import git_ops
+from cutile_perf.store.history import History
 from cutile_perf.child import envcheck, records, runner
 from cutile_perf.kernel import launch_record
 from cutile_perf.loop import iteration
@@ -17,13 +18,11 @@ SPEC_FILE = "compile-check.yaml"
 
 
 def _session_arch(session: session_mod.Session) -> str | None:
-    """The compute capability the session measured on (the newest log entry that names one)."""
-    try:
-
-        entries = log.read_entries(session.log_path)
-    except Exception:  # no log yet, or one this version cannot read: fall back to the default arch
-        return None
-    for entry in reversed(entries):
+    """The compute capability the session measured on (the newest log row that names one). The log
+    is opened as every command opens it: one that ``try`` would refuse is refused here too (exit 3),
+    rather than choosing the arch from rows nobody can vouch for."""
+    history = History.open(session, git_ops.open_repo(session.repo))
+    for entry in reversed(history.rows):
         cc = (entry.get("env") or {}).get("compute_capability")
         if cc:
             return cc

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from cutile_perf.judge import rules
 from cutile_perf.store import git_ops, jitcache
 from cutile_perf.loop import offbranch, render
-from cutile_perf.loop.history import History
+from cutile_perf.store.history import History
 from cutile_perf.errors import Refused
 from cutile_perf.loop.iteration import State, state_key
 from cutile_perf.kernel import target_timing

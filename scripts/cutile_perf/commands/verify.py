@@ -26,7 +26,7 @@ from cutile_perf.judge.rules import IMPROVING_TIERS, Thresholds, geomean_zone, i
 from cutile_perf.judge.verdict import (Evidence, Reference, Verdict, judge, judge_correctness, last_pair,
                                        paired_samples)
 from cutile_perf.loop import iteration, offbranch
-from cutile_perf.loop.history import History
+from cutile_perf.store.history import History
 from cutile_perf.loop.stages import StageRunner, Stages
 from cutile_perf.output import Outcome, say
 from cutile_perf.store import git_ops

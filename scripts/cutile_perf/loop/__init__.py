@@ -1,1 +1,1 @@
-"""The experiment loop: the session's history, one iteration as a transaction, and its views."""
+"""The experiment loop: one iteration as a transaction, batches, budgets, and the views of the log."""

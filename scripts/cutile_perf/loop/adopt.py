@@ -16,12 +16,12 @@ from __future__ import annotations
 from cutile_perf.child import envcheck, measure
 from cutile_perf.errors import DirtyTree, IterationCrashed, Refused
 from cutile_perf.judge import rules, stats, verdict
-from cutile_perf.loop import iteration, offbranch
+from cutile_perf.loop import iteration, offbranch, render
 from cutile_perf.loop.baseline import perf_repeats
-from cutile_perf.loop.history import History
 from cutile_perf.loop.stages import StageRunner
 from cutile_perf.output import say
 from cutile_perf.store import git_ops
+from cutile_perf.store.history import History
 from cutile_perf.store.session import Session
 from cutile_perf.templating import format_change
 
@@ -49,12 +49,12 @@ def _refuse_what_cannot_be_adopted(session: Session, g, history: History, off: o
                       "the loop measures those from the base, so it cannot adopt it",
                       f"`cutile-perf resume {offbranch.RESET_FLAG}` returns to the kept commit, or start a new "
                       "session with init on this branch")
-    dirty = [p for p in _uncommitted(session, g) if session.in_fence(p)]
+    dirty = [p for p in _uncommitted(session, g) if session.fenced(p)]
     if dirty:
         raise DirtyTree(f"uncommitted change to {', '.join(dirty[:5])}: adopt measures the committed {head}, "
                         "not the work tree", "commit or stash it first")
     iteration.require_baseline_env(history)
-    changed = [p for p in git_ops.changed_between(g, off.kept, off.head) if session.in_fence(p)]
+    changed = [p for p in git_ops.changed_between(g, off.kept, off.head) if session.fenced(p)]
     # The tree is clean, so the work tree holds the adopted commit's fenced files: the static scan
     # of what it adds over the kept commit is the one ``try`` runs.
     iteration.refuse_probes(g, off.kept, changed)
@@ -116,6 +116,7 @@ def adopt(session: Session, g, history: History, off: offbranch.OffBranch,
         adopted={"kept": off.kept, "rewritten_as": off.twin, "recognised_by": off.how},
         review=bool(implausible), sandbox=iteration.isolation([corr]), **fields_of_runner)
     history.record(row)
+    render.write_perf_results(session.results_path, history.rows)
     flag = (f"; review: {', '.join(implausible)} claim(s) more than {session.thresholds.plausible_factor:g}x faster "
             "than the reference, unconfirmed by an interleaved re-check" if implausible else "")
     return (f"iteration {number}: adopted {short} as the new reference ({rules.combine_latency(shapes):.6f} ms, "

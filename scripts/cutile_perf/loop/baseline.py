@@ -13,12 +13,11 @@ from cutile_perf import knobs
 from cutile_perf.child import envcheck, measure
 from cutile_perf.errors import DirtyTree, IterationCrashed, Refused, UsageError
 from cutile_perf.judge import rules, stats, verdict
-from cutile_perf.loop import watchdog
-from cutile_perf.loop import iteration
-from cutile_perf.loop.history import History
+from cutile_perf.loop import iteration, render, watchdog
 from cutile_perf.loop.stages import Request, Stages, StageRunner
 from cutile_perf.output import Outcome, say
 from cutile_perf.store import git_ops
+from cutile_perf.store.history import History
 from cutile_perf.store import session as session_mod
 
 
@@ -70,7 +69,7 @@ def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outco
         if head != session.base_commit:
             raise Refused(f"HEAD {git_ops.short(g, head)} is not the session's base commit "
                           f"{git_ops.short(g, session.base_commit)}", "start a new session with init")
-        changed = [p for p in git_ops.changed_paths(g) if session.in_fence(p) and not p.startswith("sandbox/")]
+        changed = [p for p in git_ops.changed_paths(g) if session.fenced(p)]
         if changed:
             raise DirtyTree(f"the baseline is the committed kernel; uncommitted change to {', '.join(changed[:5])}",
                             "commit or stash it first (the baseline never measures the work tree)")
@@ -110,6 +109,7 @@ def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outco
             **fields_of_runner,
         )
         history.record(entry)
+        render.write_perf_results(session.results_path, history.rows)
     worst = max(noise.values()) if noise else 0.0
     directions: dict[str, int] = {}
     for case in shapes:

@@ -24,12 +24,12 @@ from cutile_perf.child import envcheck
 from cutile_perf.errors import EXIT_OK, EXIT_REJECTED, DirtyTree, NoChange, Refused, UsageError
 from cutile_perf.loop import iteration, plan
 from cutile_perf.loop.baseline import baseline
-from cutile_perf.loop.budget import Budget, DoesNotFit, unmeasured_first_job_s
-from cutile_perf.loop.history import History
+from cutile_perf.loop.budget import Budget, DoesNotFit, try_estimate, unmeasured_first_job_s
 from cutile_perf.loop.stages import Stages
 from cutile_perf.output import Outcome, say
 from cutile_perf.store import git_ops
 from cutile_perf.store import session as session_mod
+from cutile_perf.store.history import History
 
 
 def batch(*, repo: Path, plan_path: Path, budget_s: float | None, job_s: float | None = None,
@@ -43,7 +43,7 @@ def batch(*, repo: Path, plan_path: Path, budget_s: float | None, job_s: float |
         entries = plan.parse(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise UsageError(f"cannot read the plan {plan_path}: {exc.strerror or exc}") from exc
-    plan.check(entries, root=session.repo, in_fence=session.in_fence)
+    plan.check(entries, root=session.repo, fenced=session.fenced)
     digests = [plan.digest(e, session.repo) for e in entries]
     if check_only:  # before a queued or billed GPU job: what would refuse it, found here for free
         return _check(session, entries, digests, budget, baseline_repeats)
@@ -77,7 +77,7 @@ def batch(*, repo: Path, plan_path: Path, budget_s: float | None, job_s: float |
                          "iteration": row["iteration"], "reason": row.get("reason", ""), "commit": row.get("commit"),
                          "earlier": True})
             continue
-        expected = history.try_estimate()
+        expected = try_estimate(history.rows, session.thresholds)
         if digest in cut_before and expected is not None and not budget.fits(expected.with_recheck_s):
             # Cut short before: it most likely needs its re-check again, and starting it only to be
             # cut again would spend the job on nothing; the entries after it may still fit.
@@ -208,7 +208,7 @@ def _check(session, entries: list, digests: list[str], budget: Budget, baseline_
                         f"took about {low:.0f}-{high:.0f} s; this budget is {budget.seconds:.0f} s, so the job "
                         + ("holds no verdict" if budget.seconds < low else "may record the baseline and no try")
                         + " (SKILL.md: a job too short for the loop is for readings)")
-    expected = history.try_estimate()
+    expected = try_estimate(history.rows, session.thresholds)
     data["try_seconds"] = round(expected.typical_s, 1) if expected else None
     data["try_seconds_bound"] = round(expected.worst_s, 1) if expected else None
     data["budget_s"] = budget.seconds

@@ -1,7 +1,7 @@
 """How long a ``try`` takes, from what this session measured, and the time one GPU job gives it.
 
-``estimate`` is a pure rule over the stage times the log holds (``History.timed`` reads them out
-of the rows' ``timings``); ``Budget`` is the job's clock. ``batch`` and ``try --job-seconds`` start
+``estimate`` is a pure rule over the stage times the log holds (``timed`` reads them out of the
+rows' ``timings``); ``Budget`` is the job's clock. ``batch`` and ``try --job-seconds`` start
 a try only when a typical one fits what is left, cap every child's timeout at the budget's end,
 and settle a try that the end cuts short as ``interrupted`` (``BudgetSpent``): no verdict, the
 change kept in its patch, the next job tries it again. A re-check that cannot end within what is
@@ -17,11 +17,13 @@ since the cut is clean and the next job continues.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cutile_perf.errors import Refused, UsageError
+from cutile_perf.judge.rules import Thresholds, was_interrupted
 
 # Stage times vary run to run (compilation, a cold file cache): a high quantile, not the mean. The
 # nearest rank of 0.9 is the slowest run seen while there are fewer than ten.
@@ -72,7 +74,7 @@ class DoesNotFit(Refused):
 
 @dataclass(frozen=True)
 class Timed:
-    """The stage times of a session's log, in seconds (``History.timed``)."""
+    """The stage times of a session's log, in seconds (``timed``)."""
 
     correctness: tuple[float, ...] = ()
     perf: tuple[float, ...] = ()  # every perf child of the whole selection: the baseline's runs, tries' runs
@@ -138,6 +140,50 @@ def estimate(timed: Timed, min_pairs: int, max_pairs: int) -> Estimate | None:
     return Estimate(correctness_s=c, perf_s=p, harness_s=h, recheck_s=recheck_s, recheck_pairs=pairs,
                     recheck_rate=rate, rechecked=len(timed.rechecks), judged=timed.judged,
                     worst_s=c + p * (1 + 2 * max_pairs) + h)
+
+
+_CONFIRM_TAG = re.compile(r"-confirm(\d+)-")  # the interleaved re-check's stage tags: <n>-confirm<k>-base|cand
+
+
+def timed(rows: Sequence[dict]) -> Timed:
+    """The stage times the log's rows hold, from their ``timings.stages`` (``[f"{tag}-{stage}", seconds]``).
+
+    An interrupted row's last stage was cut short (a kill, the job's budget): not a duration.
+    A try counts as judged when its perf stage ran to the end, and as re-checked by the
+    interleaved pairs its stage tags name (``<n>-confirm<k>-base``). Re-check runs are timed
+    apart from the perf runs: they may measure only the cases in doubt.
+    """
+    correctness: list[float] = []
+    perf: list[float] = []
+    harness: list[float] = []
+    recheck_s: list[float] = []
+    judged, rechecks = 0, []
+    for row in rows:
+        timings = row.get("timings") or {}
+        stages = [(str(n), float(s)) for n, s in timings.get("stages") or ()
+                  if isinstance(s, (int, float)) and not isinstance(s, bool)]
+        interrupted = was_interrupted(row)
+        if interrupted:
+            stages = stages[:-1]
+        if not stages:
+            continue
+        correctness += [s for n, s in stages if n.endswith("-correctness")]
+        perf += [s for n, s in stages if n.endswith("-perf") and not _CONFIRM_TAG.search(n)]
+        if isinstance(timings.get("harness_s"), (int, float)):
+            harness.append(float(timings["harness_s"]))
+        if row.get("iteration", -1) > 0 and not interrupted and any(n.endswith("-perf") for n, _ in stages):
+            judged += 1
+            pairs = {m.group(1) for n, _ in stages if (m := _CONFIRM_TAG.search(n))}
+            if pairs:
+                rechecks.append(len(pairs))
+                recheck_s.append(sum(s for n, s in stages if _CONFIRM_TAG.search(n)))
+    return Timed(tuple(correctness), tuple(perf), tuple(harness), judged, tuple(rechecks), tuple(recheck_s))
+
+
+def try_estimate(rows: Sequence[dict], thresholds: Thresholds) -> Estimate | None:
+    """How long a ``try`` takes in this session (``estimate`` over ``timed``); None until the log
+    has timed a correctness and a perf child (the baseline does)."""
+    return estimate(timed(rows), thresholds.min_confirm_pairs, thresholds.max_confirm_pairs)
 
 
 def job_reserve(job_s: float) -> float:

@@ -16,7 +16,7 @@ from cutile_perf.store import session as session_mod
 from cutile_perf.output import Outcome, say
 from cutile_perf.judge.rules import Thresholds
 from cutile_perf.errors import CouldNotWrite, DirtyTree, Refused, UsageError
-from cutile_perf.store import log
+from cutile_perf.store.history import History
 from cutile_perf.loop import render
 
 
@@ -135,7 +135,7 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
     made_sandbox = not session.sandbox.exists()
     try:
         session_mod.save(session)
-        atomic.write_text(session.results_path, render.render_perf_results(log.read_entries(session.log_path)))
+        atomic.write_text(session.results_path, render.render_perf_results(History.open(session, g).rows))
         git_ops.create_branch(g, branch)
     except BaseException as exc:
         _remove_session_files(session, made_sandbox)

@@ -19,8 +19,8 @@ recorded    + the row is in the log (its hash is stored)      settle by it (no s
 settled     nothing left to do                                remove the state
 =========== ================================================= ===================================
 
-Recording (``History.record``: append, anchor, view) is idempotent, so the windows *inside* the
-steps are safe too: ``tests/test_loop_windows.py`` kills the process in each of them.
+Recording (``History.record``: append, anchor; then the view from its rows) is idempotent, so the
+windows *inside* the steps are safe too: ``tests/test_loop_windows.py`` kills the process in each of them.
 
 Settling a row that is not a keep is ``revert``: save the latest work-tree content of the fenced
 files as the row's patch, then move the branch back. It is the only revert in the loop.
@@ -50,13 +50,13 @@ from cutile_perf.kernel import probes
 from cutile_perf.judge.verdict import (Evidence, Reference, Stage, Verdict, correctness_status, judge, paired_samples,
                                        stopped)
 from cutile_perf.loop import watchdog
-from cutile_perf.loop.budget import Budget, BudgetSpent, DoesNotFit, recheck_floor_s
-from cutile_perf.loop import offbranch
-from cutile_perf.loop.history import History
+from cutile_perf.loop.budget import Budget, BudgetSpent, DoesNotFit, recheck_floor_s, try_estimate
+from cutile_perf.loop import offbranch, render
 from cutile_perf.loop.stages import Request, Stages, StageRunner
 from cutile_perf.output import Outcome, say
 from cutile_perf.skill.install import is_installed_skill_path
 from cutile_perf.store import atomic, git_ops, safe_read, session as session_mod
+from cutile_perf.store.history import History
 from cutile_perf.store.session import Session
 from cutile_perf.templating import format_change
 
@@ -154,7 +154,7 @@ def fenced_content_hash(session: Session, g, commit: str) -> str:
     same content tried again hashes alike, whatever its commit, message or base. Rows carry it as
     ``content_hash``, so a change reverted before is recognised (``reverted_before``)."""
     entries = sorted(f"{e.path}\0{e.mode}\0{e.sha}" for e in git_ops.tree_entries(g, commit)
-                     if session.in_fence(e.path))
+                     if session.fenced(e.path))
     return hashlib.sha256("\n".join(entries).encode()).hexdigest()
 
 
@@ -335,7 +335,7 @@ def isolation(stages) -> str:
 
 def fenced_changes(session: Session, changed: list[str]) -> list[str]:
     """The changed paths an iteration owns: inside the fence, sandbox excluded."""
-    return [p for p in changed if session.in_fence(p) and not p.startswith("sandbox/")]
+    return [p for p in changed if session.fenced(p)]
 
 
 def paths_touched(session: Session, g, base: str) -> list[str]:
@@ -695,7 +695,10 @@ class Iteration:
                              patch=state.patch, reason=verdict.reason[:300], **self._origin())
             state.advance("decided", row=row)
         if state.step == "decided":
-            state.advance("recorded", row_hash=self.history.record(state.row))
+            row_hash = self.history.record(state.row)
+            # The view before the step moves on: a kill after "recorded" never comes back here.
+            render.write_perf_results(self.session.results_path, self.history.rows)
+            state.advance("recorded", row_hash=row_hash)
         if state.step == "recorded":
             if state.row.get("status") != "keep":
                 self.revert()
@@ -773,7 +776,7 @@ def try_change(repo: Path, optimization: str, *, stages: Stages | None = None, b
         require_nothing_pending(session, g)
         history = History.open(session, g)
         if budget is not None:
-            expected = history.try_estimate()
+            expected = try_estimate(history.rows, session.thresholds)
             if expected is not None and not budget.fits(expected.typical_s):
                 raise DoesNotFit(f"{budget.left():.0f} s of the job's budget are left; {expected.describe()}",
                                  "nothing was changed; run it in the next job, or give the job more time")

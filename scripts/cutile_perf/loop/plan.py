@@ -68,13 +68,13 @@ def parse(text: str) -> list[PlannedTry]:
     return plan
 
 
-def check(plan: list[PlannedTry], *, root: Path, in_fence) -> None:
+def check(plan: list[PlannedTry], *, root: Path, fenced) -> None:
     """Refuse the whole plan before anything runs: every target fenced, every candidate a file in sandbox/."""
     for n, entry in enumerate(plan, 1):
         for target, candidate in entry.files:
-            if target.startswith(CANDIDATE_DIR) or not in_fence(target):
-                # sandbox/ counts as "in the fence" for try (scratch space), but a batch that copied
-                # over sandbox/session.yaml or the log would rewrite the session's own records.
+            if not fenced(target):
+                # ``Session.fenced``, not ``in_fence``: sandbox/ is scratch space for try, but a batch
+                # that copied over sandbox/session.yaml or the log would rewrite the session's records.
                 raise UsageError(f"plan entry {n} ({entry.optimization}): {target} is not in the session's fence",
                                  "a batch can only change what try could")
             if (root / target).is_symlink():  # copying over it would write wherever it points

@@ -17,6 +17,7 @@ from cutile_perf.judge import stats
 from cutile_perf.judge.crash import CrashClass
 from cutile_perf.judge.rules import current_baseline, combine_latency, was_interrupted
 from cutile_perf.judge.verdict import NOT_RUN
+from cutile_perf.output import say
 from cutile_perf.templating import format_change
 
 # --- perf_results.md ------------------------------------------------------------------------------
@@ -64,6 +65,15 @@ def render_perf_results(entries: list[dict]) -> str:
         for e in entries
     ]
     return load_template("perf_results.md.j2").render(rows=rows)
+
+
+def write_perf_results(results_path: Path, entries: list[dict]) -> None:
+    """Write ``perf_results.md`` from the log's rows, after each recorded row. A failed write only
+    warns: the log is the truth, and the next recorded row (or ``report``) writes the view again."""
+    try:
+        atomic.write_text(results_path, render_perf_results(entries))
+    except OSError as exc:
+        say(f"warning: could not write {results_path.name} ({exc}); the log is intact")
 
 
 # --- report.md ------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from cutile_perf.store import atomic, log
+from cutile_perf.store import atomic, git_ops
+from cutile_perf.store.history import History
 from cutile_perf.loop import render
 from cutile_perf.store import session as session_mod
 from cutile_perf.output import Outcome
@@ -13,7 +14,8 @@ from cutile_perf.errors import Refused
 
 def report(*, repo: Path, output: Path | None) -> Outcome:
     session = session_mod.load(repo)
-    entries = log.read_entries(session.log_path)
+    # Opened as try opens it: a log try would refuse is refused here, never rendered as a result.
+    entries = History.open(session, git_ops.open_repo(session.repo)).rows
     if not entries:
         raise Refused("the log is empty: nothing to report", "run `cutile-perf baseline` first")
     target = output or session.sandbox / "report.md"

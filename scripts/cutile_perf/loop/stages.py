@@ -24,6 +24,7 @@ from cutile_perf.child.pool import Pool, Request
 from cutile_perf.judge.verdict import Stage
 from cutile_perf.output import say
 from cutile_perf.store import git_ops, jitcache
+from cutile_perf.store.history import History
 from cutile_perf.store.session import Session
 
 __all__ = ["Request", "ScriptedStages", "StageRunner", "Stages"]
@@ -84,7 +85,7 @@ class StageRunner:
     def fenced_files(self, commit: str) -> list[str]:
         # Asked for by every stage of a commit: list its tree once.
         if commit not in self.fenced:
-            self.fenced[commit] = [e.path for e in git_ops.tree_entries(self.g, commit) if self.session.in_fence(e.path)]
+            self.fenced[commit] = [e.path for e in git_ops.tree_entries(self.g, commit) if self.session.fenced(e.path)]
         return self.fenced[commit]
 
     def checkout(self, commit: str):
@@ -165,8 +166,6 @@ class StageRunner:
         """The commit whose kernel checks the timed calls (``child.checkrun``): the current baseline;
         None before there is one (the baseline's own runs are not checked against themselves)."""
         if not hasattr(self, "_check_reference"):
-            from cutile_perf.loop.history import History  # noqa: PLC0415 - history imports this module's users
-
             ref = History.open(self.session, self.g, strict=False).reference()
             self._check_reference = ref.commit if ref is not None else None
         return self._check_reference

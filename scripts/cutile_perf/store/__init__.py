@@ -1,1 +1,1 @@
-"""Durable state: atomic files, the chained log, git, the session settings and the compile cache."""
+"""Durable state: atomic files, the chained log and its history, git, the session settings and the compile cache."""

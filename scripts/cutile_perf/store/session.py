@@ -83,6 +83,24 @@ def protected_reason(rel: str, test_files: Iterable[str] = ()) -> str | None:
     return None
 
 
+def is_scratch(path: str) -> bool:
+    """Whether the repo-relative ``path`` is in sandbox/, the session's own folder."""
+    return path == SANDBOX or path.startswith(SANDBOX + "/")
+
+
+def fenced(path: str, fence: Iterable[str], test_files: Iterable[str] = ()) -> bool:
+    """The one fence rule: whether the repo-relative ``path`` is a fenced file, one the agent may
+    change and the loop commits, reverts, measures from the candidate and probe-scans.
+
+    ``fence`` holds files and folders ("dir/", matching everything under it). A path that
+    ``protected_reason`` names is never fenced, also inside a fenced folder: a test or a
+    conftest.py created there would change what the tests check, and sandbox/ holds the
+    session's own records."""
+    if protected_reason(path, test_files):
+        return False
+    return any(path == entry or (entry.endswith("/") and path.startswith(entry)) for entry in fence)
+
+
 def protected_inside(root: Path, rel: str) -> str | None:
     """The first repo-relative path under the folder ``rel`` ("dir/") that the fence may not hold
     (``protected_reason`` of the file), or None. What the folder holds now: a file created in it
@@ -167,16 +185,15 @@ class Session:
     def results_path(self) -> Path:
         return self.sandbox / RESULTS_FILE
 
-    def in_fence(self, path: str) -> bool:
-        """True when ``path`` (repo-relative) may be changed by the agent, or is session scratch.
+    def fenced(self, path: str) -> bool:
+        """Whether ``path`` is one of the session's fenced files (``fenced``): what an iteration
+        owns, commits, reverts, measures and probe-scans."""
+        return fenced(path, self.fence, self.test_files)
 
-        A test or test configuration file is never in the fence, also not inside a fenced folder
-        (a conftest.py created there would change what the tests check)."""
-        if path == SANDBOX or path.startswith(SANDBOX + "/"):
-            return True
-        if protected_reason(path, self.test_files):
-            return False
-        return any(path == f or (f.endswith("/") and path.startswith(f)) for f in self.fence)
+    def in_fence(self, path: str) -> bool:
+        """True when ``path`` (repo-relative) may be changed by the agent: a fenced file, or session
+        scratch in sandbox/ (which no iteration owns: ``fenced`` says no to it)."""
+        return is_scratch(path) or self.fenced(path)
 
     @functools.cached_property
     def test_files(self) -> tuple[str, ...]:

@@ -2,23 +2,27 @@
 
 "Which row is the baseline?", "which commit must HEAD be?", "how noisy is each case?", "what is the
 next iteration?", "what did the session freeze?" each have exactly one method here; ``render``,
-``verify``, ``status``, the judge's ``Reference`` and the evals ask them. ``store.log`` reads and
-writes lines, ``judge`` decides, this module interprets.
+``verify``, ``status``, ``report``, the judge's ``Reference`` and the evals ask them. ``store.log``
+reads and writes lines, ``judge`` decides, this module interprets. Every command that reads the log
+opens it here, so none shows or uses a log that ``try`` would refuse.
 
 ``History.open`` reads the log's bytes once, checks the hash chain against the anchor that
 cutile-perf keeps in git's own folder (``anchor_path``) and the session settings against the ones
 the baseline froze, and keeps the rows in memory for the rest of the command.
 
 ``History.record`` is the loop's one durable write: append the row (unless it is already the last
-one), move the anchor, re-render ``perf_results.md``. Each part is idempotent, so a kill anywhere in
-it leaves a state that ``record`` of the same row finishes: the row is in the log at most once, and
-a log with exactly that row beyond its anchor is recognised as our own unanchored write
-(``pending_row``), not as tampering.
+one) and move the anchor. Each part is idempotent, so a kill anywhere in it leaves a state that
+``record`` of the same row finishes: the row is in the log at most once, and a log with exactly that
+row beyond its anchor is recognised as our own unanchored write (``pending_row``), not as tampering.
+
+It lives in ``store`` because it only reads, checks and appends rows: the views
+(``loop.render.write_perf_results``) and the time a try takes (``loop.budget.timed``) are
+computed by their callers from ``History.rows``, so a command that only reads the log
+(``status``, ``report``) never climbs into the loop to open it.
 """
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,14 +32,9 @@ from cutile_perf.judge.rules import (Thresholds, current_baseline, moved_perform
                                      was_interrupted)
 from cutile_perf.judge.stats import geomean
 from cutile_perf.judge.verdict import Reference
-from cutile_perf.loop import budget, render
-from cutile_perf.output import say
-from cutile_perf.store import atomic, git_ops, log
+from cutile_perf.store import git_ops, log
 from cutile_perf.store.log import shape_medians
 from cutile_perf.store.session import Session
-
-
-_CONFIRM_TAG = re.compile(r"-confirm(\d+)-")  # the interleaved re-check's stage tags: <n>-confirm<k>-base|cand
 
 
 def anchor_path(g, session: Session) -> Path:
@@ -136,8 +135,9 @@ class History:
     # -- the one durable write ------------------------------------------------------------------------
 
     def record(self, row: dict) -> str:
-        """Append ``row`` once, move the anchor, re-render the view; returns the row's hash. Idempotent:
-        after a kill anywhere inside, calling it again with the same row completes the same state."""
+        """Append ``row`` once and move the anchor; returns the row's hash. Idempotent: after a kill
+        anywhere inside, calling it again with the same row completes the same state. The caller
+        re-renders the view from ``rows`` (``loop.render.write_perf_results``)."""
         path = self.session.log_path
         if self.entries and canonical(self.entries[-1].data) == canonical(row):
             digest = self._head  # already appended by a run that was stopped after it
@@ -149,15 +149,7 @@ class History:
         log.anchor_of(path).write(anchor_path(self.g, self.session))
         knobs.kill_point("record:anchored")
         self._unanchored_tail = False
-        self.render_view()
         return digest
-
-    def render_view(self) -> None:
-        """``perf_results.md`` from the rows (a failed write only warns: the log is the truth)."""
-        try:
-            atomic.write_text(self.session.results_path, render.render_perf_results(self.rows))
-        except OSError as exc:
-            say(f"warning: could not write {self.session.results_path.name} ({exc}); the log is intact")
 
     # -- questions ------------------------------------------------------------------------------------
 
@@ -279,47 +271,6 @@ class History:
             if entry.iteration == iteration:
                 return entry.data
         return None
-
-    def timed(self) -> budget.Timed:
-        """The stage times the log holds, from the rows' ``timings.stages`` (``[f"{tag}-{stage}", seconds]``).
-
-        An interrupted row's last stage was cut short (a kill, the job's budget): not a duration.
-        A try counts as judged when its perf stage ran to the end, and as re-checked by the
-        interleaved pairs its stage tags name (``<n>-confirm<k>-base``). Re-check runs are timed
-        apart from the perf runs: they may measure only the cases in doubt.
-        """
-        correctness: list[float] = []
-        perf: list[float] = []
-        harness: list[float] = []
-        recheck_s: list[float] = []
-        judged, rechecks = 0, []
-        for entry in self.entries:
-            timings = entry.data.get("timings") or {}
-            stages = [(str(n), float(s)) for n, s in timings.get("stages") or ()
-                      if isinstance(s, (int, float)) and not isinstance(s, bool)]
-            interrupted = was_interrupted(entry.data)
-            if interrupted:
-                stages = stages[:-1]
-            if not stages:
-                continue
-            correctness += [s for n, s in stages if n.endswith("-correctness")]
-            perf += [s for n, s in stages if n.endswith("-perf") and not _CONFIRM_TAG.search(n)]
-            if isinstance(timings.get("harness_s"), (int, float)):
-                harness.append(float(timings["harness_s"]))
-            if entry.iteration > 0 and not interrupted and any(n.endswith("-perf") for n, _ in stages):
-                judged += 1
-                pairs = {m.group(1) for n, _ in stages if (m := _CONFIRM_TAG.search(n))}
-                if pairs:
-                    rechecks.append(len(pairs))
-                    recheck_s.append(sum(s for n, s in stages if _CONFIRM_TAG.search(n)))
-        return budget.Timed(tuple(correctness), tuple(perf), tuple(harness), judged, tuple(rechecks),
-                            tuple(recheck_s))
-
-    def try_estimate(self) -> budget.Estimate | None:
-        """How long a ``try`` takes in this session (``budget.estimate`` over ``timed``); None until
-        the log has timed a correctness and a perf child (the baseline does)."""
-        t = self.session.thresholds
-        return budget.estimate(self.timed(), t.min_confirm_pairs, t.max_confirm_pairs)
 
     def cut_plan_entries(self) -> set[str]:
         """Batch plan entries an ``interrupted`` row names: stopped before a verdict (a kill, the
