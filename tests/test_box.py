@@ -31,6 +31,7 @@ from redteam_helpers import (SLOW, _template, append_to_kernel, assert_not_kept_
                              rows, snapshot)
 
 from cutile_perf import knobs
+from cutile_perf.child import groups as groups_mod
 from cutile_perf.child import box, boxinit, runner
 
 WHY_NOT = box.available() if sys.platform.startswith("linux") else "not Linux"
@@ -204,7 +205,7 @@ def test_timeout_and_the_process_group_still_end_the_boxed_child(tmp_path):
     start = time.monotonic()
     result, out = _in_box(tmp_path, "import time\ntime.sleep(60)\n", timeout_s=1.5, on_start=groups.append)
     assert result.timed_out and time.monotonic() - start < 10, out
-    assert groups and runner._live_members(groups[0]) == 0
+    assert groups and groups_mod.live_members(groups[0]) == 0
 
 
 # --- red team through the loop ------------------------------------------------------------------------
