@@ -41,6 +41,8 @@ def test_perf_only_cheat_is_not_kept_and_names_case_and_call(checked_session, ca
     assert git(repo, "rev-parse", "HEAD").strip() == base
     assert "wrong-when-timed" in json.dumps(data), data
     assert "call" in data.get("reason", "") and "case" in data.get("reason", ""), data
+    # the mismatching calls' inputs stay beside the log as the evidence
+    assert list((repo / "sandbox/runs").glob("1-*perf.checked/*")), sorted((repo / "sandbox/runs").iterdir())
 
 
 def test_honest_change_is_not_flagged(checked_session, capsys):
@@ -49,6 +51,10 @@ def test_honest_change_is_not_flagged(checked_session, capsys):
     path.write_text(path.read_text() + "\n# honest: a comment-only change\n")
     code, data = cli(capsys, repo, "try", "honest comment")
     assert "wrong-when-timed" not in json.dumps(data) and "implausible" not in data.get("reason", ""), data
+    # every capture was judged and deleted: timed calls' inputs and outputs can fill a disk
+    runs = repo / "sandbox/runs"
+    assert list(runs.glob("*-reference.log")), sorted(runs.iterdir())  # the calls were checked
+    assert not list(runs.glob("*.checked")), sorted(runs.glob("*.checked"))
 
 
 def test_without_the_check_the_count_cheat_is_kept(checked_session, capsys, monkeypatch):

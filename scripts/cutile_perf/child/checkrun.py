@@ -29,7 +29,7 @@ from pathlib import Path
 from cutile_perf.child import records
 from cutile_perf.judge.crash import CrashClass
 from cutile_perf.judge.verdict import Stage
-from cutile_perf.store import atomic
+from cutile_perf.store import atomic, remove_tree
 
 BANDWIDTH_FILE = "checked-bandwidth.json"
 
@@ -111,6 +111,17 @@ def check_stage(session, stage: Stage, *, run_child, tag: str) -> Stage:
         gbps = bandwidth.get(found.get("l2") or line.get("l2") or "flushed")
         checks.append({**base, **{k: v for k, v in found.items() if k not in ("type", "seq", "mac")}, "gbps": gbps})
     return replace(stage, checks=tuple(checks))
+
+
+def discard_captures(session, stage: Stage) -> None:
+    """Delete a perf run's captured timed calls once judged (the reference's own runs are never
+    checked): they can fill a disk, up to ``checked.CAPTURE_LIMIT`` per child. A mismatch's or a
+    tampered capture's stays beside the log as the evidence."""
+    if not stage.output or stage.crash is CrashClass.TAMPERED:
+        return
+    if any(c.get("status") == "mismatch" for c in getattr(stage, "checks", ())):
+        return
+    remove_tree.remove_quietly(session.repo / Path(stage.output).with_suffix(".checked"))
 
 
 def summary(checks) -> str:

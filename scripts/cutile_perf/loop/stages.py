@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from cutile_perf.child import bytecode, measure, pristine, warmstart
+from cutile_perf.child import bytecode, checkrun, measure, pristine, warmstart
 from cutile_perf.child.pool import Pool, Request
 from cutile_perf.judge.verdict import Stage
 from cutile_perf.output import say
@@ -135,6 +135,7 @@ class StageRunner:
         self.clock.add_child(result.duration_s, f"{request.tag}-{request.name}")
         if request.name == "perf":
             result = self.check_timed_calls(result, request.commit, request.tag)
+            checkrun.discard_captures(self.session, result)
         return replace(result, cases=tuple(sorted(request.cases))) if request.cases else result
 
     def stage(self, name: str, tag: str, commit: str, cases: dict[str, str | None] | None = None,
@@ -173,8 +174,6 @@ class StageRunner:
     def check_timed_calls(self, stage, commit: str, tag: str):
         """A perf run of any commit but the reference, with its timed calls checked against the
         reference's kernel in a child of its own (``child.checkrun``)."""
-        from cutile_perf.child import checkrun  # noqa: PLC0415
-
         if not getattr(stage, "checked", ()) or not stage.ok:
             return stage
         reference = self.check_reference()
