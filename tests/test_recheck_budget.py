@@ -169,6 +169,10 @@ def test_a_re_check_today_s_floor_defers_runs_when_re_checks_here_settled_after_
         assert entry["cut"] and not confirm_runs, "3 pairs as measured here (180 s) do not fit 75 s: not started"
         assert "it needs about 180 s (1 of 2 perf tests in doubt, re-checks here settled after 3 pairs" in entry["cut"]
         assert rows(repo)[-1]["crash_class"] == "interrupted" and "next job" in done.text
+        # The next job of the same length passes it over, saying what its price rests on.
+        done, stages = job(repo, [5], [BORDERLINE, BASE], budget_s=115)
+        assert done.data["not_started"] == ["idea 5"] and not stages.calls
+        assert "(the re-check: the slow end of the 2 re-check(s) timed here)" in done.text
     assert_settled(repo)
 
 

@@ -4,9 +4,11 @@
 rows' ``timings``); ``Budget`` is the job's clock. ``batch`` and ``try --job-seconds`` start
 a try only when a typical one fits what is left, cap every child's timeout at the budget's end,
 and settle a try that the end cuts short as ``interrupted`` (``BudgetSpent``): no verdict, the
-change kept in its patch, the next job tries it again. A re-check that cannot end within what is
-left even at its floor (``recheck_floor_s``) is not started: the try is settled as interrupted at
-once, and a batch goes on with the entries after it while a typical try still fits.
+change kept in its patch, the next job tries it again. A re-check that would not end within what
+is left is not started (``recheck_cost``: what it re-runs, at the start-up and the pairs this
+session's re-checks took, else its floor ``recheck_floor_s``): the try is settled as interrupted at
+once, and a batch goes on with the entries after it while a typical try still fits. A re-check that
+then runs longer than that is cut at the budget's end, with no verdict.
 
 Why a typical try and not the worst case: the worst case (correctness, perf and every re-check
 pair at the slowest child) is several times a typical try, so a job sized for it idles most of
@@ -235,6 +237,12 @@ class Estimate:
     def with_recheck_s(self) -> float:
         """A try that runs the re-check: what an entry the budget's end cut short before is given."""
         return self.correctness_s + self.perf_s + self.harness_s + self.recheck_s
+
+    def recheck_basis(self) -> str:
+        """What ``recheck_s`` rests on, for the lines that name it."""
+        if self.rechecked:
+            return f"the slow end of the {self.rechecked} re-check(s) timed here"
+        return f"{self.recheck_pairs} pairs of whole perf runs: no re-check timed here yet"
 
     def describe(self) -> str:
         re_check = "included" if self.rechecks_typically else "when needed"
