@@ -73,8 +73,8 @@ def test_re_checks_that_settled_after_one_pair_price_one_pair_with_the_measured_
     # Start-up: 20 s and 22 s runs of half of a 30 s run: 5 and 7 s; the slower one counts.
     assert cost.pairs == 1 and cost.start_s == pytest.approx(7.0)
     assert cost.seconds == pytest.approx(2 * 1 * (7.0 + 15.0))
-    assert cost.describe() == ("about 44 s (1 of 2 perf tests in doubt, re-checks here settled after 1 pairs, "
-                               "so 1; 7 s start-up a run)")
+    assert cost.describe() == ("about 44 s (1 of 2 perf tests in doubt; re-checks here settled after 1 pair, "
+                               "so 1 pair; 7 s start-up a run)")
 
 
 def test_the_pairs_are_the_slow_end_of_what_re_checks_needed_within_the_judge_s_maximum():
@@ -85,7 +85,7 @@ def test_the_pairs_are_the_slow_end_of_what_re_checks_needed_within_the_judge_s_
     assert pairs(1, 1, 3) == 3 and pairs(1, 2) == 2 and pairs(1, 1) == 1
     assert pairs(*[1] * 19, 3) == 1, "nearest rank 0.9 of 20: one slow re-check in twenty is not the rule"
     assert pairs(4, 5, max_pairs=4) == 4, "replaced pairs beyond the maximum are the budget's end's to cut"
-    assert "settled after 1-3 pairs, so 3" in recheck_cost(
+    assert "settled after 1-3 pairs, so 3 pairs" in recheck_cost(
         past_rechecks([try_row(1, pairs=1), try_row(2, pairs=3)]), 30.0, 2, 2, 3, 3).describe()
 
 
@@ -154,7 +154,7 @@ def primed(_primed, tmp_path):
     return copy, settle_sd
 
 
-def test_a_re_check_today_s_floor_defers_runs_when_re_checks_here_settled_after_one_pair(primed):
+def test_a_re_check_today_s_floor_defers_runs_when_re_checks_here_settled_after_one_pair(primed, capsys):
     repo, settle_sd = primed
     # Correctness and perf end at 40 s of 115: 75 s are left. Today's floor (3 pairs of the one
     # test in doubt at the perf run's speed) is 90 s; one pair as measured here (two 30 s runs) is 60 s.
@@ -165,9 +165,12 @@ def test_a_re_check_today_s_floor_defers_runs_when_re_checks_here_settled_after_
         assert (entry["decision"], entry["cut"]) == ("keep", None), entry
         assert confirm_runs == ["5-confirm1-base", "5-confirm1-cand"]
         assert rows(repo)[-1]["decision"]["settled_after"] == 1
+        # Its price is said before it starts, to set against the row's timings.recheck_s.
+        assert ("the re-check takes about 60 s (1 of 2 perf tests in doubt; re-checks here settled after 1 pair, "
+                "so 1 pair; 15 s start-up a run); 75 s left") in capsys.readouterr().err
     else:
         assert entry["cut"] and not confirm_runs, "3 pairs as measured here (180 s) do not fit 75 s: not started"
-        assert "it needs about 180 s (1 of 2 perf tests in doubt, re-checks here settled after 3 pairs" in entry["cut"]
+        assert "it needs about 180 s (1 of 2 perf tests in doubt; re-checks here settled after 3 pairs, so 3 pairs" in entry["cut"]
         assert rows(repo)[-1]["crash_class"] == "interrupted" and "next job" in done.text
         # The next job of the same length passes it over, saying what its price rests on.
         done, stages = job(repo, [5], [BORDERLINE, BASE], budget_s=115)

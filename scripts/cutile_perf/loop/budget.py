@@ -105,9 +105,14 @@ class RecheckCost:
         if not self.seen:
             return (f"at least {self.seconds:.0f} s ({self.pairs} pairs at the perf run's own speed, {doubt}; "
                     f"fewer than {MIN_RECHECKS_SEEN} re-checks timed here)")
-        settled = f"{min(self.seen)}-{max(self.seen)}" if min(self.seen) != max(self.seen) else f"{self.seen[0]}"
-        return (f"about {self.seconds:.0f} s ({doubt}, re-checks here settled after {settled} pairs, so "
-                f"{self.pairs}; {self.start_s:.0f} s start-up a run)")
+        low, high = min(self.seen), max(self.seen)
+        settled = f"{low}-{high} pairs" if low != high else _pairs(low)
+        return (f"about {self.seconds:.0f} s ({doubt}; re-checks here settled after {settled}, so "
+                f"{_pairs(self.pairs)}; {self.start_s:.0f} s start-up a run)")
+
+
+def _pairs(n: int) -> str:
+    return f"{n} pair" if n == 1 else f"{n} pairs"
 
 
 def _tests_per_case(row: dict) -> dict[str, str]:

@@ -589,6 +589,7 @@ class Iteration:
         if not self.budget.fits(cost.seconds):
             raise BudgetSpent(f"the job's time budget cannot hold the re-check: it needs {cost.describe()}, "
                               f"{self.budget.left():.0f} s are left")
+        say(f"iteration {self.state.iteration}: the re-check takes {cost.describe()}; {self.budget.left():.0f} s left")
 
     def _recheck_runs(self, first_pair: int, cases: dict | None = None) -> list[Request]:
         """The interleaved re-check's runs from pair ``first_pair`` to the last one the thresholds
