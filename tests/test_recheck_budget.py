@@ -158,6 +158,7 @@ def test_a_re_check_today_s_floor_defers_runs_when_re_checks_here_settled_after_
     repo, settle_sd = primed
     # Correctness and perf end at 40 s of 115: 75 s are left. Today's floor (3 pairs of the one
     # test in doubt at the perf run's speed) is 90 s; one pair as measured here (two 30 s runs) is 60 s.
+    assert budget_mod.recheck_floor_s(P_S, tests_in_doubt=1, tests_run=2, min_pairs=3) == pytest.approx(90.0)
     done, stages = job(repo, [5], [BORDERLINE, BASE], budget_s=115)
     (entry,) = done.data["entries"]
     confirm_runs = [tag for _, tag, _ in stages.calls if "confirm" in tag]
@@ -170,7 +171,8 @@ def test_a_re_check_today_s_floor_defers_runs_when_re_checks_here_settled_after_
                 "so 1 pair; 15 s start-up a run); 75 s left") in capsys.readouterr().err
     else:
         assert entry["cut"] and not confirm_runs, "3 pairs as measured here (180 s) do not fit 75 s: not started"
-        assert "it needs about 180 s (1 of 2 perf tests in doubt; re-checks here settled after 3 pairs, so 3 pairs" in entry["cut"]
+        assert ("it needs about 180 s (1 of 2 perf tests in doubt; re-checks here settled after 3 pairs, "
+                "so 3 pairs") in entry["cut"]
         assert rows(repo)[-1]["crash_class"] == "interrupted" and "next job" in done.text
         # The next job of the same length passes it over, saying what its price rests on.
         done, stages = job(repo, [5], [BORDERLINE, BASE], budget_s=115)
