@@ -81,7 +81,8 @@ def batch(*, repo: Path, plan_path: Path, budget_s: float | None, job_s: float |
         if digest in cut_before and expected is not None and not budget.fits(expected.with_recheck_s):
             # Cut short before: it most likely needs its re-check again, and starting it only to be
             # cut again would spend the job on nothing; the entries after it may still fit.
-            why = f"cut short before; with its re-check it needs about {expected.with_recheck_s:.0f} s"
+            why = (f"cut short before; with its re-check it needs about {expected.with_recheck_s:.0f} s "
+                   f"(the re-check: {expected.recheck_basis()})")
             if budget.seconds is not None and expected.with_recheck_s > budget.seconds:
                 why += f", more than a whole budget of {budget.seconds:.0f} s: give it a longer job"
             say(f"batch {n}/{len(entries)}: {entry.optimization}: not started ({why})")

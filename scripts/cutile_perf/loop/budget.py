@@ -4,9 +4,11 @@
 rows' ``timings``); ``Budget`` is the job's clock. ``batch`` and ``try --job-seconds`` start
 a try only when a typical one fits what is left, cap every child's timeout at the budget's end,
 and settle a try that the end cuts short as ``interrupted`` (``BudgetSpent``): no verdict, the
-change kept in its patch, the next job tries it again. A re-check that cannot end within what is
-left even at its floor (``recheck_floor_s``) is not started: the try is settled as interrupted at
-once, and a batch goes on with the entries after it while a typical try still fits.
+change kept in its patch, the next job tries it again. A re-check that would not end within what
+is left is not started (``recheck_cost``: what it re-runs, at the start-up and the pairs this
+session's re-checks took, else its floor ``recheck_floor_s``): the try is settled as interrupted at
+once, and a batch goes on with the entries after it while a typical try still fits. A re-check that
+then runs longer than that is cut at the budget's end, with no verdict.
 
 Why a typical try and not the worst case: the worst case (correctness, perf and every re-check
 pair at the slowest child) is several times a typical try, so a job sized for it idles most of
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 
 from cutile_perf.errors import Refused, UsageError
 from cutile_perf.judge.rules import Thresholds, was_interrupted
+from cutile_perf.judge.verdict import Stage
 
 # Stage times vary run to run (compilation, a cold file cache): a high quantile, not the mean. The
 # nearest rank of 0.9 is the slowest run seen while there are fewer than ten.
@@ -61,6 +64,135 @@ def recheck_floor_s(perf_run_s: float, tests_in_doubt: int, tests_run: int, min_
     child pays its start-up on top, so the real re-check takes longer, never less."""
     share = 1.0 if tests_run <= 0 else min(max(tests_in_doubt, 1) / tests_run, 1.0)
     return 2 * min_pairs * perf_run_s * share
+
+
+# A session's re-checks say how many pairs the next one needs once at least this many reached a
+# verdict: one re-check that settled after its first pair may have been lucky.
+MIN_RECHECKS_SEEN = 2
+
+
+@dataclass(frozen=True)
+class PastRecheck:
+    """One re-check of this session's log, as ``past_rechecks`` reads it from a row."""
+
+    pairs: int  # interleaved pairs it ran (fewer than min_confirm_pairs when it settled early)
+    runs: int  # its runs, base and candidate
+    seconds: float  # what they took together
+    whole_runs: float  # its runs counted in whole perf runs: each run's tests over the perf run's
+    perf_s: float  # the same try's perf run of every test
+    decided: bool  # it ended in a verdict (keep or revert), not a crash
+
+    @property
+    def start_s(self) -> float:
+        """What a re-check run cost beyond its share of the perf run's test time: the child's fixed
+        start-up (a spare started ahead hides part of it). Negative when runs were quicker."""
+        return (self.seconds - self.whole_runs * self.perf_s) / self.runs
+
+
+@dataclass(frozen=True)
+class RecheckCost:
+    """What the re-check about to start will take (``recheck_cost``), and what that rests on."""
+
+    seconds: float
+    pairs: int
+    start_s: float  # per run, on top of its share of the tests
+    tests_in_doubt: int
+    tests_run: int
+    seen: tuple[int, ...] = ()  # pairs of this session's decided re-checks; () when too few to go by
+
+    def describe(self) -> str:
+        doubt = f"{self.tests_in_doubt} of {self.tests_run} perf tests in doubt"
+        if not self.seen:
+            return (f"at least {self.seconds:.0f} s ({self.pairs} pairs at the perf run's own speed, {doubt}; "
+                    f"fewer than {MIN_RECHECKS_SEEN} re-checks timed here)")
+        low, high = min(self.seen), max(self.seen)
+        settled = f"{low}-{high} pairs" if low != high else _pairs(low)
+        return (f"about {self.seconds:.0f} s ({doubt}; re-checks here settled after {settled}, so "
+                f"{_pairs(self.pairs)}; {self.start_s:.0f} s start-up a run)")
+
+
+def _pairs(n: int) -> str:
+    return f"{n} pair" if n == 1 else f"{n} pairs"
+
+
+def _tests_per_case(row: dict) -> dict[str, str]:
+    """case -> the perf test (node id) that measured it in this row; a case without one is its own test."""
+    shapes = row.get("shapes") if isinstance(row.get("shapes"), dict) else {}
+    tests = {}
+    for case, info in shapes.items():
+        test_id = info.get("test_id") if isinstance(info, dict) else None
+        tests[case] = str(test_id or case)
+    return tests
+
+
+def _whole_runs(row: dict) -> float | None:
+    """The row's re-check runs counted in whole perf runs: per test, the runs that re-measured it,
+    over the tests the perf run ran. None when the row does not say (no ``shapes`` or ``confirm``)."""
+    tests = _tests_per_case(row)
+    confirm = row.get("confirm")
+    if not tests or not isinstance(confirm, dict) or not confirm:
+        return None
+    runs_of_test: dict[str, int] = {}
+    for case, sides in confirm.items():
+        if not isinstance(sides, dict):
+            return None
+        runs = len(sides.get("base") or ()) + len(sides.get("candidate") or ())
+        test = tests.get(case, case)
+        runs_of_test[test] = max(runs_of_test.get(test, 0), runs)
+    return sum(runs_of_test.values()) / len(set(tests.values()))
+
+
+def past_rechecks(rows: Sequence[dict]) -> tuple[PastRecheck, ...]:
+    """The interleaved re-checks the log's tries ran to their end, from each row's
+    ``timings.stages`` (``<n>-confirm<k>-base|cand-perf``), ``shapes`` and ``confirm``. A row the
+    budget or a kill interrupted is left out: its last run was cut short and it decided nothing."""
+    found = []
+    for row in rows:
+        if row.get("iteration", -1) <= 0 or was_interrupted(row):
+            continue
+        stages = [(str(n), float(s)) for n, s in (row.get("timings") or {}).get("stages") or ()
+                  if isinstance(s, (int, float)) and not isinstance(s, bool)]
+        recheck = [(m.group(1), s) for n, s in stages if (m := _CONFIRM_TAG.search(n))]
+        perf = [s for n, s in stages if n.endswith("-perf") and not _CONFIRM_TAG.search(n)]
+        whole = _whole_runs(row)
+        if not recheck or len(perf) != 1 or whole is None:
+            continue
+        found.append(PastRecheck(pairs=len({k for k, _ in recheck}), runs=len(recheck),
+                                 seconds=sum(s for _, s in recheck), whole_runs=whole, perf_s=perf[0],
+                                 decided=row.get("status") in ("keep", "revert")))
+    return tuple(found)
+
+
+def recheck_cost(past: Sequence[PastRecheck], perf_run_s: float, tests_in_doubt: int, tests_run: int,
+                 min_pairs: int, max_pairs: int) -> RecheckCost:
+    """What the re-check about to start will take: its pairs, each two runs of the tests in doubt.
+
+    A run costs a fixed start-up plus its share of the perf run's test time (``perf_run_s``); the
+    start-up is what this session's re-check runs took beyond their share (``PastRecheck.start_s``).
+    The pairs are those its decided re-checks needed (``verdict.settled_early`` often stops after
+    one), never fewer than 1 nor more than ``max_pairs``. Both are the slow end of what was seen
+    (``high_quantile``). With fewer than ``MIN_RECHECKS_SEEN`` decided re-checks this is
+    ``recheck_floor_s``: ``min_pairs`` pairs at the perf run's own speed. An estimate that proves
+    short costs no verdict: the budget's end cuts the re-check, and the try is settled as interrupted.
+    """
+    decided = [p for p in past if p.decided]
+    share = 1.0 if tests_run <= 0 else min(max(tests_in_doubt, 1) / tests_run, 1.0)
+    if len(decided) < MIN_RECHECKS_SEEN:
+        return RecheckCost(recheck_floor_s(perf_run_s, tests_in_doubt, tests_run, min_pairs), min_pairs, 0.0,
+                           tests_in_doubt, tests_run)
+    seen = tuple(p.pairs for p in decided)
+    pairs = min(max(int(high_quantile(seen)), 1), max_pairs)
+    start = max(high_quantile([p.start_s for p in past]), 0.0)
+    return RecheckCost(2 * pairs * (start + share * perf_run_s), pairs, start, tests_in_doubt, tests_run, seen)
+
+
+def recheck_cost_after(rows: Sequence[dict], perf: Stage, cases: Sequence[str], thresholds: Thresholds) -> RecheckCost:
+    """``recheck_cost`` of the re-check that follows the perf run ``perf``, over the log's ``rows``.
+    ``cases``: the cases in doubt (empty: every case); a re-check selects their perf tests by node id."""
+    tests = set(perf.test_ids.values())
+    doubt = {perf.test_ids.get(c) for c in cases} if cases else tests
+    return recheck_cost(past_rechecks(rows), perf.duration_s, len(doubt), len(tests),
+                        thresholds.min_confirm_pairs, thresholds.max_confirm_pairs)
 
 
 class BudgetSpent(Exception):
@@ -110,6 +242,12 @@ class Estimate:
     def with_recheck_s(self) -> float:
         """A try that runs the re-check: what an entry the budget's end cut short before is given."""
         return self.correctness_s + self.perf_s + self.harness_s + self.recheck_s
+
+    def recheck_basis(self) -> str:
+        """What ``recheck_s`` rests on, for the lines that name it."""
+        if self.rechecked:
+            return f"the slow end of the {self.rechecked} re-check(s) timed here"
+        return f"{self.recheck_pairs} pairs of whole perf runs: no re-check timed here yet"
 
     def describe(self) -> str:
         re_check = "included" if self.rechecks_typically else "when needed"

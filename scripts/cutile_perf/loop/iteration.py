@@ -50,7 +50,7 @@ from cutile_perf.kernel import probes
 from cutile_perf.judge.verdict import (Evidence, Reference, Stage, Verdict, correctness_status, judge, paired_samples,
                                        stopped)
 from cutile_perf.loop import watchdog
-from cutile_perf.loop.budget import Budget, BudgetSpent, DoesNotFit, recheck_floor_s, try_estimate
+from cutile_perf.loop.budget import Budget, BudgetSpent, DoesNotFit, recheck_cost_after, try_estimate
 from cutile_perf.loop import offbranch, render
 from cutile_perf.loop.stages import Request, Stages, StageRunner
 from cutile_perf.output import Outcome, say
@@ -580,18 +580,16 @@ class Iteration:
         return evidence, verdict
 
     def _recheck_fits(self, perf: Stage, cases: tuple[str, ...]) -> None:
-        """Raise ``BudgetSpent`` when the job's budget cannot hold the re-check even at its floor
-        (``budget.recheck_floor_s``): it could reach no verdict, and the time left may still hold
-        another try of a batch. ``cases``: the cases in doubt (): every case."""
+        """Raise ``BudgetSpent`` when the job's budget cannot hold the re-check as this session's
+        re-checks went (``budget.recheck_cost``): it could reach no verdict, and the time left may
+        still hold another try of a batch. ``cases``: the cases in doubt (): every case."""
         if self.budget is None:
             return
-        ids = set(perf.test_ids.values())
-        doubt = {perf.test_ids.get(c) for c in cases} if cases else ids
-        floor = recheck_floor_s(perf.duration_s, len(doubt), len(ids), self.session.thresholds.min_confirm_pairs)
-        if not self.budget.fits(floor):
-            raise BudgetSpent(f"the job's time budget cannot hold the re-check: it needs at least {floor:.0f} s "
-                              f"({self.session.thresholds.min_confirm_pairs} pairs at the perf run's own speed), "
+        cost = recheck_cost_after(self.history.rows, perf, cases, self.session.thresholds)
+        if not self.budget.fits(cost.seconds):
+            raise BudgetSpent(f"the job's time budget cannot hold the re-check: it needs {cost.describe()}, "
                               f"{self.budget.left():.0f} s are left")
+        say(f"iteration {self.state.iteration}: the re-check takes {cost.describe()}; {self.budget.left():.0f} s left")
 
     def _recheck_runs(self, first_pair: int, cases: dict | None = None) -> list[Request]:
         """The interleaved re-check's runs from pair ``first_pair`` to the last one the thresholds
