@@ -58,11 +58,11 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def runtime_defences_only(monkeypatch):
-    """Skip ``try``'s static probe scan (``loop.iteration.refuse_probes``) in this process, so a test
+    """Skip ``try``'s static probe scan (``loop.guards.refuse_probes``) in this process, so a test
     whose attack code reads the harness's environment or imports pytest reaches the run-time
     defences behind the scan (the records' signatures, the protected-file checks, the log's chain).
     The scan refusing the same attacks up front is tested in ``tests/test_iteration.py``."""
-    monkeypatch.setattr("cutile_perf.loop.iteration.refuse_probes", lambda *args, **kwargs: None)
+    monkeypatch.setattr("cutile_perf.loop.guards.refuse_probes", lambda *args, **kwargs: None)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -178,7 +178,7 @@ def test_children_started_from_several_threads_are_all_recorded_for_resume(tmp_p
     every group must reach iteration.json, or a killed try's resume could leave one running."""
     import threading
 
-    from cutile_perf.loop.iteration import STATE_FILE, State
+    from cutile_perf.loop.iteration_state import STATE_FILE, State
 
     state = State(tmp_path / STATE_FILE, b"key", 1, "x", "1-x", "base", "ref", ["k.py"])
     threads = [threading.Thread(target=lambda i=i: [state.add_child(i * 100 + j) for j in range(25)])

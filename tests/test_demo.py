@@ -8,7 +8,7 @@ import pytest
 from cutile_perf.child import envcheck
 from cutile_perf.cli import main
 from cutile_perf.loop import demo as demo_mod
-from cutile_perf.loop.iteration import decision_line
+from cutile_perf.loop.row import decision_line
 from cutile_perf.errors import EXIT_REFUSED, EnvMissing, Refused, UsageError
 
 from conftest import gpu_skip_reason

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from cutile_perf.loop import iteration
+from cutile_perf.loop import guards
 from cutile_perf.store import session as session_mod
 from cutile_perf.store.session import fenced
 from test_architecture import PACKAGE
@@ -41,8 +41,8 @@ def _session(tmp_path):
 def test_try_owns_the_fenced_files_and_may_also_write_scratch(tmp_path):
     session = _session(tmp_path)
     paths = ["src/pkg/k.py", "src/other.py", "sandbox/cand.py", "sandbox", "src/pkg/conftest.py", "README.md"]
-    assert iteration.fenced_changes(session, paths) == [p for p in paths if fenced(p, FENCE, session.test_files)]
-    assert iteration.fenced_changes(session, paths) == ["src/pkg/k.py", "src/other.py"]
+    assert guards.fenced_changes(session, paths) == [p for p in paths if fenced(p, FENCE, session.test_files)]
+    assert guards.fenced_changes(session, paths) == ["src/pkg/k.py", "src/other.py"]
     # sandbox/ is the agent's scratch: a change there is not "outside the fence", yet no iteration owns it.
     assert [p for p in paths if session.in_fence(p)] == ["src/pkg/k.py", "src/other.py", "sandbox/cand.py", "sandbox"]
 

@@ -20,7 +20,9 @@ from cutile_perf.judge.verdict import Stage
 from cutile_perf.loop import iteration as iteration_mod
 from cutile_perf.loop.baseline import baseline
 from cutile_perf.store.history import History, anchor_path
-from cutile_perf.loop.iteration import State, patch_name, resume_interrupted, state_key, try_change
+from cutile_perf.loop.iteration import resume_interrupted, try_change
+from cutile_perf.loop.iteration_state import State, state_key
+from cutile_perf.loop.row import patch_name
 from cutile_perf.loop.stages import Request, ScriptedStages
 from cutile_perf.store import git_ops, log
 from cutile_perf.store import session as session_mod
@@ -456,7 +458,7 @@ def test_a_try_under_other_measurement_switches_than_the_baseline_is_refused(rep
 
 
 def test_every_row_says_whether_its_children_ran_in_a_sandbox(repo):
-    from cutile_perf.loop.iteration import isolation
+    from cutile_perf.loop.row import isolation
 
     boxed, unboxed = Stage("perf", sandbox="unshare"), Stage("perf", sandbox="none: user namespaces disabled")
     assert isolation([boxed, boxed]) == "unshare"

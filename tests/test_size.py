@@ -23,7 +23,6 @@ FILE_EXCEPTIONS = {
     "cli.py": "every subcommand's parser and help text in one place; to shrink under issue 40",
     "judge/verdict.py": "the judge and its evidence types; to split under issue 40",
     "kernel/compilecheck.py": "both signature sources and the compile report; to split under issue 40",
-    "loop/iteration.py": "the transaction mixes six concerns; to split by concern under issue 40 item 2",
     "pytest_plugin.py": "record collection plus the checked-timing sampling; to split under issue 40",
     "store/git_ops.py": "every git operation in one module; to split under issue 40",
 }

@@ -16,7 +16,7 @@ from fixtures_repo import edit_kernel
 from redteam_helpers import (FAST, _template, call, reap, repo, rows, snapshot, spawn, tagged_pids,  # noqa: F401
                              wait_until)
 
-from cutile_perf.loop.iteration import end_children, process_start
+from cutile_perf.loop.iteration_state import end_children, process_start
 
 
 def test_a_forged_iteration_state_is_refused_and_no_row_is_appended(repo):

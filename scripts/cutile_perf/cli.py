@@ -23,8 +23,6 @@ from cutile_perf.errors import (EXIT_INTERRUPTED, EXIT_UNEXPECTED, CouldNotWrite
 
 EXIT_CODES_HELP = exit_codes_text()  # the one table (errors.EXIT_CODES), at the end of every --help
 
-Handler = Callable[[argparse.Namespace], Outcome]
-
 JOB_SECONDS_HELP = ("the seconds the GPU job gives this command: the budget is that less a reserve (5 %%, at least "
                     "15 s), and every test child's timeout ends with it; a try cut short is settled as interrupted")
 

@@ -12,7 +12,7 @@ from cutile_perf.store import git_ops
 from cutile_perf.store.history import History
 from cutile_perf.child import envcheck, records, runner
 from cutile_perf.kernel import launch_record
-from cutile_perf.loop import iteration
+from cutile_perf.loop import guards
 
 SPEC_FILE = "compile-check.yaml"
 
@@ -32,7 +32,7 @@ def _session_arch(session: session_mod.Session) -> str | None:
 def record(session: session_mod.Session, spec_path: Path, timeout_s: float | None) -> Outcome:
     """Run the correctness selection once on this (GPU) machine, recording every distinct launch."""
 
-    iteration.require_gpu(session, envcheck.Probe())
+    guards.require_gpu(session, envcheck.Probe())
     runs = session.sandbox / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     launches = runs / "record-launches.jsonl"

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from cutile_perf.child import envcheck
 from cutile_perf.loop import adopt
-from cutile_perf.loop.iteration import require_gpu, resume_interrupted
+from cutile_perf.loop.guards import require_gpu
+from cutile_perf.loop.iteration import resume_interrupted
 from cutile_perf.output import Outcome
 from cutile_perf.store import session as session_mod
 

@@ -10,7 +10,7 @@ from cutile_perf.store import git_ops, jitcache
 from cutile_perf.loop import offbranch, render
 from cutile_perf.store.history import History
 from cutile_perf.errors import Refused
-from cutile_perf.loop.iteration import State, state_key
+from cutile_perf.loop.iteration_state import State, state_key
 from cutile_perf.kernel import target_timing
 from cutile_perf.skill import playbook
 from cutile_perf.store import session as session_mod

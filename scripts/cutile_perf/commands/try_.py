@@ -9,7 +9,8 @@ from pathlib import Path
 
 from cutile_perf.errors import UsageError
 from cutile_perf.loop.budget import Budget
-from cutile_perf.loop.iteration import try_change, try_outcome
+from cutile_perf.loop.iteration import try_change
+from cutile_perf.loop.row import try_outcome
 from cutile_perf.output import Outcome
 
 

@@ -25,7 +25,7 @@ from cutile_perf.judge.crash import CrashClass
 from cutile_perf.judge.rules import IMPROVING_TIERS, Thresholds, geomean_zone, improvement_tier, moved_performance
 from cutile_perf.judge.verdict import (Evidence, Reference, Verdict, judge, judge_correctness, last_pair,
                                        paired_samples)
-from cutile_perf.loop import iteration, offbranch
+from cutile_perf.loop import guards, offbranch, row as row_mod
 from cutile_perf.store.history import History
 from cutile_perf.loop.stages import StageRunner, Stages
 from cutile_perf.output import Outcome, say
@@ -170,14 +170,14 @@ def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int, full
     empty cache, ``StageRunner``); tests pass a ``ScriptedStages``."""
     if pairs < paired.MIN_CONFIRM_SAMPLES:
         raise UsageError(f"--pairs must be at least {paired.MIN_CONFIRM_SAMPLES}")
-    clock = iteration.Clock()
+    clock = row_mod.Clock()
     session = session_mod.load(repo)
-    iteration.require_gpu(session, envcheck.Probe())
+    guards.require_gpu(session, envcheck.Probe())
     with session_mod.locked(session.repo, "verify"):
         g = git_ops.open_repo(session.repo)
-        iteration.require_no_interrupted(session)
+        guards.require_no_interrupted(session)
         history = History.open(session, g)
-        iteration.require_baseline(history)
+        guards.require_baseline(history)
         try:
             a = git_ops.resolve(g, older or history.first()["commit"])
             b = git_ops.resolve(g, newer or history.kept_commit(session.base_commit))
@@ -233,7 +233,7 @@ def outcome(g, a: str, b: str, claim: Claim, evidence: Evidence, verdict: Verdic
                 "geomean_change": decision.geomean_change if decision is not None else None,
                 "crash_class": verdict.crash_class.value if verdict.crash_class else None, "reason": verdict.reason}
     # Independent only when the candidate's code could not reach the measurement: every child boxed.
-    boxed = iteration.isolation(evidence.stages())
+    boxed = row_mod.isolation(evidence.stages())
     data = {"verified": not missed, "from": a, "to": b, "recorded": claim.to_dict(), "measured": measured,
             "not_reproduced": missed, "gate": gate, "pairs": len(evidence.pairs), "full_tests": full_tests,
             "sandbox": boxed, "independent": boxed == "unshare",

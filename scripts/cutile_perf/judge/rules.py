@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 
 from cutile_perf.judge import stats
 from cutile_perf.templating import format_change
 
-VERDICTS = ("keep", "revert", "confirm")
 # Tiers that moved performance: their numbers become the new baseline.
 IMPROVING_TIERS = ("new-baseline", "keep-lower-priority", "keep-recommend-stop")
 # "baseline-drift": the interleaved re-check's baseline runs kept disagreeing with the baseline's

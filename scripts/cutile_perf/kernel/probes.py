@@ -365,10 +365,6 @@ def too_large(path: str, size: int) -> str | None:
             "hold (the static scan parses it whole)")
 
 
-def scan_text(path: str, text: str) -> list[Finding]:
-    """Every finding in one file's source (empty when it does not parse: the compile stage says why)."""
-    return [Finding(path, line, rule, reason) for line, rule, reason, _key in _scan(text)]
-
 
 def _scan(text: str) -> list[tuple[int, str, str, str]]:
     try:

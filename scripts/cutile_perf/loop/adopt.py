@@ -16,7 +16,7 @@ from __future__ import annotations
 from cutile_perf.child import envcheck, measure
 from cutile_perf.errors import DirtyTree, IterationCrashed, Refused
 from cutile_perf.judge import rules, stats, verdict
-from cutile_perf.loop import iteration, offbranch, render
+from cutile_perf.loop import guards, offbranch, render, row as row_mod
 from cutile_perf.loop.baseline import perf_repeats
 from cutile_perf.loop.stages import StageRunner
 from cutile_perf.output import say
@@ -53,11 +53,11 @@ def _refuse_what_cannot_be_adopted(session: Session, g, history: History, off: o
     if dirty:
         raise DirtyTree(f"uncommitted change to {', '.join(dirty[:5])}: adopt measures the committed {head}, "
                         "not the work tree", "commit or stash it first")
-    iteration.require_baseline_env(history)
+    guards.require_baseline_env(history)
     changed = [p for p in git_ops.changed_between(g, off.kept, off.head) if session.fenced(p)]
     # The tree is clean, so the work tree holds the adopted commit's fenced files: the static scan
     # of what it adds over the kept commit is the one ``try`` runs.
-    iteration.refuse_probes(g, off.kept, changed)
+    guards.refuse_probes(g, off.kept, changed)
     return changed
 
 
@@ -67,7 +67,7 @@ def adopt(session: Session, g, history: History, off: offbranch.OffBranch,
 
     A failure (a test, a record, a kernel the fenced files do not define) records nothing: the
     state stays as it was, and ``status`` still names it."""
-    clock = iteration.Clock()
+    clock = row_mod.Clock()
     _refuse_what_cannot_be_adopted(session, g, history, off)
     head, short, kept_short = off.head, git_ops.short(g, off.head), git_ops.short(g, off.kept)
     reference = history.reference()
@@ -106,15 +106,15 @@ def adopt(session: Session, g, history: History, off: offbranch.OffBranch,
     how = f" ({off.how} as {git_ops.short(g, off.twin)})" if off.twin else ""
     reason = (f"adopted {short} in place of the kept commit {kept_short}{how}, re-measured: "
               f"{format_change(change)} against the reference {git_ops.short(g, reference.commit)}")
-    row = iteration.base_entry(
+    row = row_mod.base_entry(
         session, iteration=number, optimization=f"adopt {short} (kept commit {kept_short} rewritten)", status="keep",
         correctness="PASS", commit=head, base_commit=off.kept, clock=clock, probe=probe,
-        latency_ms=rules.combine_latency(shapes), shapes=iteration.shapes_field(shapes, test_ids, runs),
+        latency_ms=rules.combine_latency(shapes), shapes=row_mod.shapes_field(shapes, test_ids, runs),
         repeats=repeats, crash_class=None, patch=None, reason=reason, reference_commit=reference.commit,
         # rebaseline: its numbers replace the reference (``rules.moved_performance``), whatever they are.
         decision={"tier": ADOPTED_TIER, "rebaseline": True, "geomean_change": change, "reason": reason},
         adopted={"kept": off.kept, "rewritten_as": off.twin, "recognised_by": off.how},
-        review=bool(implausible), sandbox=iteration.isolation([corr]), **fields_of_runner)
+        review=bool(implausible), sandbox=row_mod.isolation([corr]), **fields_of_runner)
     history.record(row)
     render.write_perf_results(session.results_path, history.rows)
     flag = (f"; review: {', '.join(implausible)} claim(s) more than {session.thresholds.plausible_factor:g}x faster "

@@ -13,7 +13,7 @@ from cutile_perf import knobs
 from cutile_perf.child import envcheck, measure
 from cutile_perf.errors import DirtyTree, IterationCrashed, Refused, UsageError
 from cutile_perf.judge import rules, stats, verdict
-from cutile_perf.loop import iteration, render, watchdog
+from cutile_perf.loop import guards, render, row as row_mod, watchdog
 from cutile_perf.loop.stages import Request, Stages, StageRunner
 from cutile_perf.output import Outcome, say
 from cutile_perf.store import git_ops
@@ -55,13 +55,13 @@ def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outco
     """Record iteration 0. ``stages``: what runs the tests (default: pytest children, ``StageRunner``)."""
     if repeats < 1:
         raise UsageError("--repeats must be at least 1")
-    clock = iteration.Clock()
+    clock = row_mod.Clock()
     probe = envcheck.Probe()  # in the background while the tests run; also the GPU gate's answer
     session = session_mod.load(repo)
-    iteration.require_gpu(session, probe)
+    guards.require_gpu(session, probe)
     with session_mod.locked(session.repo, "baseline"):
         g = git_ops.open_repo(session.repo)
-        iteration.require_session_branch(session, g)
+        guards.require_session_branch(session, g)
         history = History.open(session, g)
         if len(history):
             raise Refused("a baseline is already recorded (iteration 0)", "use cutile-perf try / status")
@@ -97,12 +97,12 @@ def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outco
         shapes = {c: stats.median(v) for c, v in runs.items()}
         noise = rules.noise_floor(runs)
         latency = rules.combine_latency(shapes)
-        entry = iteration.base_entry(
+        entry = row_mod.base_entry(
             session, iteration=0, optimization="baseline", status="keep", correctness="PASS", commit=head,
             base_commit=head, clock=clock, probe=probe, latency_ms=latency,
-            shapes=iteration.shapes_field(shapes, test_ids, runs), noise=noise, repeats=repeats, crash_class=None,
+            shapes=row_mod.shapes_field(shapes, test_ids, runs), noise=noise, repeats=repeats, crash_class=None,
             patch=None, decision=None, reason="baseline (no code change)", frozen=session.frozen(),
-            frozen_env=knobs.measurement_env(), sandbox=iteration.isolation([corr]),
+            frozen_env=knobs.measurement_env(), sandbox=row_mod.isolation([corr]),
             passed_tests=sorted(corr.passed),
             kernel_names={c: n for c, n in names.items() if c in shapes and verdict.names_defined(n, defined)},
             preload=imports[:knobs.PRELOAD_MAX],

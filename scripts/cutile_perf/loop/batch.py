@@ -22,7 +22,8 @@ from pathlib import Path
 
 from cutile_perf.child import envcheck
 from cutile_perf.errors import EXIT_OK, EXIT_REJECTED, DirtyTree, NoChange, Refused, UsageError
-from cutile_perf.loop import iteration, plan
+from cutile_perf.loop import guards, iteration, plan
+from cutile_perf.loop.iteration_state import State, state_key
 from cutile_perf.loop.baseline import baseline
 from cutile_perf.loop.budget import Budget, DoesNotFit, try_estimate, unmeasured_first_job_s
 from cutile_perf.loop.stages import Stages
@@ -47,9 +48,9 @@ def batch(*, repo: Path, plan_path: Path, budget_s: float | None, job_s: float |
     digests = [plan.digest(e, session.repo) for e in entries]
     if check_only:  # before a queued or billed GPU job: what would refuse it, found here for free
         return _check(session, entries, digests, budget, baseline_repeats)
-    iteration.require_gpu(session, envcheck.Probe())
+    guards.require_gpu(session, envcheck.Probe())
     g = git_ops.open_repo(session.repo)
-    iteration.require_session_branch(session, g)  # before anything is put back or run
+    guards.require_session_branch(session, g)  # before anything is put back or run
     actions = _finish_earlier_job(session, g, entries)
     _refuse_fenced_work(session, g, entries)
     history = History.open(session, g)
@@ -128,7 +129,7 @@ def _own_copies(session, g, entries: list) -> list[str]:
         for target, candidate in entry.files:
             candidates.setdefault(target, set()).add((session.repo / candidate).read_bytes())
     own = []
-    for rel in iteration.fenced_changes(session, git_ops.changed_paths(g)):
+    for rel in guards.fenced_changes(session, git_ops.changed_paths(g)):
         target = session.repo / rel
         if rel in candidates and target.is_file() and not target.is_symlink() \
                 and target.read_bytes() in candidates[rel]:
@@ -140,7 +141,7 @@ def _finish_earlier_job(session, g, entries: list) -> list[str]:
     """What a killed job left, made consistent before this one starts; returns what was done."""
     actions: list[str] = []
     lock = session_mod.read_lock(session.repo)
-    if iteration.State.exists(session) or (lock is not None and session_mod.lock_is_stale(lock)):
+    if State.exists(session) or (lock is not None and session_mod.lock_is_stale(lock)):
         say("an earlier run was stopped mid-command: finishing it first, as `cutile-perf resume` does")
         actions += iteration.resume_interrupted(session.repo).actions
     copies = _own_copies(session, g, entries)
@@ -154,7 +155,7 @@ def _finish_earlier_job(session, g, entries: list) -> list[str]:
 
 def _refuse_fenced_work(session, g, entries: list) -> None:
     own = set(_own_copies(session, g, entries))
-    dirty = [p for p in iteration.fenced_changes(session, git_ops.changed_paths(g)) if p not in own]
+    dirty = [p for p in guards.fenced_changes(session, git_ops.changed_paths(g)) if p not in own]
     if dirty:
         raise DirtyTree(f"uncommitted changes to fenced files: {', '.join(dirty)}; a candidate would overwrite them",
                         "try them (cutile-perf try) or stash them first")
@@ -169,11 +170,11 @@ def _check(session, entries: list, digests: list[str], budget: Budget, baseline_
     lines = [f"plan: {len(entries)} entries, candidate files present and inside the fence"]
     data: dict = {"entries": len(entries), "ready": True}
     try:
-        iteration.require_session_branch(session, g)
+        guards.require_session_branch(session, g)
     except Refused as exc:  # the job would refuse at once: say so here, where it costs nothing
         lines.append(f"{exc.message}: the job would refuse; {exc.hint}")
         data["ready"], data["refused"] = False, exc.message
-    pending = iteration.State.load(session, iteration.state_key(g)) if iteration.State.exists(session) else None
+    pending = State.load(session, state_key(g)) if State.exists(session) else None
     if pending is not None:
         lines.append(f"iteration {pending.iteration} was interrupted: the job finishes it first, as `cutile-perf "
                      "resume` does")

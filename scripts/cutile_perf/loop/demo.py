@@ -26,7 +26,8 @@ from cutile_perf.store import git_ops
 from cutile_perf.store import session as session_mod
 from cutile_perf.loop.baseline import baseline
 from cutile_perf.loop.init import init
-from cutile_perf.loop.iteration import decision_line, try_change, try_outcome
+from cutile_perf.loop.iteration import try_change
+from cutile_perf.loop.row import decision_line, try_outcome
 from cutile_perf.loop.report import report
 
 # Names people type for the bundled ops.

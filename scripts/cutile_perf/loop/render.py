@@ -12,13 +12,12 @@ from pathlib import Path
 
 from cutile_perf.store import atomic
 from cutile_perf.store.log import shape_medians
-from cutile_perf.templating import format_ms6, format_pct, format_speedup, load_template, markdown_cell
+from cutile_perf.templating import load_template, markdown_cell
 from cutile_perf.judge import stats
 from cutile_perf.judge.crash import CrashClass
 from cutile_perf.judge.rules import current_baseline, combine_latency, was_interrupted
 from cutile_perf.judge.verdict import NOT_RUN
 from cutile_perf.output import say
-from cutile_perf.templating import format_change
 
 # --- perf_results.md ------------------------------------------------------------------------------
 

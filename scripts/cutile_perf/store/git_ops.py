@@ -9,7 +9,6 @@ Paths exchanged with callers are repository-relative POSIX strings.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 from collections.abc import Iterable
@@ -20,7 +19,6 @@ import git
 
 from cutile_perf.errors import UsageError
 
-SANDBOX_DIR = "sandbox"
 # Settings of the target repository that would run its own programs inside our git commands, or
 # make their output lie, forced off for every command we run (``git -c`` beats every config file):
 # a hook could rewrite the kernel right after a revert or a commit, an fsmonitor program runs on
@@ -214,13 +212,6 @@ def diff_patch(repo: git.Repo, base: str, paths: Iterable[str]) -> bytes:
     _stage(repo, paths)
     return _diff_bytes(repo, "--cached", "--binary", base, "--", *paths)
 
-
-def diff_commits(repo: git.Repo, older: str, newer: str, paths: Iterable[str]) -> bytes:
-    """A binary-safe patch (bytes) between two commits for ``paths``."""
-    paths = list(paths)
-    if not paths:
-        return b""
-    return _diff_bytes(repo, "--binary", older, newer, "--", *paths)
 
 
 def _path_list(out: str) -> list[str]:
@@ -481,13 +472,6 @@ def filtered_paths(repo: git.Repo, paths: Iterable[str]) -> list[str]:
         if raw != filtered:
             out.append(rel)
     return out
-
-
-def file_sha256(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None
 
 
 def tracked_files(repo: git.Repo) -> list[str]:

@@ -30,7 +30,6 @@ from cutile_perf import knobs
 from cutile_perf.errors import Refused
 from cutile_perf.judge.rules import (Thresholds, current_baseline, moved_performance, stop_condition,
                                      was_interrupted)
-from cutile_perf.judge.stats import geomean
 from cutile_perf.judge.verdict import Reference
 from cutile_perf.store import git_ops, log
 from cutile_perf.store.log import shape_medians
@@ -238,39 +237,12 @@ class History:
         return Reference(commit=row.get("commit"), medians=shape_medians(row), noise=self.noise(),
                          passed_tests=self.passed_tests(), kernel_names=self.kernel_names(), runs=self.noise_runs())
 
-    def claimed_ratio(self, older: str, newer: str) -> tuple[float | None, list[str]]:
-        """The geomean latency ratio newer/older the log claims, over the cases both reference rows hold.
-
-        A commit's claim is the reference in force once it was kept: its own numbers when it moved
-        performance, else those of the baseline before it ("no-change" keeps claim no change).
-        """
-        def reference_at(commit: str) -> dict | None:
-            ref = None
-            for entry in self.entries:
-                if entry.moved_performance:
-                    ref = entry.medians
-                if entry.kept and entry.commit == commit:
-                    return ref
-            return None
-
-        a, b = reference_at(older), reference_at(newer)
-        cases = sorted(set(a) & set(b)) if a is not None and b is not None else []
-        if not cases:
-            return None, []
-        return geomean([b[c] / a[c] for c in cases]), cases
-
     def next_iteration(self) -> int:
         return max((e.iteration for e in self.entries), default=-1) + 1
 
     def stop(self) -> str | None:
         """Why the loop should stop now (``rules.stop_condition`` under the session's thresholds), or None."""
         return stop_condition(self.rows, self.session.thresholds)
-
-    def row_of(self, iteration: int) -> dict | None:
-        for entry in self.entries:
-            if entry.iteration == iteration:
-                return entry.data
-        return None
 
     def cut_plan_entries(self) -> set[str]:
         """Batch plan entries an ``interrupted`` row names: stopped before a verdict (a kill, the

@@ -22,7 +22,6 @@ import os
 import re
 import stat
 from collections.abc import Iterator
-from pathlib import Path
 
 MB = 1 << 20
 _CHUNK = MB
