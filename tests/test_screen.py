@@ -53,6 +53,8 @@ def screened(tmp_path_factory):
         (cand / f"{name}.py").write_text(kernel_source(latency))
     (cand / "wrong.py").write_text(kernel_source(behaviour="wrong"))
     (cand / "broken.py").write_text(kernel_source() + "\ndef oops(:\n")
+    # Asks whether it is being measured: try refuses it, so screen never runs it either.
+    (cand / "probe.py").write_text(kernel_source() + '\nimport os\nMEASURED = os.environ.get("PYTEST_CURRENT_TEST")\n')
     # The user's own work in progress, uncommitted and partly staged: screen must not touch it.
     edit_kernel(repo, latency={"256x1024": 0.9, "4096x1024": 1.9})
     subprocess.run(["git", "add", KERNEL_REL], cwd=repo, check=True)
@@ -91,7 +93,14 @@ def test_a_candidate_that_does_not_compile_is_listed_and_never_run(screened):
     assert data["not_ranked"]["broken"]["state"] == "does not compile"
     assert "SyntaxError" in data["not_ranked"]["broken"]["why"]
     correctness = sorted(p.name for p in (repo / "sandbox/runs").glob("screen-*-correctness.log"))
-    assert len(correctness) == 4, correctness  # fast, mid, slow, wrong: not broken
+    assert len(correctness) == 4, correctness  # fast, mid, slow, wrong: not broken, not probe
+
+
+def test_a_candidate_with_a_measurement_probe_is_refused_and_never_run(screened):
+    _repo, _before, _code, data, _text = screened
+    assert data["not_ranked"]["probe"]["state"] == "refused"
+    assert "PYTEST_CURRENT_TEST" in data["not_ranked"]["probe"]["why"]
+    assert "probe" not in data["compile_check"], "not even compile-checked"
 
 
 def test_screen_leaves_work_tree_index_head_refs_and_log_byte_for_byte(screened):

@@ -2,6 +2,7 @@
 
 After a baseline, N candidate files for the fenced file(s), named by a glob or a ``batch`` plan:
 
+0. one that ``try`` would refuse for its measurement probes (``kernel.probes``) is listed, never run;
 1. each is compile-checked on the CPU (``compile_check``, given by the command: a process pool);
    one that does not compile is listed and never run;
 2. each remaining one becomes a throw-away commit (``screen_commits``: never on the session branch,
@@ -29,16 +30,18 @@ from pathlib import Path
 from cutile_perf.child import envcheck, measure
 from cutile_perf.errors import UsageError
 from cutile_perf.judge.verdict import Evidence, Reference, Stage, judge, judge_correctness, judge_records, paired_samples
+from cutile_perf.kernel import probes
 from cutile_perf.loop import iteration, plan, screen_commits, screen_rank
 from cutile_perf.loop.stages import Request, StageRunner, Stages
 from cutile_perf.output import say
-from cutile_perf.store import git_ops
+from cutile_perf.store import git_ops, safe_read
 from cutile_perf.store import session as session_mod
 from cutile_perf.store.history import History
 from cutile_perf.store.session import Session
 
 # States of a candidate that is not ranked.
 NOT_COMPILED, FAILS_CORRECTNESS, FAILS_PERF = "does not compile", "fails correctness", "fails perf"
+REFUSED = "refused"
 
 # Given the repository and each candidate's (name, files), what the CPU compile-check found:
 # name -> (state, detail); state NOT_COMPILED drops the candidate, any other is a note.
@@ -95,6 +98,28 @@ def _from_glob(session: Session, pattern: str) -> list[plan.PlannedTry]:
         name = stem if stems.count(stem) == 1 else shown  # two files of one name: their paths tell them apart
         entries.append(plan.PlannedTry(name, ((kernels[0], shown),)))
     return entries
+
+
+def probe_refusal(g, kept: str, repo: Path, entry: plan.PlannedTry) -> str | None:
+    """Why ``try`` would refuse this candidate before running it (``kernel.probes``: it asks whether
+    it is measured, or patches what measures it), or None. The same scan as ``iteration.refuse_probes``,
+    of the candidate files instead of the work tree: a cheat must not take a place in the ranking,
+    and so in the plan ``--top`` writes, from a candidate that was never cheating."""
+    old, new = {}, {}
+    for target, candidate in entry.files:
+        if not target.endswith(".py"):
+            continue
+        path = repo / candidate
+        too_large = probes.too_large(target, path.stat().st_size)
+        if too_large:
+            return too_large
+        new[target] = safe_read.read_text(path, probes.MAX_SOURCE_BYTES)
+        sha = git_ops.blob_sha_at(g, kept, target)
+        previous = git_ops.blob_bytes(g, sha) if sha else None
+        old[target] = previous.decode("utf-8", errors="replace") \
+            if previous is not None and len(previous) <= probes.MAX_SOURCE_BYTES else None
+    findings = probes.scan(old, new)
+    return probes.describe(findings) if findings else None
 
 
 # --- running ---------------------------------------------------------------------------------------
@@ -194,12 +219,15 @@ def screen(*, repo: Path, source: str, seconds: float, compile_check: CompileChe
         entries = candidates_from(session, source)
         ref, t = history.reference(), session.thresholds
         out = ScreenResult(base=ref.commit, candidates=entries)
-        out.compiled = compile_check(session.repo, entries)
-        out.dropped = {n: v for n, v in out.compiled.items() if v[0] == NOT_COMPILED}
+        kept = history.kept_commit()
+        refused = {e.optimization: why for e in entries if (why := probe_refusal(g, kept, session.repo, e))}
+        out.dropped = {name: (REFUSED, why) for name, why in refused.items()}
+        out.compiled = compile_check(session.repo, [e for e in entries if e.optimization not in refused])
+        out.dropped.update({n: v for n, v in out.compiled.items() if v[0] == NOT_COMPILED})
         runnable = [(e.optimization, [(tgt, session.repo / c) for tgt, c in e.files])
                     for e in entries if e.optimization not in out.dropped]
         children = len(runnable) * 2 + 1  # each candidate's correctness, and the first round
-        with screen_commits.throwaway_commits(g, history.kept_commit(), runnable) as commits:
+        with screen_commits.throwaway_commits(g, kept, runnable) as commits:
             out.commits = dict(commits)
             runner = stages if stages is not None else StageRunner(
                 session, g, measure.Deadline(session.timeout_s * children + seconds), iteration.Clock(),
