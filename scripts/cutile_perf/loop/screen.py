@@ -90,14 +90,19 @@ def _from_glob(session: Session, pattern: str) -> list[plan.PlannedTry]:
     if not found:
         raise UsageError(f"no candidate file matches {pattern!r} (relative to {session.repo})",
                          "e.g. cutile-perf screen 'sandbox/cand/*.py'")
-    stems = [Path(f).stem for f in found]
-    entries = []
-    for rel, stem in zip(found, stems):
-        shown = Path(rel).resolve().relative_to(session.repo.resolve()).as_posix() \
-            if Path(rel).is_absolute() and Path(rel).resolve().is_relative_to(session.repo.resolve()) else rel
-        name = stem if stems.count(stem) == 1 else shown  # two files of one name: their paths tell them apart
-        entries.append(plan.PlannedTry(name, ((kernels[0], shown),)))
-    return entries
+    paths = [_repo_relative(session.repo, f) for f in found]
+    stems = [Path(p).stem for p in paths]
+    # Named by the file's stem; two files of one name (in two folders) by their paths.
+    return [plan.PlannedTry(stem if stems.count(stem) == 1 else path, ((kernels[0], path),))
+            for path, stem in zip(paths, stems)]
+
+
+def _repo_relative(repo: Path, path: str) -> str:
+    """An absolute match inside the repository as a repo-relative path; anything else as it is
+    (``plan.check`` then refuses it: a candidate lives under sandbox/)."""
+    full = Path(path).resolve()
+    return full.relative_to(repo.resolve()).as_posix() if Path(path).is_absolute() and \
+        full.is_relative_to(repo.resolve()) else path
 
 
 def probe_refusal(g, kept: str, repo: Path, entry: plan.PlannedTry) -> str | None:
