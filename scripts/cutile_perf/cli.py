@@ -224,6 +224,27 @@ def _add_batch(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+def _add_screen(subparsers) -> None:
+    p = _sub(subparsers, "screen", "rank many candidates side by side on one GPU (readings, not verdicts); "
+             "nothing is committed, batch decides the best",
+             "Examples:\n  cutile-perf screen 'sandbox/cand/*.py' --seconds 240 --top 2\n"
+             "  cutile-perf screen sandbox/plan.yaml --seconds 240\n\n"
+             "Each candidate is compile-checked on the CPU, then its correctness runs; those that pass are timed\n"
+             "in rounds (the base, then each candidate, order rotated) for as long as --seconds allows, at least\n"
+             "one round. The table goes to sandbox/screen.md; --top K writes sandbox/screen-plan.yaml for batch.")
+    p.add_argument("candidates", help="a glob of candidate files for the fenced kernel file (quoted), or a batch plan")
+    p.add_argument("--seconds", type=float, default=0.0,
+                   help="time for the whole screen; a round starts only if it can end in time (default 0: one round)")
+    p.add_argument("--top", type=int, metavar="K", help="write sandbox/screen-plan.yaml with the K best, for batch")
+
+    def run(a: argparse.Namespace) -> Outcome:
+        from cutile_perf.commands.screen import screen  # noqa: PLC0415 - loaded on use: --help and other commands start fast
+
+        return screen(repo=a.repo, candidates=a.candidates, seconds=a.seconds, top=a.top)
+
+    p.set_defaults(handler=run)
+
+
 def _add_verify(subparsers) -> None:
     p = _sub(subparsers, "verify",
              "re-run correctness and re-measure two kept commits interleaved in pristine checkouts: "
@@ -539,6 +560,7 @@ SUBCOMMANDS: list[Callable] = [
     _add_baseline,
     _add_try,
     _add_batch,
+    _add_screen,
     _add_status,
     _add_verify,
     _add_report,

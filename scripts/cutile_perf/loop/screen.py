@@ -1,0 +1,246 @@
+"""``cutile-perf screen``: many candidates compared side by side on one GPU; readings, not verdicts.
+
+After a baseline, N candidate files for the fenced file(s), named by a glob or a ``batch`` plan:
+
+0. one that ``try`` would refuse for its measurement probes (``kernel.probes``) is listed, never run;
+1. each is compile-checked on the CPU (``compile_check``, given by the command: a process pool);
+   one that does not compile is listed and never run;
+2. each remaining one becomes a throw-away commit (``screen_commits``: never on the session branch,
+   never through the user's index or work tree) and runs its correctness stage through the loop's
+   ``StageRunner``, judged as ``try`` judges it (``judge.verdict.judge_correctness``); a failing
+   one is listed and not timed;
+3. rounds on the GPU: each round runs the base (the reference commit ``try`` compares against),
+   then every candidate still in, the order rotated per round; each run a fresh child in a pristine
+   checkout, its timed calls checked against the base's kernel (``StageRunner.check_timed_calls``)
+   and its records judged by ``judge.verdict.judge`` (a crash class drops the candidate). As many
+   rounds as ``seconds`` allows, at least one: the next starts only if, at the first round's speed
+   per run, it ends in time (``screen_rank.next_round_fits``);
+4. ``screen_rank.rank`` orders them.
+
+Nothing is committed to the session branch and nothing is written to the log: ``batch`` decides.
+"""
+from __future__ import annotations
+
+import glob
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cutile_perf.child import envcheck, measure
+from cutile_perf.errors import UsageError
+from cutile_perf.judge.verdict import Evidence, Reference, Stage, judge, judge_correctness, judge_records, paired_samples
+from cutile_perf.kernel import probes
+from cutile_perf.loop import iteration, plan, screen_commits, screen_rank
+from cutile_perf.loop.stages import Request, StageRunner, Stages
+from cutile_perf.output import say
+from cutile_perf.store import git_ops, safe_read
+from cutile_perf.store import session as session_mod
+from cutile_perf.store.history import History
+from cutile_perf.store.session import Session
+
+# States of a candidate that is not ranked.
+NOT_COMPILED, FAILS_CORRECTNESS, FAILS_PERF = "does not compile", "fails correctness", "fails perf"
+REFUSED = "refused"
+
+# Given the repository and each candidate's (name, files), what the CPU compile-check found:
+# name -> (state, detail); state NOT_COMPILED drops the candidate, any other is a note.
+CompileCheck = Callable[[Path, Sequence[plan.PlannedTry]], dict[str, tuple[str, str]]]
+
+
+@dataclass
+class ScreenResult:
+    """Everything a screen found, for the report (``screen_report``)."""
+
+    base: str
+    candidates: list[plan.PlannedTry]
+    ranked: list[screen_rank.Reading] = field(default_factory=list)
+    dropped: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (state, why)
+    compiled: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> the compile-check's (state, detail)
+    rounds: int = 0
+    stopped: str = ""  # why the rounds ended early (the base's run crashed), or ""
+    seconds: float = 0.0
+    commits: dict[str, str] = field(default_factory=dict)
+
+
+# --- the candidates ----------------------------------------------------------------------------------
+
+
+def candidates_from(session: Session, source: str) -> list[plan.PlannedTry]:
+    """The candidates a glob or a plan file names, checked as ``batch`` checks its plan (fenced
+    targets, candidate files under sandbox/); any problem is one UsageError."""
+    path = Path(source) if Path(source).is_absolute() else session.repo / source
+    if source.endswith((".yaml", ".yml")) and path.is_file():
+        entries = plan.parse(path.read_text(encoding="utf-8"))
+    else:
+        entries = _from_glob(session, source)
+    plan.check(entries, root=session.repo, fenced=session.fenced)
+    names = [e.optimization for e in entries]
+    if len(set(names)) != len(names):
+        raise UsageError("two candidates have the same name", "give each plan entry its own optimization")
+    return entries
+
+
+def _from_glob(session: Session, pattern: str) -> list[plan.PlannedTry]:
+    kernels = [k for k in session.kernel_files if k.endswith(".py")]
+    if len(kernels) != 1:
+        raise UsageError(f"a glob names candidates for one kernel file; this session fences {len(kernels)}",
+                         "write a plan file that names each candidate's target (the format batch reads)")
+    found = sorted(glob.glob(pattern, root_dir=session.repo))
+    if not found:
+        raise UsageError(f"no candidate file matches {pattern!r} (relative to {session.repo})",
+                         "e.g. cutile-perf screen 'sandbox/cand/*.py'")
+    paths = [_repo_relative(session.repo, f) for f in found]
+    stems = [Path(p).stem for p in paths]
+    # Named by the file's stem; two files of one name (in two folders) by their paths.
+    return [plan.PlannedTry(stem if stems.count(stem) == 1 else path, ((kernels[0], path),))
+            for path, stem in zip(paths, stems)]
+
+
+def _repo_relative(repo: Path, path: str) -> str:
+    """An absolute match inside the repository as a repo-relative path; anything else as it is
+    (``plan.check`` then refuses it: a candidate lives under sandbox/)."""
+    full = Path(path).resolve()
+    return full.relative_to(repo.resolve()).as_posix() if Path(path).is_absolute() and \
+        full.is_relative_to(repo.resolve()) else path
+
+
+def probe_refusal(g, kept: str, repo: Path, entry: plan.PlannedTry) -> str | None:
+    """Why ``try`` would refuse this candidate before running it (``kernel.probes``: it asks whether
+    it is measured, or patches what measures it), or None. The same scan as ``iteration.refuse_probes``,
+    of the candidate files instead of the work tree: a cheat must not take a place in the ranking,
+    and so in the plan ``--top`` writes, from a candidate that was never cheating."""
+    old, new = {}, {}
+    for target, candidate in entry.files:
+        if not target.endswith(".py"):
+            continue
+        path = repo / candidate
+        too_large = probes.too_large(target, path.stat().st_size)
+        if too_large:
+            return too_large
+        new[target] = safe_read.read_text(path, probes.MAX_SOURCE_BYTES)
+        sha = git_ops.blob_sha_at(g, kept, target)
+        previous = git_ops.blob_bytes(g, sha) if sha else None
+        old[target] = previous.decode("utf-8", errors="replace") \
+            if previous is not None and len(previous) <= probes.MAX_SOURCE_BYTES else None
+    findings = probes.scan(old, new)
+    return probes.describe(findings) if findings else None
+
+
+# --- running ---------------------------------------------------------------------------------------
+
+
+def perf_failure(ref: Reference, t, run: Stage, defined: frozenset | None) -> str | None:
+    """Why a candidate's timed run counts for nothing, by the judge's own checks (records complete
+    and plausible, checked timed calls, the candidate's own kernels), or None."""
+    verdict = judge(ref, t, Evidence(perf=run, defined_names=defined))
+    return verdict.reason if verdict.action == "crash" else None
+
+
+def run_correctness(runner: Stages, ref: Reference, commits: dict[str, str], out: ScreenResult) -> list[str]:
+    """Each candidate's correctness stage; returns the names that pass, in order."""
+    passing = []
+    for n, (name, commit) in enumerate(commits.items(), 1):
+        say(f"screen: correctness of {name}")
+        verdict = judge_correctness(runner.run(Request("correctness", f"screen-c{n}", commit)), ref)
+        if verdict.final:
+            out.dropped[name] = (FAILS_CORRECTNESS, verdict.reason)
+        else:
+            passing.append(name)
+    return passing
+
+
+def round_order(names: Sequence[str], k: int) -> list[str]:
+    """Round ``k``'s candidate order: rotated by ``k``, so no candidate always runs right after the base."""
+    if not names:
+        return []
+    shift = k % len(names)
+    return [*names[shift:], *names[:shift]]
+
+
+def run_round(runner: Stages, k: int, ref: Reference, t, commits: dict[str, str], names: list[str],
+              pairs: dict[str, list], out: ScreenResult) -> bool:
+    """Round ``k``: the base, then each candidate; False when the base's run crashed (the round
+    pairs nothing and no further round starts)."""
+    number = {name: n for n, name in enumerate(commits, 1)}  # tags name files: the index, never the name
+    labels = ["base", *round_order(names, k)]
+    order = [Request("perf", f"screen-r{k + 1}-base", ref.commit)]
+    order += [Request("perf", f"screen-r{k + 1}-c{number[name]}", commits[name]) for name in labels[1:]]
+    base = None
+    for i, (label, request) in enumerate(zip(labels, order)):
+        runner.expect(order[i + 1:])  # the runs after it start as spares where the session allows
+        say(f"screen: round {k + 1}, {label}")
+        run = runner.run(request)
+        if i == 0:
+            check = judge_records(run, ref, t)
+            if check.final:
+                out.stopped = f"round {k + 1}: the base's run: {check.reason}"
+                return False
+            base = run
+            continue
+        defined = frozenset(runner.defined_names(request.commit)) if ref.kernel_names and run.ok else None
+        why = perf_failure(ref, t, run, defined)
+        if why:
+            out.dropped[label] = (FAILS_PERF, why)
+            names.remove(label)
+            pairs.pop(label, None)
+        else:
+            pairs[label].append((base, run))
+    return True
+
+
+def run_rounds(runner: Stages, ref: Reference, t, commits: dict[str, str], names: list[str], seconds: float,
+               began: float, now: Callable[[], float], out: ScreenResult) -> dict[str, list]:
+    """Rounds until the time given is spent (at least one); returns the (base, candidate) pairs."""
+    pairs: dict[str, list] = {name: [] for name in names}
+    per_run_s = 0.0
+    k = 0
+    while names:
+        if k and not screen_rank.next_round_fits(seconds=seconds, spent=now() - began, per_run_s=per_run_s,
+                                                 runs=len(names) + 1):
+            break
+        started, runs = now(), len(names) + 1
+        if not run_round(runner, k, ref, t, commits, names, pairs, out):
+            break
+        k += 1
+        if k == 1:
+            per_run_s = (now() - started) / runs
+    out.rounds = k
+    return pairs
+
+
+def screen(*, repo: Path, source: str, seconds: float, compile_check: CompileCheck, stages: Stages | None = None,
+           now: Callable[[], float] = time.monotonic) -> ScreenResult:
+    """Screen the candidates ``source`` names (module docstring). ``stages``/``now``: what runs the
+    tests and the clock (tests pass scripted ones)."""
+    began = now()
+    session = session_mod.load(repo)
+    iteration.require_gpu(session, envcheck.Probe())
+    with session_mod.locked(session.repo, "screen"):
+        g = git_ops.open_repo(session.repo)
+        iteration.require_no_interrupted(session)
+        history = History.open(session, g)
+        iteration.require_baseline(history)
+        entries = candidates_from(session, source)
+        ref, t = history.reference(), session.thresholds
+        out = ScreenResult(base=ref.commit, candidates=entries)
+        kept = history.kept_commit()
+        refused = {e.optimization: why for e in entries if (why := probe_refusal(g, kept, session.repo, e))}
+        out.dropped = {name: (REFUSED, why) for name, why in refused.items()}
+        out.compiled = compile_check(session.repo, [e for e in entries if e.optimization not in refused])
+        out.dropped.update({n: v for n, v in out.compiled.items() if v[0] == NOT_COMPILED})
+        runnable = [(e.optimization, [(tgt, session.repo / c) for tgt, c in e.files])
+                    for e in entries if e.optimization not in out.dropped]
+        children = len(runnable) * 2 + 1  # each candidate's correctness, and the first round
+        with screen_commits.throwaway_commits(g, kept, runnable) as commits:
+            out.commits = dict(commits)
+            runner = stages if stages is not None else StageRunner(
+                session, g, measure.Deadline(session.timeout_s * children + seconds), iteration.Clock(),
+                preload=history.preload())
+            with runner:
+                names = run_correctness(runner, ref, commits, out)
+                pairs = run_rounds(runner, ref, t, commits, names, seconds, began, now, out)
+        cases = sorted(ref.medians)
+        out.ranked = screen_rank.rank({name: paired_samples(p, cases) for name, p in pairs.items()})
+    out.seconds = now() - began
+    return out
