@@ -257,7 +257,9 @@ def _slow_tests_session(tmp_path: Path) -> Path:
     git(repo, "commit", "-q", "-am", "tests take a second each")
     # The simulated runs barely vary, so most re-checks would settle after their first pair
     # (``verdict.settled_early``); the tests below are about each of the six runs of a whole one.
-    start_session(repo, repeats=3, thresholds={"settle_sd": 0.0})
+    # A budget well beyond the tries' need: on a loaded 2-CPU machine a try with a whole re-check
+    # (eight children, each test sleeping 1 s) ran past 60 s and ended as a timeout crash.
+    start_session(repo, repeats=3, timeout="300", thresholds={"settle_sd": 0.0})
     return repo
 
 
