@@ -62,7 +62,7 @@ class OffBranch:
 
 def off_branch(g, kept: str, head: str) -> OffBranch | None:
     """None when ``head`` is ``kept`` or descends from it (the loop's own state, or commits made by
-    hand on top, which ``iteration.refuse_foreign_commits`` names); else what became of ``kept``."""
+    hand on top, which ``guards.refuse_foreign_commits`` names); else what became of ``kept``."""
     if head == kept or git_ops.is_ancestor(g, kept, head):
         return None
     if git_ops.is_ancestor(g, head, kept):

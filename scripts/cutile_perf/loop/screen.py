@@ -31,7 +31,7 @@ from cutile_perf.child import envcheck, measure
 from cutile_perf.errors import UsageError
 from cutile_perf.judge.verdict import Evidence, Reference, Stage, judge, judge_correctness, judge_records, paired_samples
 from cutile_perf.kernel import probes
-from cutile_perf.loop import iteration, plan, screen_commits, screen_rank
+from cutile_perf.loop import guards, plan, row, screen_commits, screen_rank
 from cutile_perf.loop.stages import Request, StageRunner, Stages
 from cutile_perf.output import say
 from cutile_perf.store import git_ops, safe_read
@@ -107,7 +107,7 @@ def _repo_relative(repo: Path, path: str) -> str:
 
 def probe_refusal(g, kept: str, repo: Path, entry: plan.PlannedTry) -> str | None:
     """Why ``try`` would refuse this candidate before running it (``kernel.probes``: it asks whether
-    it is measured, or patches what measures it), or None. The same scan as ``iteration.refuse_probes``,
+    it is measured, or patches what measures it), or None. The same scan as ``guards.refuse_probes``,
     of the candidate files instead of the work tree: a cheat must not take a place in the ranking,
     and so in the plan ``--top`` writes, from a candidate that was never cheating."""
     old, new = {}, {}
@@ -215,12 +215,12 @@ def screen(*, repo: Path, source: str, seconds: float, compile_check: CompileChe
     tests and the clock (tests pass scripted ones)."""
     began = now()
     session = session_mod.load(repo)
-    iteration.require_gpu(session, envcheck.Probe())
+    guards.require_gpu(session, envcheck.Probe())
     with session_mod.locked(session.repo, "screen"):
         g = git_ops.open_repo(session.repo)
-        iteration.require_no_interrupted(session)
+        guards.require_no_interrupted(session)
         history = History.open(session, g)
-        iteration.require_baseline(history)
+        guards.require_baseline(history)
         entries = candidates_from(session, source)
         ref, t = history.reference(), session.thresholds
         out = ScreenResult(base=ref.commit, candidates=entries)
@@ -235,7 +235,7 @@ def screen(*, repo: Path, source: str, seconds: float, compile_check: CompileChe
         with screen_commits.throwaway_commits(g, kept, runnable) as commits:
             out.commits = dict(commits)
             runner = stages if stages is not None else StageRunner(
-                session, g, measure.Deadline(session.timeout_s * children + seconds), iteration.Clock(),
+                session, g, measure.Deadline(session.timeout_s * children + seconds), row.Clock(),
                 preload=history.preload())
             with runner:
                 names = run_correctness(runner, ref, commits, out)

@@ -35,7 +35,7 @@ SPARE_READY_S = 60.0  # how long a timed run's first test waits for the spares s
 class Stages(Protocol):
     """Runs one iteration's stages; a context manager around all of them."""
 
-    clock: Any  # the command's ``iteration.Clock``: each stage's duration goes into the row's timings
+    clock: Any  # the command's ``row.Clock``: each stage's duration goes into the row's timings
 
     def run(self, request: Request) -> Stage: ...
 
