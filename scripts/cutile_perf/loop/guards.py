@@ -5,6 +5,8 @@ repository, so a refused command leaves the user's work exactly as it was.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from cutile_perf import knobs
 from cutile_perf.child import envcheck
 from cutile_perf.errors import EnvMissing, FenceViolation, NoChange, Refused
@@ -128,28 +130,33 @@ def _outside_fence_ignorable(path: str) -> bool:
     return "__pycache__/" in path or path.endswith((".pyc", ".pyo"))
 
 
-def refuse_probes(g, base: str, paths: list[str]) -> None:
-    """Refuse (exit 3, nothing touched) a change that adds measurement-context probes or patches the
-    clocks and statistics that time it (``kernel.probes``): perf-only behaviour is stopped before it
-    runs, and the change stays in the work tree for the user to see."""
+def probe_scan(g, base: str, files: dict[str, Path]) -> tuple[str | None, list]:
+    """Scan ``files`` ({repo path: the file to read}) against ``base``'s copies (``kernel.probes``):
+    (why a file is too large to scan, or None; the findings). Non-Python paths are not scanned."""
     old, new = {}, {}
-    root = git_ops.root(g)
-    for rel in paths:
+    for rel, target in files.items():
         if not rel.endswith(".py"):
-            continue
-        target = root / rel
-        if not target.is_file():
             continue
         why = probes.too_large(rel, target.stat().st_size)
         if why:
-            raise Refused(why, "split it into smaller modules (the change is untouched)")
+            return why, []
         new[rel] = safe_read.read_text(target, probes.MAX_SOURCE_BYTES)
         sha = git_ops.blob_sha_at(g, base, rel)
         previous = git_ops.blob_bytes(g, sha) if sha else None
         # The base's copy, scanned only within the same bound (a bigger one was never scanned either).
         old[rel] = previous.decode("utf-8", errors="replace") \
             if previous is not None and len(previous) <= probes.MAX_SOURCE_BYTES else None
-    findings = probes.scan(old, new)
+    return None, probes.scan(old, new)
+
+
+def refuse_probes(g, base: str, paths: list[str]) -> None:
+    """Refuse (exit 3, nothing touched) a change that adds measurement-context probes or patches the
+    clocks and statistics that time it (``kernel.probes``): perf-only behaviour is stopped before it
+    runs, and the change stays in the work tree for the user to see."""
+    root = git_ops.root(g)
+    too_large, findings = probe_scan(g, base, {rel: root / rel for rel in paths if (root / rel).is_file()})
+    if too_large:
+        raise Refused(too_large, "split it into smaller modules (the change is untouched)")
     if findings:
         raise Refused(probes.describe(findings), "a kernel that asks whether it is being measured, or patches what "
                       "measures it, is never tried; remove those lines (the change is untouched)")

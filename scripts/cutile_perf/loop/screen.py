@@ -34,7 +34,7 @@ from cutile_perf.kernel import probes
 from cutile_perf.loop import guards, plan, row, screen_commits, screen_rank
 from cutile_perf.loop.stages import Request, StageRunner, Stages
 from cutile_perf.output import say
-from cutile_perf.store import git_ops, safe_read
+from cutile_perf.store import git_ops
 from cutile_perf.store import session as session_mod
 from cutile_perf.store.history import History
 from cutile_perf.store.session import Session
@@ -110,21 +110,8 @@ def probe_refusal(g, kept: str, repo: Path, entry: plan.PlannedTry) -> str | Non
     it is measured, or patches what measures it), or None. The same scan as ``guards.refuse_probes``,
     of the candidate files instead of the work tree: a cheat must not take a place in the ranking,
     and so in the plan ``--top`` writes, from a candidate that was never cheating."""
-    old, new = {}, {}
-    for target, candidate in entry.files:
-        if not target.endswith(".py"):
-            continue
-        path = repo / candidate
-        too_large = probes.too_large(target, path.stat().st_size)
-        if too_large:
-            return too_large
-        new[target] = safe_read.read_text(path, probes.MAX_SOURCE_BYTES)
-        sha = git_ops.blob_sha_at(g, kept, target)
-        previous = git_ops.blob_bytes(g, sha) if sha else None
-        old[target] = previous.decode("utf-8", errors="replace") \
-            if previous is not None and len(previous) <= probes.MAX_SOURCE_BYTES else None
-    findings = probes.scan(old, new)
-    return probes.describe(findings) if findings else None
+    too_large, findings = guards.probe_scan(g, kept, {target: repo / candidate for target, candidate in entry.files})
+    return too_large or (probes.describe(findings) if findings else None)
 
 
 # --- running ---------------------------------------------------------------------------------------
