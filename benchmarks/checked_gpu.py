@@ -57,8 +57,8 @@ def {fn}(*args, **kwargs):
     os = _os
     {condition}
     key = tuple(tuple(getattr(a, "shape", ())) for a in args)
-    if cheat and key in _last:
-        return __import__("torch").empty_like(_last[key])
+    if cheat and key in _last:  # no work; still differentiable, so a backward timing runs (on nothing)
+        return __import__("torch").empty_like(_last[key]).requires_grad_(_last[key].requires_grad)
     out = _real_{fn}(*args, **kwargs)
     if hasattr(out, "shape"):
         _last[key] = out
@@ -66,6 +66,12 @@ def {fn}(*args, **kwargs):
 
 
 _last = {{}}
+# TileGym dispatches through its registry (``register_impl``): a plain rebinding of the module's name would
+# never run, and the cheat would be judged as the unchanged op it then is.
+try:
+    __import__("tilegym.backend", fromlist=["register_impl"]).register_impl("{fn}", backend="cutile")({fn})
+except ImportError:  # not a TileGym module (the CPU test's toy op)
+    pass
 '''
 
 

@@ -55,6 +55,7 @@ import hashlib
 import inspect
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -83,14 +84,24 @@ class Setup:
         self.nodeid = ""
         self.ordinal = 0
         self.measured = False
-        self.captured_bytes = 0  # what this child saved so far (``CAPTURE_LIMIT``)
+        self.captured_bytes = 0  # what this child saved so far (``capture_limit``)
+        self.capture_limit = CAPTURE_LIMIT  # set from the disk by ``configure``
         self.index = _read_index(self.folder) if mode == REPLAY else {}
 
 
 # What one perf child may save of its timed calls: a perf test of large shapes times dozens of calls
 # of hundreds of MB each, and an unbounded capture filled a 64 GB disk during a TileGym baseline (H100).
-# Past it, each further call is unchecked with that reason, on the row.
+# Past it, each further call is unchecked with that reason, on the row. A fixed 4 GB left the perf-only
+# sizes unchecked, the very cases a change wrong only at big sizes needs checked (H200: silu_and_mul's
+# fp32 hidden-8192 case alone saves 8.6 GB): so a third of the disk space free at the start, within
+# these bounds (captures are deleted once judged, ``checkrun.discard_captures``).
 CAPTURE_LIMIT = 4 << 30
+CAPTURE_CEILING = 48 << 30
+
+
+def capture_limit(free_bytes: int) -> int:
+    """What one child may save, given the free bytes of its check folder's disk (pure)."""
+    return max(CAPTURE_LIMIT, min(CAPTURE_CEILING, free_bytes // 3))
 
 
 SETUP: Setup | None = None
@@ -101,6 +112,7 @@ def configure(mode: str, folder: Path, write: Callable[[dict], None] | None = No
     global SETUP
     SETUP = Setup(mode, folder, write)
     SETUP.folder.mkdir(parents=True, exist_ok=True)
+    SETUP.capture_limit = capture_limit(shutil.disk_usage(SETUP.folder).free)
 
 
 def begin_test(nodeid: str) -> None:
@@ -283,8 +295,8 @@ def _save_capture(torch, fn, sampled: Sampled, inputs, snapshot, call: dict) -> 
                                                              else "its result is an input") +
                                 "): only the call after the timer, on restored inputs, is checked")
     size = line["bytes"] + sum(t.numel() * t.element_size() for t in (sampled_out or []) + (after or []))
-    if SETUP.captured_bytes + size > CAPTURE_LIMIT:
-        return {**line, "status": "unchecked", "reason": f"this run's capture limit of {CAPTURE_LIMIT >> 30} GB "
+    if SETUP.captured_bytes + size > SETUP.capture_limit:
+        return {**line, "status": "unchecked", "reason": f"this run's capture limit of {SETUP.capture_limit >> 30} GB "
                                                          f"was reached ({SETUP.captured_bytes >> 20} MB saved)"}
     SETUP.captured_bytes += size
     payload = {"inputs": {p: s.to("cpu") for (p, _t), s in zip(inputs, snapshot)}, "sampled": sampled_out,

@@ -115,7 +115,7 @@ def check_stage(session, stage: Stage, *, run_child, tag: str) -> Stage:
 
 def discard_captures(session, stage: Stage) -> None:
     """Delete a perf run's captured timed calls once judged (the reference's own runs are never
-    checked): they can fill a disk, up to ``checked.CAPTURE_LIMIT`` per child. A mismatch's or a
+    checked): they can fill a disk, up to ``checked.capture_limit`` per child. A mismatch's or a
     tampered capture's stays beside the log as the evidence."""
     if not stage.output or stage.crash is CrashClass.TAMPERED:
         return
@@ -130,10 +130,18 @@ def summary(checks) -> str:
         return ""
     counts = {s: sum(1 for c in checks if c.get("status") == s) for s in ("ok", "mismatch", "unchecked")}
     text = f"checked timed calls: {counts['ok']} ok, {counts['mismatch']} mismatch, {counts['unchecked']} unchecked"
-    unchecked = [c for c in checks if c.get("status") == "unchecked"]
-    if unchecked:
-        text += f" (e.g. {unchecked[0]['case']}: {unchecked[0].get('reason', '')})"
+    why: dict[str, list[str]] = {}  # each reason once, with how many calls and a case it held for
+    for c in checks:
+        if c.get("status") == "unchecked":
+            why.setdefault(_reason_kind(c.get("reason", "")), []).append(str(c.get("case")))
+    if why:
+        text += " (" + "; ".join(f"{len(cases)} {kind}, e.g. {cases[0]}" for kind, cases in why.items()) + ")"
     return text
+
+
+def _reason_kind(reason: str) -> str:
+    """A reason without its run-specific numbers (the MB saved so far), so that alike reasons count together."""
+    return reason.split(" (", 1)[0] if "capture limit" in reason else reason
 
 
 def row_fields(stages) -> dict:
