@@ -131,7 +131,8 @@ def test_whether_the_perf_test_checks_its_timed_calls_is_read_and_said(tilegym_l
     assert target_timing.read(repo, PERF, {}).checked is False
     assert main(["init", "--repo", str(repo), "--kernel", "rms_norm", "--perf-test", PERF]) == 0
     out = capsys.readouterr().out
-    assert "does not check its timed calls" in out and "scaffold-perf --kernel" in out and "--checked" in out
+    assert "does not check its timed calls itself" in out and "checked by the harness" in out
+    assert "scaffold-perf --kernel" in out and "--checked" in out and "warning: the perf test" not in out
 
     # A helper that builds an OutputCheck (the bundled suite's record_benchmark), or check= at the call.
     (tmp_path / "tests").mkdir()

@@ -216,9 +216,12 @@ def checked_line(timing: target_timing.Timing, kernel: str) -> str:
     """Whether the perf test compares its timed calls with a reference, and how to get one that does."""
     if timing.checked:
         return "perf test: checked (the first and last timed calls are compared with the reference on fresh inputs)"
-    return ("warning: the perf test does not check its timed calls: a kernel that does less work only when it is "
-            f"timed is measured as faster; for an agent you do not trust, `cutile-perf scaffold-perf --kernel {kernel} "
-            "--checked` writes a checked one: commit it, then `init --perf-test <that file>`")
+    # The harness checks them (child/checked.py) unless CUTILE_PERF_UNCHECKED is set; the line said
+    # "warning: ... not checked" after that landed, which the H200 run of session 33 showed was stale.
+    return ("perf test: it does not check its timed calls itself; each perf run's are checked by the harness "
+            "(a sampled timed call and a call after the timer, against the base commit's kernel on the same inputs; "
+            "a call it cannot check, such as a backward pass, is named on the row); a test that checks by itself: "
+            f"`cutile-perf scaffold-perf --kernel {kernel} --checked`")
 
 
 def _selection_lines(selections: list[selection.Selection]) -> list[str]:
