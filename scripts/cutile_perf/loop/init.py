@@ -216,8 +216,7 @@ def checked_line(timing: target_timing.Timing, kernel: str) -> str:
     """Whether the perf test compares its timed calls with a reference, and how to get one that does."""
     if timing.checked:
         return "perf test: checked (the first and last timed calls are compared with the reference on fresh inputs)"
-    # The harness checks them (child/checked.py) unless CUTILE_PERF_UNCHECKED is set; the line said
-    # "warning: ... not checked" after that landed, which the H200 run of session 33 showed was stale.
+    # The harness checks them (child/checked.py) unless CUTILE_PERF_UNCHECKED is set.
     return ("perf test: it does not check its timed calls itself; each perf run's are checked by the harness "
             "(a sampled timed call and a call after the timer, against the base commit's kernel on the same inputs; "
             "a call it cannot check, such as a backward pass, is named on the row); a test that checks by itself: "
