@@ -39,8 +39,11 @@ Floor (item 3): each check also reports the bytes the call must move (inputs rea
 and the reference child measures the device's copy bandwidth (``bandwidth``: a large copy for the
 memory behind an L2 flush, a copy that fits in L2 for warm timing; on a CPU, host memory, simulated).
 
-Limits, stated where they show: a timed callable that returns no tensor (a backward pass, an op
-that writes into an argument and returns None) is *unchecked*, and says so; in-place ops have only
+A timed backward pass (a callable that returns nothing and reads a tensor with a ``grad_fn``) is
+checked by its gradients, on the call after the timer only (``checked_backward``).
+
+Limits, stated where they show: another timed callable that returns no tensor (an op that writes
+into an argument and returns None) is *unchecked*, and says so; in-place ops have only
 the call after the timer checked; tensors reached only through objects (an ``nn.Module``'s
 parameters, ``self.x``) are not found, so a callable with none found is unchecked; code in the same
 process that reads this module's state (the kept reference, the counter) can still tell which call
@@ -58,9 +61,12 @@ import os
 import shutil
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
+
+# checked_backward reads this module's helpers at call time only, so the two may import each other.
+from cutile_perf.child import checked_backward
+from cutile_perf.child.copy_bandwidth import bandwidth
 
 CAPTURE = "capture"
 REPLAY = "replay"
@@ -86,6 +92,10 @@ class Setup:
         self.measured = False
         self.captured_bytes = 0  # what this child saved so far (``capture_limit``)
         self.capture_limit = CAPTURE_LIMIT  # set from the disk by ``configure``
+        # This test's timed callables by ordinal, and the last whose result carries a graph (its
+        # forward): a backward call's check rebuilds the graph from it (``checked_backward``).
+        self.callables: dict[int, Callable] = {}
+        self.forward: tuple[int, Callable] | None = None
         self.index = _read_index(self.folder) if mode == REPLAY else {}
 
 
@@ -118,6 +128,7 @@ def configure(mode: str, folder: Path, write: Callable[[dict], None] | None = No
 def begin_test(nodeid: str) -> None:
     if SETUP is not None:
         SETUP.nodeid, SETUP.ordinal = nodeid, 0
+        SETUP.callables, SETUP.forward = {}, None
 
 
 # --- what the timed callable reads ---------------------------------------------------------------
@@ -280,9 +291,13 @@ def _save_capture(torch, fn, sampled: Sampled, inputs, snapshot, call: dict) -> 
                                                          "(tensors held by objects, e.g. a module's parameters)"}
     if sampled.calls == 0:
         return {**line, "status": "unchecked", "reason": "the timer never called the callable"}
+    if any(checked_backward.in_graph(t) for t in kept):
+        SETUP.forward = (call["ordinal"], fn)
+    if not kept and any(checked_backward.in_graph(t) for _p, t in inputs):
+        return _save_backward(torch, fn, inputs, snapshot, line, call)
     if not kept:
-        return {**line, "status": "unchecked", "reason": "the timed call returns no tensor (a backward pass, or an "
-                                                         "op that writes into an argument and returns nothing)"}
+        return {**line, "status": "unchecked", "reason": "the timed call returns no tensor (an op that writes into "
+                                                         "an argument and returns nothing)"}
     changed = [p for (p, t), s in zip(inputs, snapshot) if not torch.equal(t, s)]
     input_ptrs = {t.untyped_storage().data_ptr() for _p, t in inputs}
     aliased = any(t.untyped_storage().data_ptr() in input_ptrs for t in kept)
@@ -295,13 +310,33 @@ def _save_capture(torch, fn, sampled: Sampled, inputs, snapshot, call: dict) -> 
                                                              else "its result is an input") +
                                 "): only the call after the timer, on restored inputs, is checked")
     size = line["bytes"] + sum(t.numel() * t.element_size() for t in (sampled_out or []) + (after or []))
+    payload = {"inputs": {p: s.to("cpu") for (p, _t), s in zip(inputs, snapshot)}, "sampled": sampled_out,
+               "after": after, "call": line}
+    return _store(torch, line, payload, size)
+
+
+def _save_backward(torch, fn, inputs, snapshot, line: dict, call: dict) -> dict:
+    """A timed backward pass: its gradients, from one call after the timer (``checked_backward``)."""
+    forward_ordinal, forward = SETUP.forward or (None, None)
+    found = checked_backward.capture(torch, fn, inputs, snapshot, forward, call["method"])
+    if isinstance(found, str):
+        return {**line, "status": "unchecked", "reason": found}
+    fields, grads = found
+    tensors = [*fields["inputs"].values(), *fields["leaves"].values(), *(g for g in grads if g is not None)]
+    size = sum(t.numel() * t.element_size() for t in tensors)
+    line = {**line, "backward": True, "forward_ordinal": forward_ordinal, "bytes": size,
+            "sampled_note": "a backward pass: the timed calls' gradients accumulate, so only the call after the "
+                            "timer is checked"}
+    return _store(torch, line, {**fields, "sampled": None, "after": grads, "call": line}, size)
+
+
+def _store(torch, line: dict, payload: dict, size: int) -> dict:
+    """Save one checked call within this run's capture limit; the signed report carries its digest."""
     if SETUP.captured_bytes + size > SETUP.capture_limit:
         return {**line, "status": "unchecked", "reason": f"this run's capture limit of {SETUP.capture_limit >> 30} GB "
                                                          f"was reached ({SETUP.captured_bytes >> 20} MB saved)"}
     SETUP.captured_bytes += size
-    payload = {"inputs": {p: s.to("cpu") for (p, _t), s in zip(inputs, snapshot)}, "sampled": sampled_out,
-               "after": after, "call": line}
-    name = f"{hashlib.sha256(json.dumps([call['nodeid'], call['ordinal']]).encode()).hexdigest()[:16]}.pt"
+    name = f"{hashlib.sha256(json.dumps([line['nodeid'], line['ordinal']]).encode()).hexdigest()[:16]}.pt"
     path = SETUP.folder / name
     torch.save(payload, path)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -371,6 +406,7 @@ def _replay(torch, timer, args, kwargs, fn, call: dict):
     if not SETUP.measured and SETUP.write is not None:  # once per reference child: the floor's bandwidth
         SETUP.measured = True
         SETUP.write({"type": "check", "bandwidth": bandwidth(torch)})
+    SETUP.callables[call["ordinal"]] = fn
     line = SETUP.index.get((call["nodeid"], call["ordinal"]))
     if line is not None and line.get("status") == "captured":
         try:
@@ -415,6 +451,11 @@ def compare(torch, expected: list, actual: list) -> str | None:
 def check_against_base(torch, fn, capture: Path, line: dict) -> dict:
     """The base kernel on the captured inputs, compared with the candidate's sampled and after-timer results."""
     payload = torch.load(capture, map_location="cpu", weights_only=True)
+    if payload.get("kind") == "backward":
+        forward = SETUP.callables.get(line.get("forward_ordinal"))
+        return checked_backward.check(torch, fn, forward, payload, {
+            "bytes": line.get("bytes"), "calls": line.get("calls"), "index": line.get("index"), "in_place": False,
+            "l2": line.get("l2"), "method": line.get("method")})
     inputs = tensors_read_by(fn, torch)
     captured = payload["inputs"]
     if [p for p, _t in inputs] != list(captured):
@@ -451,42 +492,3 @@ def check_against_base(torch, fn, capture: Path, line: dict) -> dict:
     checked = "the sampled timed call and the call after the timer" if payload.get("sampled") is not None else \
         "the call after the timer only (in-place op)"
     return {**common, "status": "ok", "reason": checked}
-
-
-# --- bandwidth (the floor) ---------------------------------------------------------------------
-
-
-def bandwidth(torch) -> dict:
-    """Copy bandwidth in GB/s by timing mode: ``flushed`` (a copy far larger than L2: DRAM/HBM) and
-    ``not flushed`` (a copy that fits in L2, repeated). On a CPU (no CUDA): host memory for both,
-    the simulated device of the CPU tests."""
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        l2 = int(getattr(props, "L2_cache_size", 0) or 50 * 2**20)
-        return {"flushed": _copy_gbps(torch, 8 * l2, "cuda", 5), "not flushed": _copy_gbps(torch, l2 // 4, "cuda", 50),
-                "device": props.name}
-    big = _copy_gbps(torch, 64 * 2**20, "cpu", 3)
-    return {"flushed": big, "not flushed": big, "device": "cpu (simulated device)"}
-
-
-def _copy_gbps(torch, nbytes: int, device: str, repeats: int) -> float:
-    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
-    dst = torch.empty_like(src)
-    dst.copy_(src)  # warm-up
-    best = float("inf")
-    for _ in range(3):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(repeats):
-                dst.copy_(src)
-            end.record()
-            end.synchronize()
-            seconds = start.elapsed_time(end) / 1e3
-        else:
-            began = time.perf_counter()
-            for _ in range(repeats):
-                dst.copy_(src)
-            seconds = time.perf_counter() - began
-        best = min(best, seconds / repeats)
-    return 2 * nbytes / best / 1e9  # read and write

@@ -1,5 +1,5 @@
 """The physics floor of a checked timed call (pure): the bytes its tensors must move over the copy
-bandwidth measured on that GPU (``child.checked.bandwidth``); a record below it is ``implausible``."""
+bandwidth measured on that GPU (``child.copy_bandwidth.bandwidth``); a record below it is ``implausible``."""
 from __future__ import annotations
 
 # A record below (bytes that must move / measured bandwidth) divided by this is implausible: the copy
