@@ -38,7 +38,7 @@ def _first_time(marker: str, text: str = "") -> bool:
 def die_once(payload: dict) -> dict:
     """Kills its own worker process on its first run (the worker dies mid-task), then succeeds."""
     _note_run(payload)
-    if _first_time(payload["marker"]):
+    if payload.get("marker") and _first_time(payload["marker"]):
         os.kill(os.getpid(), signal.SIGKILL)
     return {"value": payload["value"]}
 
@@ -54,7 +54,7 @@ def hang_once(payload: dict) -> dict:
     _note_run(payload)
     import ray  # only in the Ray tests
 
-    if _first_time(payload["marker"] + ".once"):
+    if payload.get("marker") and _first_time(payload["marker"] + ".once"):
         Path(payload["marker"] + ".tmp").write_text(ray.get_runtime_context().get_actor_name(), encoding="utf-8")
         os.replace(payload["marker"] + ".tmp", payload["marker"])  # whole, or not there
         time.sleep(120)

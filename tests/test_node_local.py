@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from cutile_perf.errors import UsageError
 from cutile_perf.node import run_tasks
 from cutile_perf.node.gpus import Gpu
 from cutile_perf.node.local import run_local
@@ -44,10 +45,11 @@ def test_a_worker_killed_mid_task_has_its_task_rerun_and_recorded_once(tmp_path)
     runs = tmp_path / "runs"
     tasks = {"dies": {"value": 0, "marker": str(tmp_path / "marker"), "runs": str(runs)}}
     tasks |= {f"t{i}": {"value": i, "runs": str(runs)} for i in range(1, 4)}
-    out = run_local({"dies": tasks.pop("dies")}, "node_tasks:die_once", TWO, tmp_path / "a")
+    out = run_local(tasks, "node_tasks:die_once", TWO, tmp_path / "a")
     assert out["dies"]["status"] == "ok" and out["dies"]["attempt"] == 2
-    assert _runs(runs) == ["0", "0"]  # ran twice (the first run died), recorded once
-    assert len(list((tmp_path / "a" / "done").iterdir())) == 1
+    assert all(out[f"t{i}"]["status"] == "ok" and out[f"t{i}"]["attempt"] == 1 for i in range(1, 4))
+    assert sorted(_runs(runs)) == ["0", "0", "1", "2", "3"]  # "dies" ran twice (the first run died)
+    assert sorted(p.name for p in (tmp_path / "a" / "done").iterdir()) == [f"{k}.json" for k in sorted(tasks)]
 
 
 def test_a_task_that_always_kills_its_worker_is_reported_lost_not_dropped(tmp_path):
@@ -59,8 +61,6 @@ def test_a_task_that_always_kills_its_worker_is_reported_lost_not_dropped(tmp_pa
 
 
 def test_run_tasks_local_refuses_mixed_models_before_starting_any_worker(tmp_path):
-    from cutile_perf.errors import UsageError
-
     listing = "0, NVIDIA H100, GPU-a\n1, NVIDIA A100, GPU-b\n"
     with pytest.raises(UsageError, match="2 models"):
         run_tasks(engine="local", spec="node_tasks:echo", tasks={"a": {"value": 1}}, wanted="all",
@@ -69,7 +69,5 @@ def test_run_tasks_local_refuses_mixed_models_before_starting_any_worker(tmp_pat
 
 
 def test_run_tasks_refuses_an_unknown_engine(tmp_path):
-    from cutile_perf.errors import UsageError
-
     with pytest.raises(UsageError, match="local, ray"):
         run_tasks(engine="dask", spec="node_tasks:echo", tasks={}, wanted="1", root=tmp_path)
