@@ -47,13 +47,14 @@ def run_local(tasks: Mapping[str, dict], spec: str, gpus: Sequence[Gpu], root: P
     workers = {name: _start(folder.root, name, gpu, spec) for name, gpu in names.items()}
     try:
         while folder.outstanding(tasks):
-            for name, proc in workers.items():
-                if proc.poll() is None:
-                    continue
-                folder.release(name, max_attempts)  # a dead worker's claims: re-queued or lost, never dropped
-                if folder.waiting():
-                    workers[name] = _start(folder.root, name, names[name], spec)
-            if all(p.poll() is not None for p in workers.values()) and not folder.waiting():
+            # One snapshot of the dead: each has its claims released before anything is judged
+            # stranded (a worker that dies after the snapshot is seen on the next turn).
+            dead = [name for name, proc in workers.items() if proc.poll() is not None]
+            for name in dead:
+                folder.release(name, max_attempts)  # re-queued or recorded lost, never dropped
+            for name in dead[:folder.waiting()]:
+                workers[name] = _start(folder.root, name, names[name], spec)
+            if len(dead) == len(workers) and not folder.waiting():
                 _record_stranded(folder, tasks)
                 break
             time.sleep(poll_s)
