@@ -2,11 +2,12 @@
 worker killed mid-task re-queued or reported. No GPU needed: the "GPUs" are CUDA_VISIBLE_DEVICES values."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
-from cutile_perf.errors import UsageError
+from cutile_perf.errors import EXIT_REFUSED, EnvMissing, UsageError
 from cutile_perf.node import run_tasks
 from cutile_perf.node.gpus import Gpu
 from cutile_perf.node.local import run_local
@@ -71,3 +72,10 @@ def test_run_tasks_local_refuses_mixed_models_before_starting_any_worker(tmp_pat
 def test_run_tasks_refuses_an_unknown_engine(tmp_path):
     with pytest.raises(UsageError, match="local, ray"):
         run_tasks(engine="dask", spec="node_tasks:echo", tasks={}, wanted="1", root=tmp_path)
+
+
+def test_the_ray_engine_without_ray_installed_is_one_line_and_exit_3(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails as where the extra is not installed
+    with pytest.raises(EnvMissing) as err:
+        run_tasks(engine="ray", spec="node_tasks:echo", tasks={"a": {"value": 1}}, wanted="1", root=tmp_path)
+    assert err.value.exit_code == EXIT_REFUSED and "pip install 'cutile-perf[ray]'" in err.value.hint

@@ -62,3 +62,13 @@ def test_an_op_whose_worker_failed_is_a_row_that_says_so(tmp_path):
     row = survey_spread._row(tmp_path, kernel, {"status": "lost", "error": "its worker died 2 time(s)"})
     assert row.kernel == "src/op.py" and row.problem == "its worker failed: its worker died 2 time(s)"
     assert not row.drivable
+
+
+def test_one_gpu_on_the_local_engine_starts_no_worker(two_op_repo, capsys, monkeypatch):
+    # The default path stays in this process: no pool, no process hop (issue 41: nothing slower on one GPU).
+    def no_pool(*args, **kwargs):
+        raise AssertionError("the one-GPU survey built a worker pool")
+
+    monkeypatch.setattr(survey_spread, "spreader", no_pool)
+    code, data, _ = cli(capsys, two_op_repo, "--gpus", "1")
+    assert code == 0 and data["summary"]["ops"] == 2

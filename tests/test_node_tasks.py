@@ -69,3 +69,11 @@ def test_a_claim_whose_result_is_already_recorded_is_not_requeued(tmp_path):
 def test_a_task_id_is_a_plain_file_name(tmp_path, bad):
     with pytest.raises(ValueError, match="plain file name"):
         TaskDir(tmp_path).submit(bad, {})
+
+
+def test_a_claimed_task_is_not_offered_to_another_worker(tmp_path):
+    # The claim moves the file out of the queue: a second worker (another process: another TaskDir) finds nothing.
+    TaskDir(tmp_path).submit("a", {})
+    assert TaskDir(tmp_path).claim("w0")["id"] == "a"
+    assert TaskDir(tmp_path).claim("w1") is None
+    assert (tmp_path / "claimed" / "w0" / "a.json").exists()

@@ -8,6 +8,7 @@ that exits while the queue still holds work, or that died holding a claim, has i
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -24,7 +25,7 @@ PACKAGE_PARENT = Path(__file__).resolve().parents[2]  # this cutile_perf, not an
 def worker_env(gpu: Gpu) -> dict[str, str]:
     """A worker's environment: ours, with its one GPU visible and this package importable first."""
     path = [str(PACKAGE_PARENT), knobs.pythonpath()]
-    return knobs.child_env(CUDA_VISIBLE_DEVICES=gpu.device, PYTHONPATH=":".join(p for p in path if p))
+    return knobs.child_env(CUDA_VISIBLE_DEVICES=gpu.device, PYTHONPATH=os.pathsep.join(p for p in path if p))
 
 
 def _start(root: Path, name: str, gpu: Gpu, spec: str) -> subprocess.Popen:
