@@ -3,7 +3,7 @@
     __main__, cli                  the command line: parse, dispatch, print, exit
     commands                       one module a subcommand, each a thin call into a library
     loop, pytest_plugin            the loop (the iteration transaction, batches, budgets, views); the child's plugin
-    kernel, tune, tileir           kernel analysis and compile-check, autotuning, Triton-TileIR
+    kernel, tune, tileir, node     kernel analysis and compile-check, autotuning, Triton-TileIR; work over a node's GPUs
     child, skill                   pytest children (processes, checkouts, stages, records); the shipped skill
     store, bench                   durable state (atomic files, log and its history, git, settings, caches); timing
     judge                          decision rules, statistics, crash classes (pure)
@@ -30,7 +30,7 @@ LAYERS = {
     "judge": 2,
     "store": 3, "bench": 3,
     "child": 4, "skill": 4,
-    "kernel": 5, "tune": 5, "tileir": 5,
+    "kernel": 5, "tune": 5, "tileir": 5, "node": 5,
     "loop": 6, "pytest_plugin": 6,
     "commands": 7,
     "cli": 8,

@@ -124,12 +124,17 @@ def _add_survey(subparsers) -> None:
     p.add_argument("--markdown", action="store_true", help="print the table as markdown")
     p.add_argument("--logs", type=Path, help="keep the pytest logs in this folder (default: a temporary one)")
     p.add_argument("--budget", type=float, help="seconds for the whole survey; ops reached later are listed as not done")
+    p.add_argument("--gpus", default="1", metavar="N|all",
+                   help="ops spread over a worker per GPU, each seeing one GPU (default 1: this process, --jobs threads)")
+    p.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="workers on this node (local, default) or a Ray actor per GPU of a Ray cluster (the ray extra)")
 
     def run(a: argparse.Namespace) -> Outcome:
         from cutile_perf.commands.survey import survey  # noqa: PLC0415 - loaded on use: --help and other commands start fast
 
         return survey(repo=a.repo, run=a.run, timeout_s=a.timeout, sample=a.sample, jobs=a.jobs, under=a.under,
-                      markdown=a.markdown, logs=a.logs, budget_s=a.budget, ops=tuple(a.op))
+                      markdown=a.markdown, logs=a.logs, budget_s=a.budget, ops=tuple(a.op), gpus=a.gpus,
+                      engine=a.engine)
 
     p.set_defaults(handler=run)
 

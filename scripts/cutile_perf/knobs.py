@@ -293,6 +293,11 @@ def cuda_env_conflicts() -> dict[str, str]:
     return {k: os.environ[k] for k in ("CUDA_ROOT", "CUDA_HOME", "CUDA_PATH") if os.environ.get(k)}
 
 
+def visible_devices() -> str | None:
+    """CUDA_VISIBLE_DEVICES as set (None when unset): the GPUs this node offers its workers (node/gpus.py)."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
 def child_env(**overrides: str) -> dict[str, str]:
     """A copy of the environment for a child process, with ``overrides`` applied."""
     env = dict(os.environ)

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from cutile_perf.kernel import kernel_scan
@@ -100,6 +100,18 @@ class OpRow:
                 "needs_cuda": self.needs_cuda,
                 "selections": {w: s.to_dict() for w, s in self.selections.items()},
                 "runs": {w: vars(r) for w, r in self.runs.items()}}
+
+
+    def to_data(self) -> dict:
+        """Everything in the row, as JSON-able data ``from_data`` rebuilds it from (a worker's
+        result crosses a process or a host: ``loop.survey_spread``)."""
+        return asdict(self)
+
+    @classmethod
+    def from_data(cls, data: dict) -> OpRow:
+        sels = {w: selection.Selection(**{**s, "argv": tuple(s["argv"]), "node_ids": tuple(s["node_ids"])})
+                for w, s in data["selections"].items()}
+        return cls(**{**data, "selections": sels, "runs": {w: RunSummary(**r) for w, r in data["runs"].items()}})
 
 
 def _session_for(root: Path, kernel_rel: str, test_rel: str, perf_rel: str | None) -> session_mod.Session:
@@ -289,8 +301,10 @@ def survey_op(root: Path, kernel: Path, *, run: bool, timeout_s: float, sample: 
 
 def survey(root: Path, *, run: bool = False, timeout_s: float = 300.0, sample: int = 0, jobs: int = 1,
            under: str | None = None, log_dir: Path | None = None, budget_s: float | None = None,
-           progress: Callable[[OpRow], None] | None = None, ops: tuple[str, ...] = ()) -> list[OpRow]:
-    """One row per op file, in path order. ``under`` keeps kernel files below that repo-relative folder,
+           progress: Callable[[OpRow], None] | None = None, ops: tuple[str, ...] = (),
+           spread: Callable[[list[Path]], list[OpRow]] | None = None) -> list[OpRow]:
+    """One row per op file, in path order. ``spread``: what surveys the chosen op files instead of
+    this process's threads (a worker per GPU, ``loop.survey_spread``); it returns rows in their order. ``under`` keeps kernel files below that repo-relative folder,
     ``ops`` those whose file name (without ``.py``) is one of them.
 
     ``budget_s`` bounds the whole survey: each child's timeout is capped by what is left, and ops
@@ -311,6 +325,12 @@ def survey(root: Path, *, run: bool = False, timeout_s: float = 300.0, sample: i
     if not kernels:
         raise UsageError(f"no cuTile kernel files (defining @ct.kernel) under {root}/src/**/cutile/"
                          + (f" below {under}" if under else ""), "is this a TileGym-shaped repository?")
+
+    if spread is not None:
+        rows = spread(kernels)
+        for row in rows if progress else ():
+            progress(row)
+        return rows
 
     def one(kernel: Path, logs: Path) -> OpRow:
         row = survey_op(root, kernel, run=run, timeout_s=timeout_s, sample=sample, log_dir=logs, budget=budget,

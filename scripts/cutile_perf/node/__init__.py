@@ -1,0 +1,34 @@
+"""Work spread over a node's GPUs, or a Ray cluster's: GPU discovery, a task folder claimed by rename,
+one worker per GPU (the local engine, the default, needs nothing), and the Ray engine (optional extra).
+
+Only independent work is spread (each screened candidate's rounds, other ops); a comparison stays
+on the one GPU its worker sees. ``run_tasks`` is the one entry: an engine name, the task function
+(``"module:function"``), the tasks; it returns one result per task.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from cutile_perf.errors import UsageError
+from cutile_perf.node import gpus as gpus_mod
+from cutile_perf.node import ray_engine
+from cutile_perf.node.local import run_local
+
+ENGINES = ("local", "ray")
+
+
+def run_tasks(*, engine: str, spec: str, tasks: Mapping[str, dict], wanted: str, root: Path,
+              visible: str | None = None, listing: str | None = None) -> dict[str, dict]:
+    """Every task run once on one worker of ``engine`` (``--gpus`` is ``wanted``); ``visible`` and
+    ``listing`` (CUDA_VISIBLE_DEVICES, nvidia-smi's listing) are the local engine's view of the node."""
+    if engine == "local":
+        listing = gpus_mod.smi_listing() if listing is None else listing
+        chosen = gpus_mod.pick(gpus_mod.discover(visible, listing), wanted)
+        return run_local(tasks, spec, chosen, root)
+    if engine == "ray":
+        ray = ray_engine.import_ray()  # only here: the extra is optional
+        if not ray.is_initialized():
+            ray.init(namespace=ray_engine.NAMESPACE)
+        return ray_engine.run_ray(tasks, spec, ray_engine.cluster_gpus(ray.cluster_resources(), wanted), root)
+    raise UsageError(f"--engine is one of {', '.join(ENGINES)}, not {engine!r}")
