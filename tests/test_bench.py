@@ -6,6 +6,7 @@ import contextlib
 import pytest
 
 from cutile_perf import bench
+from cutile_perf.bench import profiler
 
 
 @pytest.mark.parametrize(
@@ -129,8 +130,8 @@ def test_device_span_skips_the_lead_kernels_and_spans_the_calls_own():
     # event ignored.
     prof = types.SimpleNamespace(events=lambda: [event(141, 200), event(0, 40), event(205, 260), event(40, 140),
                                                  event(0, 500, device="DeviceType.CPU")])
-    assert bench._device_span_ms(prof, 2) == pytest.approx(0.119)
-    assert bench._device_span_ms(prof, 4) is None  # nothing of the call left
+    assert profiler._device_span_ms(prof, 2) == pytest.approx(0.119)
+    assert profiler._device_span_ms(prof, 4) is None  # nothing of the call left
 
 
 @pytest.mark.gpu
@@ -173,11 +174,11 @@ def test_cupti_samples_are_the_sum_tilegyms_cupti_timer_takes():
 
     op()
     torch.cuda.synchronize()
-    kernels, _ = bench._profile_call(torch, op, None, flush_outside=True)
+    kernels, _ = profiler._profile_call(torch, op, None, flush_outside=True)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         op()
         torch.cuda.synchronize()
-    ours = bench._kernel_sum_ms(bench._call_kernels(prof, 0))
+    ours = profiler._kernel_sum_ms(profiler._call_kernels(prof, 0))
     tilegym = sum(e.self_device_time_total for e in prof.key_averages() if e.self_device_time_total > 0) / 1e3
     assert len(kernels) >= 3 and ours == pytest.approx(tilegym, rel=1e-6), (ours, tilegym)
 
@@ -480,7 +481,7 @@ def test_graph_warm_replays_back_to_back_calls_and_reports_per_call(monkeypatch)
 def test_cupti_sample_without_device_work_is_an_error_not_zero(monkeypatch):
     device = _FakeDevice()
     with pytest.raises(RuntimeError, match="no device work"):
-        bench._profiled(device.torch, lambda: None, 3, None)
+        profiler.profiled_samples(device.torch, lambda: None, 3, None)
 
 
 def test_profiled_samples_check_their_first_and_last_call():
@@ -498,7 +499,7 @@ def test_profiled_samples_check_their_first_and_last_call():
 
     check = bench.OutputCheck((x,), lambda: x * 2.0, lambda a, e: torch.testing.assert_close(a, e))
     with pytest.raises(bench.WrongWhenTimed, match="timed call 4 of 4"):
-        bench._profiled(device.torch, stale, 4, None, check)
+        profiler.profiled_samples(device.torch, stale, 4, None, check)
 
 
 @pytest.mark.parametrize("estimate_ms, unroll", [

@@ -53,3 +53,36 @@ def test_every_help_ends_with_the_one_generated_exit_code_table():
     assert parser.format_help().endswith(table)
     for name, sub in action.choices.items():
         assert sub.format_help().endswith(table), name
+
+
+# --- dispatch: one table, modules loaded on use (cli/subcommand.py) -------------------------------
+
+
+def _every_argument_at_its_default(sub: argparse.ArgumentParser) -> argparse.Namespace:
+    return argparse.Namespace(**{a.dest: a.default for a in sub._actions if a.dest != "help"})
+
+
+@pytest.mark.parametrize("name", cli.subcommand_names())
+def test_each_subcommand_runs_a_command_function_that_takes_its_keywords(name):
+    # The table names each command by string; a typo in a module, function or keyword would only
+    # surface when an agent ran that command. Resolve each one and bind its keywords here.
+    import importlib
+    import inspect
+
+    sub = cli.subcommand_parsers(cli.build_parser())[name]
+    handler = sub.get_default("handler")
+    command, keywords = handler.args
+    function = getattr(importlib.import_module(f"cutile_perf.commands.{command}"), command)
+    inspect.signature(function).bind(**keywords(_every_argument_at_its_default(sub)))
+
+
+def test_building_the_parser_and_help_load_no_command_module():
+    # --help and every command start fast: a command's module (git, yaml, jinja2, the loop) is
+    # imported only when that command runs.
+    code = ("import sys, contextlib, io\nfrom cutile_perf import cli\ncli.build_parser()\n"
+            "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+            "    cli.main(['status', '--help'])\n"
+            "print(sorted(m for m in sys.modules if m.startswith('cutile_perf.commands.') or m in ('git', 'torch')))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -135,6 +135,38 @@ def _child(tmp_path: Path, files: dict[str, str]) -> runreport.RunReport:
     return parsed
 
 
+def test_every_timing_function_of_the_bench_package_is_watched_where_its_callers_look_it_up():
+    # bench is a package (issue 40): a function in bench.profiler or bench.checked_calls is called
+    # through that module's own globals, so a patch there is seen only if that module is watched,
+    # and one of bench's own names only if bench's entry lists what it imported.
+    import inspect
+
+    from cutile_perf import bench
+    from cutile_perf.bench import checked_calls, profiler
+    from cutile_perf.pytest_plugin.identity import WATCHED
+
+    before_timing = {"warm_up_profiler", "prepare_profiler_without_context"}  # set-up, nothing timed
+    for module in (profiler, checked_calls):
+        defined = {name for name, value in vars(module).items()
+                   if (inspect.isfunction(value) or inspect.isclass(value)) and value.__module__ == module.__name__}
+        assert defined - before_timing <= set(WATCHED.get(module.__name__, ())), module.__name__
+    imported = {name for name, value in vars(bench).items()
+                if callable(value) and getattr(value, "__module__", "").startswith("cutile_perf.bench.")}
+    assert imported - before_timing <= set(WATCHED["cutile_perf.bench"])
+
+
+def test_a_patch_inside_a_bench_submodule_is_found(tmp_path):
+    parsed = _child(tmp_path, {"test_a.py": '''
+        from cutile_perf.bench import profiler
+
+        profiler._kernel_sum_ms = lambda kernels: 0.001  # every CUPTI sample 1 us
+
+        def test_nothing():
+            pass
+    '''})
+    assert any("cutile_perf.bench.profiler._kernel_sum_ms was replaced" in f for f in parsed.tampered), parsed.tampered
+
+
 def test_an_honest_run_has_no_finding_and_a_test_that_restores_its_patch_passes(tmp_path):
     parsed = _child(tmp_path, {"test_a.py": '''
         import statistics, time

@@ -5,7 +5,7 @@ module replaces ``torch.cuda.Event.elapsed_time`` (what ``cutile_perf.bench`` re
 from) by a version that returns half the time. Every name is built at run time
 (``__import__`` of a joined string, ``getattr``/``setattr`` with computed names), so no line reads
 as an assignment to a timing attribute and ``kernel/probes.py`` finds nothing.
-Defence: the pytest plugin's timer identity check (scripts/cutile_perf/pytest_plugin.py, ``WATCHED``
+Defence: the pytest plugin's timer identity check (scripts/cutile_perf/pytest_plugin/identity.py, ``WATCHED``
 includes ``torch.cuda.Event.elapsed_time``): identities are taken before the kernel is imported
 and compared after collection and at the end of the session; a replacement is a ``tampered`` line
 in the run report, the row a crash ``tampered``. (Second line: the halved event times no longer

@@ -52,24 +52,12 @@ Why it is done this way:
   ends with a device-wide synchronize. No mode counts host work as device time: a candidate that
   computes on the CPU and copies the result shows only the copy under CUPTI (as under the target's
   CUPTI timer), and under events only as long as the GPU waits for it.
-* **A device-time witness beside the samples.** After the samples, ``bench`` profiles
-  ``WITNESS_CALLS`` more calls with ``torch.profiler`` (CUPTI) and keeps the median of one call's
-  device time, as ``device_ms`` in the record. In the event modes that is the span of the call's
-  kernels (first kernel start to last kernel end; ``graph-warm``: of one replay, over its calls),
-  each call queued behind the flush as the timed calls are: events bracket everything the call
-  queues, so an honest median is never much below that span. In the CUPTI modes it is the samples'
-  own quantity (sum of kernel durations, flushed the same way) taken again after them: a span would
-  include the gaps the samples leave out and flag an honest op of several kernels. A record that
-  claims much less (``judge.rules.witness_shortfall``) had its timer or its arithmetic tampered with
-  in a way the plugin's identity check cannot see (one ``Event`` object patched, a patch applied
-  and undone around the samples), and the harness calls the stage ``tampered``. Both numbers come
-  from the same process: a candidate that rewrites CUPTI's buffers or the driver in native code
-  defeats both (``docs/design.md``, "Limits").
-* **Checked calls.** With ``check=OutputCheck(inputs, reference, compare)``, the first and the last
-  timed sample run on fresh input values (each input tensor's values permuted in place, so shapes,
-  addresses and value distributions stay, the numbers do not) and their results are compared with
-  ``reference()`` after the samples. A kernel that does less work only when timed (counted calls,
-  a context it detects) fails the perf test instead of being timed as faster (``WrongWhenTimed``).
+* **A device-time witness beside the samples** (``bench.profiler``): after the samples, a few more
+  calls are profiled with CUPTI; a record that claims much less than their device time had its
+  timer or arithmetic tampered with.
+* **Checked calls** (``bench.checked_calls``): with ``check=OutputCheck(...)``, the first and the
+  last timed sample run on fresh inputs and their results are compared with a reference
+  (``WrongWhenTimed`` when they differ).
 * **Raw samples, median downstream.** Timings have a long right tail (preemption, clock changes),
   so decisions use the median and its confidence interval (``stats.median_ci``/``ratio_ci``); the
   mean is reported only because TileGym's record has it. With >= 10 samples the median's 95 %
@@ -80,12 +68,20 @@ Torch is imported lazily: the pure planning functions run on machines without to
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cutile_perf import knobs
-from cutile_perf.judge import stats
+from cutile_perf.bench.checked_calls import OutputCheck, WrongWhenTimed, clone, compare_checked, fresh_inputs
+from cutile_perf.bench.profiler import (WITNESS_CALLS, device_time_ms, prepare_profiler_without_context,
+                                        profiled_samples, warm_up_profiler)
 from cutile_perf.errors import EnvMissing
+from cutile_perf.judge import stats
+
+__all__ = ["CUPTI_MAX_SAMPLES", "MODES", "WITNESS_CALLS", "HiddenDeviceWork", "Measurement", "OutputCheck",
+           "WrongWhenTimed", "bench", "bench_record", "check_mode", "device_time_ms", "flush_bytes", "graph_unroll",
+           "hidden_work", "measure", "plan_counts", "prepare_profiler_without_context", "sample_bounds",
+           "warm_up_profiler"]
 
 MODES = knobs.BENCH_MODES  # cold, warm, graph, graph-warm, cupti, cupti-warm
 # Per mode: what a sample times ("events" around each call, "graph" replays timed by events,
@@ -107,8 +103,6 @@ HIDDEN_WORK_FRACTION = 0.25  # excess host time, as a fraction of the batch's ev
 HIDDEN_WORK_SLACK_MS = 1.0  # ...plus this, allowed for the sync round trips and scheduling
 
 
-WITNESS_CALLS = 3  # calls profiled for the device-time witness (median of their device times)
-
 # graph-warm: one replay runs back-to-back calls for about this much device time, as TileGym's
 # cudagraph timer unrolls rep/10 ms of calls (50 ms / 10 by default) into one graph, so the replay's
 # own launch and its event pair (microseconds) are spread over thousands of microseconds.
@@ -121,44 +115,6 @@ CUPTI_MAX_SAMPLES = 100
 
 class HiddenDeviceWork(RuntimeError):
     """``fn`` left device work running that the timing events did not cover (e.g. a side stream)."""
-
-
-class WrongWhenTimed(AssertionError):
-    """A timed call's result differs from the reference: the kernel behaves differently when timed.
-
-    An ``AssertionError``, so the perf test fails as a test (pytest shows the comparison)."""
-
-
-@dataclass(frozen=True)
-class OutputCheck:
-    """What ``bench`` needs to check the timed calls' results (module docstring, "Checked calls").
-
-    ``inputs``: the tensors ``fn`` reads; their values are permuted in place before a checked call.
-    ``reference()``: the expected result for the inputs' current values (computed before the call).
-    ``compare(actual, expected)``: raises ``AssertionError`` when they differ (the test's tolerance).
-    """
-
-    inputs: Sequence[object]
-    reference: Callable[[], object]
-    compare: Callable[[object, object], None]
-
-    def refresh(self, torch) -> None:
-        """New values for every input tensor: a random permutation of its own values."""
-        for tensor in self.inputs:
-            if isinstance(tensor, torch.Tensor) and tensor.numel() > 1:
-                order = torch.randperm(tensor.numel(), device=tensor.device)
-                tensor.copy_(tensor.reshape(-1)[order].reshape(tensor.shape))
-
-
-def _clone(torch, value):
-    """A copy of a call's result that the next call cannot overwrite (graph outputs are reused)."""
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, (tuple, list)):
-        return type(value)(_clone(torch, v) for v in value)
-    if isinstance(value, dict):
-        return {k: _clone(torch, v) for k, v in value.items()}
-    return value
 
 
 def hidden_work(host_ms: float, event_ms: float, *, fraction: float = HIDDEN_WORK_FRACTION,
@@ -249,25 +205,6 @@ def _graph_replay(torch, fn: Callable[[], object], calls: int = 1) -> Callable[[
     return replay
 
 
-def _fresh_inputs(torch, check: OutputCheck | None, index: int, count: int):
-    """Checked calls (module docstring): before the first and the last of ``count`` calls, new input
-    values and the reference's result for them; None for every other call."""
-    if check is None or index not in (0, count - 1):
-        return None
-    check.refresh(torch)
-    return check.reference()
-
-
-def _compare_checked(check: OutputCheck | None, checked: list, count: int) -> None:
-    """Compare the checked calls' results (after the samples' one synchronize)."""
-    for index, actual, expected in checked:
-        try:
-            check.compare(actual, expected)
-        except AssertionError as exc:
-            raise WrongWhenTimed(f"timed call {index + 1} of {count} (fresh inputs) differs from the reference: "
-                                 f"{str(exc).strip()[:300]}") from None
-
-
 def _timed(torch, call, count: int, flush_buf, check: OutputCheck | None = None) -> list[float]:
     """``count`` event-timed calls; the flush (if any) is enqueued before the start event. With
     ``check``, the first and last calls run on fresh inputs and their results are compared after the
@@ -276,163 +213,17 @@ def _timed(torch, call, count: int, flush_buf, check: OutputCheck | None = None)
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
     checked = []
     for index, (start, end) in enumerate(zip(starts, ends)):
-        expected = _fresh_inputs(torch, check, index, count)
+        expected = fresh_inputs(torch, check, index, count)
         if flush_buf is not None:
             flush_buf.zero_()
         start.record()
         result = call()
         end.record()
         if expected is not None:
-            checked.append((index, _clone(torch, result), expected))
+            checked.append((index, clone(torch, result), expected))
     torch.cuda.synchronize()
-    _compare_checked(check, checked, count)
+    compare_checked(check, checked, count)
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
-
-
-def _call_kernels(prof, lead_kernels: int) -> list[tuple[float, float]]:
-    """(start, end) in us of one profiled call's device work (kernels, copies, memsets): the profile's
-    device events after the ``lead_kernels`` queued ahead of the call, less any that began before
-    those ended."""
-    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
-                   if str(getattr(e, "device_type", "")).endswith("CUDA") and getattr(e, "time_range", None))
-    lead, own = spans[:lead_kernels], spans[lead_kernels:]
-    cut = max((end for _s, end in lead), default=float("-inf"))
-    return [(start, end) for start, end in own if start >= cut]
-
-
-def _span_ms(kernels: list[tuple[float, float]]) -> float | None:
-    """First kernel's start to last kernel's end (ms); None without a kernel."""
-    if not kernels:
-        return None
-    return (max(end for _s, end in kernels) - min(start for start, _e in kernels)) / 1e3
-
-
-def _kernel_sum_ms(kernels: list[tuple[float, float]]) -> float | None:
-    """Sum of the kernels' own durations (ms); None without a kernel."""
-    if not kernels:
-        return None
-    return sum(end - start for start, end in kernels) / 1e3
-
-
-def _device_span_ms(prof, lead_kernels: int) -> float | None:
-    """One profiled call's device time: from the first kernel after the ``lead_kernels`` queued ahead
-    of it to the last kernel's end (ms); None when the profile holds no kernel of the call."""
-    return _span_ms(_call_kernels(prof, lead_kernels))
-
-
-def _profile_call(torch, call, flush_buf, *, flush_outside: bool) -> tuple[list[tuple[float, float]], object]:
-    """(the call's device work as (start, end) us, its result) from one ``torch.profiler`` session
-    that ends with a device-wide synchronize, so work on any stream is in it.
-
-    ``flush_outside``: flush and synchronize before the session starts, as TileGym's CUPTI timer
-    does (the CUPTI modes: the profile holds the call alone); otherwise the flush is queued inside
-    the session right ahead of the call, as the event-timed calls are queued behind it (the
-    witness of the event modes), and left out of the call's kernels."""
-    profiler = torch.profiler
-    torch.cuda.synchronize()
-    if flush_buf is not None and flush_outside:
-        flush_buf.zero_()
-        torch.cuda.synchronize()
-    with profiler.profile(activities=[profiler.ProfilerActivity.CUDA]) as prof:
-        if flush_buf is not None and not flush_outside:
-            flush_buf.zero_()
-        result = call()
-        torch.cuda.synchronize()
-    lead_kernels = 1 if flush_buf is not None and not flush_outside else 0
-    return _call_kernels(prof, lead_kernels), result
-
-
-def _profiled(torch, call, count: int, flush_buf, check: OutputCheck | None = None) -> list[float]:
-    """``count`` CUPTI samples (the cupti modes): per call the sum of its kernels' durations (ms).
-
-    Sum, not span, because that is what the target's CUPTI timer reports (TileGym sums the
-    profile's ``self_device_time_total``): gaps between one call's kernels are not counted, and
-    kernels on two streams that overlap count twice, as there. Checked calls as in ``_timed``."""
-    samples, checked = [], []
-    for index in range(count):
-        expected = _fresh_inputs(torch, check, index, count)
-        kernels, result = _profile_call(torch, call, flush_buf, flush_outside=True)
-        sample = _kernel_sum_ms(kernels)
-        if sample is None:
-            raise RuntimeError("CUPTI saw no device work in a profiled call: fn launched no kernel, or CUPTI "
-                               "(libcupti) is not available to torch.profiler here; time with an events mode")
-        samples.append(sample)
-        if expected is not None:
-            checked.append((index, _clone(torch, result), expected))
-    _compare_checked(check, checked, count)
-    return samples
-
-
-def warm_up_profiler() -> bool:
-    """Run one tiny ``torch.profiler`` session with CUDA activity, so that the process's first one
-    (CUPTI and the profiler's own set-up: seconds, measured in ``docs/results/2026-12-02-h200-speed.md``,
-    section 1) is not paid by a record's witness or a CUPTI-timed sample. A pre-started perf
-    child calls it while it waits for the correctness run (``pytest_plugin.Gate``); it times
-    nothing and leaves nothing behind. Returns whether a session ran."""
-    try:
-        torch = _torch()
-        if not torch.cuda.is_available():
-            return False
-        probe = torch.zeros(1, device="cuda")
-        profiler = torch.profiler
-        with profiler.profile(activities=[profiler.ProfilerActivity.CUDA]) as prof:
-            probe.add_(1)
-            torch.cuda.synchronize()
-        prof.events()  # the results' first conversion is part of the one-off cost
-        return True
-    except Exception:  # noqa: BLE001 - a warm-up that cannot run changes nothing: the record pays it instead
-        return False
-
-
-def prepare_profiler_without_context() -> bool:
-    """Pay most of the profiler's one-off set-up with a CPU-only ``torch.profiler`` session, which
-    makes no CUDA context: a perf child started ahead of its turn calls it while it waits
-    (``child.warmstart``), where no CUDA context may exist yet. The session makes no context
-    (``torch.cuda.is_initialized`` stays false, ``nvidia-smi`` does not list the process), and the
-    process's first CUDA profile afterwards is nearly free (``benchmarks/profiler_warmup.py``; the
-    figures are in ``docs/results/2026-12-02-h200-speed.md``, section 9). It does initialize the CUDA
-    driver (``cuInit``, no context; same document, section 12), which is why ``child.warmstart``
-    checks its preloads before it. Returns whether
-    the session ran; one that cannot run changes nothing (the first witness pays it)."""
-    try:
-        import torch  # noqa: PLC0415 - lazy, as everywhere in this module
-        from torch import profiler  # noqa: PLC0415
-
-        with profiler.profile(activities=[profiler.ProfilerActivity.CPU]) as prof:
-            torch.ones(4).add_(1)
-        prof.events()  # the results' first conversion is part of the one-off cost
-        return True
-    except Exception:  # noqa: BLE001 - see the docstring
-        return False
-
-
-def device_time_ms(torch, call, flush_buf, calls: int = WITNESS_CALLS, *, cupti: bool = False) -> float | None:
-    """The device-time witness (module docstring): the median device time of ``calls`` profiled
-    calls, or None when the profiler cannot run here (no CUPTI, a profiler already active).
-
-    Event modes (``cupti=False``): per call the smaller of its kernels' span and their summed
-    durations, the call queued behind the L2 flush when the samples had one, as the timed calls
-    are. The span alone counts idle time between a call's kernels that the timed calls do not
-    always pay: cuBLAS GEMMs' events read well under their span, while their summed kernel time
-    stayed close to the events (``benchmarks/witness_check.py``; the ratios are in
-    ``docs/results/2026-12-02-h200-trust.md``, "The witness in every bench mode"). The sum alone
-    would count kernels on two streams that overlap twice. The smaller of the two is the device
-    time no honest event pair can claim much less than.
-    CUPTI modes (``cupti=True``): the sum of each call's kernel durations, flushed as the samples
-    are, so an honest record's median and its witness measure the same thing."""
-    try:
-        times = []
-        for _ in range(calls):
-            kernels, _result = _profile_call(torch, call, flush_buf, flush_outside=cupti)
-            if cupti:
-                times.append(_kernel_sum_ms(kernels))
-            else:
-                span, busy = _span_ms(kernels), _kernel_sum_ms(kernels)
-                times.append(None if span is None or busy is None else min(span, busy))
-    except (RuntimeError, AssertionError, ImportError, AttributeError):
-        return None
-    positive = [t for t in times if t is not None and t > 0]
-    return stats.median(positive) if positive else None
 
 
 @dataclass(frozen=True)
@@ -497,7 +288,7 @@ def measure(
     if check is not None:
         n_rep = max(n_rep, 2)  # the first and the last sample are checked: two different calls
     if timer == "cupti":
-        samples = _profiled(torch, call, n_rep, flush_buf, check)
+        samples = profiled_samples(torch, call, n_rep, flush_buf, check)
     else:
         samples = [ms / per_sample for ms in _timed(torch, call, n_rep, flush_buf, check)]
     device_ms = device_time_ms(torch, call, flush_buf, cupti=timer == "cupti") if witness else None

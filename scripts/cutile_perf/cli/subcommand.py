@@ -1,0 +1,43 @@
+"""The pieces every subcommand is built from: its parser with the shared flags, and the command it runs.
+
+A subcommand names its command by module (``cutile_perf.commands.<name>.<name>``) and says how its
+parsed arguments become that function's keywords (``runs``). The module is imported only when the
+command runs, so ``--help`` and every other command start without loading it.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+
+from cutile_perf.errors import exit_codes_text
+from cutile_perf.output import Outcome
+
+EXIT_CODES_HELP = exit_codes_text()  # the one table (errors.EXIT_CODES), at the end of every --help
+
+
+def subcommand(subparsers, name: str, help_text: str, epilog: str = "") -> argparse.ArgumentParser:
+    """A new subcommand's parser, with its help, the exit codes and the flags every command takes."""
+    parser = subparsers.add_parser(
+        name,
+        help=help_text.replace("%", "%%"),  # argparse %-formats help strings, not descriptions
+        description=help_text,
+        epilog=(epilog + "\n\n" if epilog else "") + EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--repo", type=Path, default=Path("."), help="target kernel repository (default: .)")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    return parser
+
+
+def runs(parser: argparse.ArgumentParser, command: str, keywords: Callable[[argparse.Namespace], dict]) -> None:
+    """What ``parser``'s subcommand does: call ``cutile_perf.commands.<command>.<command>`` with
+    ``keywords(args)``. Only the name is held here: the module loads when the command runs."""
+    parser.set_defaults(handler=functools.partial(_call, command, keywords))
+
+
+def _call(command: str, keywords: Callable[[argparse.Namespace], dict], args: argparse.Namespace) -> Outcome:
+    module = importlib.import_module(f"cutile_perf.commands.{command}")
+    return getattr(module, command)(**keywords(args))
