@@ -24,7 +24,6 @@ FILE_EXCEPTIONS = {
     "judge/verdict.py": "the judge and its evidence types; to split under issue 40",
     "kernel/compilecheck.py": "both signature sources and the compile report; to split under issue 40",
     "pytest_plugin.py": "record collection plus the checked-timing sampling; to split under issue 40",
-    "store/git_ops.py": "every git operation in one module; to split under issue 40",
 }
 
 # Functions over MAX_FUNCTION_LINES, as "<path>::<qualified name>" -> why it is allowed for now.
