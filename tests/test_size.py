@@ -22,7 +22,6 @@ FILE_EXCEPTIONS = {
     "bench.py": "the timing method plus its profiler and L2-flush paths; to split under issue 40",
     "cli.py": "every subcommand's parser and help text in one place; to shrink under issue 40",
     "judge/verdict.py": "the judge and its evidence types; to split under issue 40",
-    "kernel/compilecheck.py": "both signature sources and the compile report; to split under issue 40",
     "pytest_plugin.py": "record collection plus the checked-timing sampling; to split under issue 40",
 }
 

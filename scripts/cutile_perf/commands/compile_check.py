@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cutile_perf.store import atomic
-from cutile_perf.kernel import compile_report, compilecheck, kernel_scan
+from cutile_perf.kernel import compile_report, compilecheck, kernel_scan, signature_spec
 from cutile_perf.store import session as session_mod
 from cutile_perf.output import Outcome, say
 from cutile_perf.errors import EXIT_OK, EXIT_REJECTED, NoSession, Refused, UsageError
@@ -48,9 +48,9 @@ def record(session: session_mod.Session, spec_path: Path, timeout_s: float | Non
                       f"see {runs / 'record-launches.log'})", "check that they run on this machine's GPU")
     arch = _session_arch(session) or compilecheck.DEFAULT_ARCH
     target = spec_path
-    if spec_path.exists() and not compilecheck.is_recorded(spec_path.read_text(encoding="utf-8")):
+    if spec_path.exists() and not signature_spec.is_recorded(spec_path.read_text(encoding="utf-8")):
         target = spec_path.with_name(spec_path.stem + ".recorded.yaml")  # never overwrite a hand-written spec
-    atomic.write_text(target, compilecheck.recorded_spec(found, arch))
+    atomic.write_text(target, signature_spec.recorded_spec(found, arch))
     count = sum(len(v) for v in found.values())
     note = "" if target == spec_path else f" ({spec_path.name} was written by hand: pass --spec {target} to use this one)"
     return Outcome(f"recorded {count} signature(s) of {len(found)} kernel(s) into {target}{note}",
@@ -126,7 +126,7 @@ def compile_check(*, repo: Path, kernel: str | None, arch: str | None, spec: Pat
     if write_spec:
         if spec_path.exists():
             raise Refused(f"{spec_path} already exists", "edit it, or pass --spec <new file>")
-        text = "\n".join(compilecheck.skeleton(f.read_text(encoding="utf-8"), f.relative_to(root).as_posix()
+        text = "\n".join(signature_spec.skeleton(f.read_text(encoding="utf-8"), f.relative_to(root).as_posix()
                                                if f.is_relative_to(root) else str(f)) for f in files)
         atomic.write_text(spec_path, text)
         again = f"cutile-perf compile-check{f' --kernel {kernel}' if kernel is not None else ''} --spec {spec_path}"
@@ -134,7 +134,7 @@ def compile_check(*, repo: Path, kernel: str | None, arch: str | None, spec: Pat
                        {"spec": str(spec_path)})
 
     compilecheck.require_toolchain()
-    specs = compilecheck.load_spec(spec_path) if spec_path.exists() else {}
+    specs = signature_spec.load_spec(spec_path) if spec_path.exists() else {}
     if spec is not None and not spec_path.exists():
         raise UsageError(f"--spec {spec} does not exist", "write one with --write-spec")
     cuobjdump = compile_report.find_cuobjdump()
@@ -154,7 +154,7 @@ def compile_check(*, repo: Path, kernel: str | None, arch: str | None, spec: Pat
             if name in specs:
                 entry = specs[name]
                 try:
-                    sigs = [(compilecheck.describe(p), compilecheck.build_signature(obj, name, p), entry.hints_for(i))
+                    sigs = [(signature_spec.describe(p), compilecheck.build_signature(obj, name, p), entry.hints_for(i))
                             for i, p in enumerate(entry.signatures)]
                 except UsageError as exc:
                     results.append(compilecheck.Result(name, "-", str(spec_path), error=f"spec: {exc}"))
