@@ -25,15 +25,8 @@ FILE_EXCEPTIONS = {
     "pytest_plugin.py": "record collection plus the checked-timing sampling; to split under issue 40",
 }
 
-# Functions over MAX_FUNCTION_LINES, as "<path>::<qualified name>" -> why it is allowed for now.
-FUNCTION_EXCEPTIONS = {
-    "child/measure.py::_run_stage": "one stage's child from start to record; to split under issue 40",
-    "commands/compile_check.py::compile_check": "argument checks and report in one body; to split under issue 40",
-    "kernel/scaffold.py::plan_perf_test": "every shape source in one planner; to split under issue 40",
-    "kernel/target_timing.py::read": "every timing-harness shape in one reader; to split under issue 40",
-    "loop/batch.py::batch": "budget, queue and outcome in one loop; to split under issue 40",
-    "loop/init.py::init": "every init check in one body; to split under issue 40",
-}
+# Functions over MAX_FUNCTION_LINES, as "<path>::<qualified name>" -> why it is allowed for now (none left).
+FUNCTION_EXCEPTIONS: dict[str, str] = {}
 
 
 def module_paths(package: Path = PACKAGE) -> list[Path]:
