@@ -91,6 +91,19 @@ def init_repo(path: Path, message: str) -> git.Repo:
     return repo
 
 
+def _output_or_none(command, *args: str) -> str | None:
+    """The command's output, or None when git exits non-zero (the answer is "no such thing")."""
+    try:
+        return command(*args)
+    except git.GitCommandError:
+        return None
+
+
+def _succeeds(command, *args: str) -> bool:
+    """Whether git exits 0: the commands whose exit status is the answer (``--is-ancestor``, ``--quiet``)."""
+    return _output_or_none(command, *args) is not None
+
+
 def root(repo: git.Repo) -> Path:
     return Path(repo.working_tree_dir)
 
@@ -112,11 +125,7 @@ def current_branch(repo: git.Repo) -> str | None:
 
 def has_commits(repo: git.Repo) -> bool:
     """False in a freshly ``git init``-ed repository: there is no HEAD to branch from or return to."""
-    try:
-        repo.git.rev_parse("--verify", "-q", "HEAD^{commit}")
-        return True
-    except git.GitCommandError:
-        return False
+    return _succeeds(repo.git.rev_parse, "--verify", "-q", "HEAD^{commit}")
 
 
 def branch_name_error(repo: git.Repo, name: str) -> str | None:
@@ -261,26 +270,16 @@ def reset_to(repo: git.Repo, sha: str, paths: Iterable[str]) -> None:
 
 def head_ref(repo: git.Repo) -> str | None:
     """The ref HEAD points at (``refs/heads/<branch>``), or None when HEAD is detached."""
-    try:
-        return repo.git.symbolic_ref("-q", "HEAD")
-    except git.GitCommandError:
-        return None
+    return _output_or_none(repo.git.symbolic_ref, "-q", "HEAD")
 
 
 def branch_sha(repo: git.Repo, branch: str) -> str | None:
-    try:
-        return repo.git.rev_parse("--verify", "-q", f"refs/heads/{branch}^{{commit}}")
-    except git.GitCommandError:
-        return None
+    return _output_or_none(repo.git.rev_parse, "--verify", "-q", f"refs/heads/{branch}^{{commit}}")
 
 
 def index_matches(repo: git.Repo, commit: str, paths: Iterable[str]) -> bool:
     """Whether the index holds ``commit``'s version of ``paths`` (other staged files are the user's)."""
-    try:
-        repo.git.diff("--no-ext-diff", "--cached", "--quiet", commit, "--", *paths)
-        return True
-    except git.GitCommandError:
-        return False
+    return _succeeds(repo.git.diff, "--no-ext-diff", "--cached", "--quiet", commit, "--", *paths)
 
 
 def moved_since(repo: git.Repo, branch: str, commit: str, paths: Iterable[str]) -> str | None:
@@ -308,11 +307,7 @@ def changed_between(repo: git.Repo, older: str, newer: str) -> list[str]:
 
 
 def is_ancestor(repo: git.Repo, older: str, newer: str) -> bool:
-    try:
-        repo.git.merge_base("--is-ancestor", older, newer)
-        return True
-    except git.GitCommandError:
-        return False
+    return _succeeds(repo.git.merge_base, "--is-ancestor", older, newer)
 
 
 def create_branch_at(repo: git.Repo, name: str, sha: str) -> None:
@@ -349,11 +344,7 @@ def exclude_locally(repo: git.Repo, pattern: str, comment: str = "cutile-perf se
 
 
 def is_ignored(repo: git.Repo, path: str) -> bool:
-    try:
-        repo.git.check_ignore("-q", path)
-        return True
-    except git.GitCommandError:
-        return False
+    return _succeeds(repo.git.check_ignore, "-q", path)
 
 
 @dataclass(frozen=True)
