@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fixtures_repo import tilegym_like_repo  # noqa: F401
 
-from cutile_perf.kernel import compile_report, compilecheck
+from cutile_perf.kernel import compile_report, compilecheck, signature_spec
 from cutile_perf.cli import main
 from cutile_perf.errors import UsageError
 
@@ -51,20 +51,20 @@ def suite_path(monkeypatch):
 
 
 @pytest.mark.parametrize("raw, expected", [
-    ("float16[2]", compilecheck.Param("array", "float16", 2)),
-    ("bfloat16[1]", compilecheck.Param("array", "bfloat16", 1)),
-    ("float32", compilecheck.Param("scalar", "float32")),
-    (1024, compilecheck.Param("constant", value=1024)),
-    (True, compilecheck.Param("constant", value=True)),
+    ("float16[2]", signature_spec.Param("array", "float16", 2)),
+    ("bfloat16[1]", signature_spec.Param("array", "bfloat16", 1)),
+    ("float32", signature_spec.Param("scalar", "float32")),
+    (1024, signature_spec.Param("constant", value=1024)),
+    (True, signature_spec.Param("constant", value=True)),
 ])
 def test_parse_param(raw, expected):
-    assert compilecheck.parse_param("p", raw) == expected
+    assert signature_spec.parse_param("p", raw) == expected
 
 
 @pytest.mark.parametrize("raw", ["FILL[2]", "FILL", "float16[two]", "Float16[2]", None, [1, 2]])
 def test_parse_param_rejects(raw):
     with pytest.raises(UsageError):
-        compilecheck.parse_param("p", raw)
+        signature_spec.parse_param("p", raw)
 
 
 REMARKS = """\
@@ -167,17 +167,17 @@ def test_arch_defaults_and_checks():
 
 
 def test_skeleton_reads_parameters_constants_ndim_and_launch_args():
-    text = compilecheck.skeleton((SUITE / PLAIN_RMS).read_text(), PLAIN_RMS)
+    text = signature_spec.skeleton((SUITE / PLAIN_RMS).read_text(), PLAIN_RMS)
     assert "rms_norm_kernel:" in text and "x: FILL[2]" in text and "weight: FILL[1]" in text
     assert "eps: float32" in text and "TILE_N: FILL" in text
     assert "ct.launch(..., rms_norm_kernel, (rows, weight.contiguous(), out, float(eps), TILE_N))" in text
     with pytest.raises(UsageError, match="still 'FILL"):  # an unfilled skeleton is refused, never guessed
-        compilecheck.parse_param("x", "FILL[2]")
+        signature_spec.parse_param("x", "FILL[2]")
 
 
 def test_an_array_given_by_its_shape_is_constrained_as_the_jit_constrains_a_tensor_of_it():
     pytest.importorskip("cuda.tile")
-    p = compilecheck.parse_param("x", "float16(4096x1000)")
+    p = signature_spec.parse_param("x", "float16(4096x1000)")
     assert (p.kind, p.dtype, p.ndim, p.shape, p.spec_text()) == ("array", "float16", 2, (4096, 1000),
                                                                  "float16(4096x1000)")
     shaped = compilecheck.contiguous_array(p.dtype, p.ndim, p.shape)
@@ -189,17 +189,17 @@ def test_an_array_given_by_its_shape_is_constrained_as_the_jit_constrains_a_tens
     by_rank = compilecheck.contiguous_array("float16", 2)  # the rank alone: nothing of the shape
     assert tuple(by_rank.shape_divisible_by) == (1, 1) and tuple(by_rank.stride_divisible_by) == (8, 1)
     with pytest.raises(UsageError, match="empty dimension"):
-        compilecheck.parse_param("x", "float16(0x8)")
+        signature_spec.parse_param("x", "float16(0x8)")
 
 
 def test_spec_file_errors_name_the_entry(tmp_path):
     bad = tmp_path / "s.yaml"
     bad.write_text("k:\n  signatures: []\n")
     with pytest.raises(UsageError, match="k: needs a non-empty"):
-        compilecheck.load_spec(bad)
+        signature_spec.load_spec(bad)
     bad.write_text("k:\n  signatures:\n    - {x: float16}\n  hint: {}\n")
     with pytest.raises(UsageError, match="unknown keys"):
-        compilecheck.load_spec(bad)
+        signature_spec.load_spec(bad)
 
 
 def test_an_unquoted_array_type_in_flow_style_is_one_line_that_says_how_to_write_it(tmp_path):
@@ -207,11 +207,11 @@ def test_an_unquoted_array_type_in_flow_style_is_one_line_that_says_how_to_write
     bad = tmp_path / "s.yaml"
     bad.write_text("k:\n  signatures:\n    - {input: float16[2], TILE: 4}\n")
     with pytest.raises(UsageError) as caught:
-        compilecheck.load_spec(bad)
+        signature_spec.load_spec(bad)
     message = str(caught.value)
     assert "\n" not in message and "line 3, column" in message and 'input: "float16[2]"' in message
     bad.write_text('k:\n  signatures:\n    - {input: "float16[2]", TILE: 4}\n')
-    assert compilecheck.load_spec(bad)["k"].signatures  # quoted, the same line is read
+    assert signature_spec.load_spec(bad)["k"].signatures  # quoted, the same line is read
 
 
 def test_write_spec_for_the_session_then_refuses_to_overwrite(tilegym_like_repo, capsys):
@@ -403,10 +403,10 @@ def test_record_writes_the_spec_the_tests_launches_produce_and_compile_check_use
     assert not (repo / ".pytest_cache").exists(), "the tests ran in the user's work tree and left no cache there"
     spec = repo / "sandbox/compile-check.yaml"
     assert data["spec"] == str(spec) and data["kernels"] == {"add_one_kernel": 2}
-    assert compilecheck.is_recorded(spec.read_text())
-    loaded = compilecheck.load_spec(spec)["add_one_kernel"].signatures
+    assert signature_spec.is_recorded(spec.read_text())
+    loaded = signature_spec.load_spec(spec)["add_one_kernel"].signatures
     # each contiguous tensor by its shape (the test's 4x64), from which the same constraint follows
-    assert [compilecheck.describe(s) for s in loaded] == ["x=float16(4x64), out=float16(4x64), TILE=64",
+    assert [signature_spec.describe(s) for s in loaded] == ["x=float16(4x64), out=float16(4x64), TILE=64",
                                                           "x=bfloat16(4x64), out=bfloat16(4x64), TILE=64"]
     code, data = cli(capsys, "--repo", str(repo))
     assert code == 0, data
@@ -495,8 +495,8 @@ def test_per_signature_hints_merge_over_the_kernel_s(tmp_path):
                     "    - x: float16[2]\n      TILE: 64\n"
                     "    - x: float16[2]\n      TILE: 128\n      hints: {occupancy: 4, num_ctas: 2}\n"
                     "    - x: float16[2]\n      hints: float32\n")  # a parameter named hints stays a parameter
-    entry = compilecheck.load_spec(spec)["k"]
-    assert [compilecheck.describe(s) for s in entry.signatures] == [
+    entry = signature_spec.load_spec(spec)["k"]
+    assert [signature_spec.describe(s) for s in entry.signatures] == [
         "x=float16[2], TILE=64", "x=float16[2], TILE=128", "x=float16[2], hints=float32"]
     assert [entry.hints_for(i) for i in range(3)] == [{"occupancy": 2}, {"occupancy": 4, "num_ctas": 2},
                                                       {"occupancy": 2}]

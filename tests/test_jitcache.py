@@ -104,7 +104,7 @@ def test_cutile_bytecode_embeds_the_kernel_files_path_which_is_why_slots_are_sta
     """The fact the design rests on: one kernel, two folders, two bytecodes (so two cache keys)."""
     from cuda.tile.compilation import export_kernel  # no GPU and no tileiras needed for bytecode
 
-    from cutile_perf.kernel import compilecheck
+    from cutile_perf.kernel import compilecheck, signature_spec
 
     source = textwrap.dedent("""\
         import cuda.tile as ct
@@ -122,7 +122,7 @@ def test_cutile_bytecode_embeds_the_kernel_files_path_which_is_why_slots_are_sta
         spec = importlib.util.spec_from_file_location(f"kmod_{folder}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        params = {name: compilecheck.parse_param(name, raw) for name, raw in
+        params = {name: signature_spec.parse_param(name, raw) for name, raw in
                   {"x": "float16[1]", "y": "float16[1]", "TILE": 1024}.items()}
         signature = compilecheck.build_signature(module.add_one, "add_one", params)
         export_kernel(module.add_one, [signature], str(tmp_path / f"{folder}.bc"), gpu_code="sm_90",

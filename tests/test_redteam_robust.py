@@ -21,7 +21,7 @@ from fixtures_repo import KERNEL_REL, edit_kernel
 from redteam_helpers import (FAST, SLOW, _template, append_to_kernel, assert_not_kept_nothing_lost, call, head,  # noqa: F401
                              repo, rows, snapshot)
 
-from cutile_perf.child import box, measure, pristine, runner, runreport
+from cutile_perf.child import box, measure, pristine, protected, runner, runreport
 from cutile_perf.errors import displayable
 from cutile_perf.kernel import probes
 from cutile_perf.store import jitcache, remove_tree, safe_read
@@ -77,14 +77,14 @@ def test_a_link_in_place_of_the_run_report_is_never_followed(tmp_path, target):
 def test_checkout_files_replaced_by_a_fifo_or_a_device_are_fingerprinted_never_opened(tmp_path):
     (tmp_path / "a.py").write_text("x = 1\n")
     (tmp_path / "b.py").write_text("y = 2\n")
-    before = measure.digest_tree(tmp_path, ["a.py", "b.py"])
+    before = protected.digest_tree(tmp_path, ["a.py", "b.py"])
     (tmp_path / "a.py").unlink()
     os.mkfifo(tmp_path / "a.py")
     (tmp_path / "b.py").unlink()
     (tmp_path / "b.py").symlink_to("/dev/zero")
-    after = finishes(lambda: measure.digest_tree(tmp_path, ["a.py", "b.py"]))
+    after = finishes(lambda: protected.digest_tree(tmp_path, ["a.py", "b.py"]))
     assert after == {"a.py": "a FIFO", "b.py": "link:/dev/zero"} and after != before
-    saved = finishes(lambda: measure.snapshot(tmp_path, ["a.py", "b.py"]))
+    saved = finishes(lambda: protected.snapshot(tmp_path, ["a.py", "b.py"]))
     assert saved == {"a.py": "a FIFO", "b.py": "link:/dev/zero"}
 
 

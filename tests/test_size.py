@@ -20,19 +20,10 @@ MAX_FUNCTION_LINES = 80
 # Files over MAX_FILE_LINES, by path under scripts/cutile_perf -> why it is allowed for now.
 FILE_EXCEPTIONS = {
     "judge/verdict.py": "the judge and its evidence types; to split under issue 40",
-    "kernel/compilecheck.py": "both signature sources and the compile report; to split under issue 40",
-    "store/git_ops.py": "every git operation in one module; to split under issue 40",
 }
 
-# Functions over MAX_FUNCTION_LINES, as "<path>::<qualified name>" -> why it is allowed for now.
-FUNCTION_EXCEPTIONS = {
-    "child/measure.py::_run_stage": "one stage's child from start to record; to split under issue 40",
-    "commands/compile_check.py::compile_check": "argument checks and report in one body; to split under issue 40",
-    "kernel/scaffold.py::plan_perf_test": "every shape source in one planner; to split under issue 40",
-    "kernel/target_timing.py::read": "every timing-harness shape in one reader; to split under issue 40",
-    "loop/batch.py::batch": "budget, queue and outcome in one loop; to split under issue 40",
-    "loop/init.py::init": "every init check in one body; to split under issue 40",
-}
+# Functions over MAX_FUNCTION_LINES, as "<path>::<qualified name>" -> why it is allowed for now (none left).
+FUNCTION_EXCEPTIONS: dict[str, str] = {}
 
 
 def module_paths(package: Path = PACKAGE) -> list[Path]:

@@ -26,18 +26,17 @@ from dataclasses import replace
 from pathlib import Path
 
 from cutile_perf.store import jitcache
-from cutile_perf.child import box, pristine, records, runner, runreport, warmstart
+from cutile_perf.child import box, pristine, protected, records, runner, runreport, warmstart
 from cutile_perf.judge import rules
 from cutile_perf.judge.crash import CrashClass
 from cutile_perf.judge.verdict import Stage
 from cutile_perf.store.session import Session
-from cutile_perf.store import atomic, remove_tree, safe_read
+from cutile_perf.store import remove_tree, safe_read
 
 FRAMEWORK = "cutile"
 FORWARD = "forward"
 # Files outside the fence whose change during a child run is tampering (besides every test file).
 CHECK_FOLDER = "checked"  # where a perf child saves its checked timed calls (child.checked), in its private folder
-CONFIG_NAMES = ("conftest.py", "pytest.ini", "pyproject.toml", "setup.cfg", "setup.py", "tox.ini")
 
 
 class Deadline:
@@ -108,52 +107,6 @@ def witness_problem(found: Iterable[tuple[str, str, object]]) -> str | None:
             if why:
                 return f"{rec.test_id} ({rec.framework}): {why}"
     return None
-
-
-# --- integrity ------------------------------------------------------------------------------------
-
-
-def protected_paths(session: Session, tracked: Iterable[str]) -> list[str]:
-    """The user's files a child may not change: test files, conftests, config, session.yaml, the log."""
-    out = [p for p in tracked if not session.in_fence(p) and (
-        Path(p).name in CONFIG_NAMES or Path(p).name.startswith("test_") or p == session.test)]
-    return sorted({*out, "sandbox/session.yaml", "sandbox/experiments.jsonl"})
-
-
-# A protected file of the user's is kept in memory while a child runs, to be put back if it changes.
-SNAPSHOT_LIMIT = 64 * safe_read.MB
-
-
-def snapshot(root: Path, paths: Iterable[str]) -> dict[str, bytes | str | None]:
-    """Each protected file's bytes (None: not there). A file that is not a regular file, or is over
-    ``SNAPSHOT_LIMIT``, is never read: its fingerprint (``safe_read.digest``) stands for it, so a
-    change is still seen; only its bytes cannot be put back."""
-    out: dict[str, bytes | str | None] = {}
-    for rel in paths:
-        try:
-            out[rel] = safe_read.read_bytes(root / rel, SNAPSHOT_LIMIT)
-        except (FileNotFoundError, NotADirectoryError):
-            out[rel] = None
-        except OSError:
-            out[rel] = safe_read.digest(root / rel)
-    return out
-
-
-def digest_tree(root: Path, paths: Iterable[str]) -> dict[str, str | None]:
-    """A fingerprint of each file (``safe_read.digest``: a FIFO, device or link a child put in a
-    file's place is named, never opened)."""
-    return {rel: safe_read.digest(root / rel) for rel in paths}
-
-
-def restore(root: Path, saved: dict[str, bytes | None], paths: Iterable[str]) -> None:
-
-    for rel in paths:
-        target = root / rel
-        if saved[rel] is None:
-            remove_tree.remove(target)  # a folder or a FIFO made in its place too
-        elif isinstance(saved[rel], bytes):
-            atomic.write_bytes(target, saved[rel])
-        # else: it was never read (not a regular file, or too big): there are no bytes to put back
 
 
 # --- which code ran -----------------------------------------------------------------------------
@@ -347,15 +300,14 @@ def _run_shards(session, name, deadline, checkout, fenced_files, on_start, outpu
 
 def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on_start, output, private,
                gate=None, select=None, start=None, preload=()) -> Stage:
-    guarded = protected_paths(session, tracked)
-    before_user = snapshot(session.repo, guarded)
+    before_user = protected.snapshot(session.repo, protected.protected_paths(session, tracked))
     # The committed files only: caches and outputs the tests create (.pytest_cache, logs) are theirs.
     checkout_files = list(checkout.written)
     released: dict[str, dict] = {}
 
     def at_release() -> None:
         pristine.sweep(checkout)  # what an earlier child of this checkout left never reaches this one
-        released["checkout"] = digest_tree(checkout.root, checkout_files)
+        released["checkout"] = protected.digest_tree(checkout.root, checkout_files)
 
     # A child started ahead of its turn may share its checkout with the child running now (the
     # same commit's previous run): it reads nothing of it until let go, so the checkout is swept
@@ -384,77 +336,80 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
         if start is not None and start.opened_at is not None:
             result = replace(result, duration_s=max(time.monotonic() - start.opened_at, 0.0))
 
-    after_user = snapshot(session.repo, guarded)
-    touched_user = sorted(p for p in guarded if after_user[p] != before_user[p])
+    touched_user = protected.put_back_changed(session, tag, before_user)
     touched_checkout: list[str] = []
     before_checkout = released.get("checkout")
     if before_checkout is not None:  # else never let go (cancelled while it waited): it ran nothing there
-        after_checkout = digest_tree(checkout.root, checkout_files)
+        after_checkout = protected.digest_tree(checkout.root, checkout_files)
         touched_checkout = sorted(p for p in checkout_files if after_checkout[p] != before_checkout[p])
-    if touched_user:
-        # The log, the session and the tests are put back at once; the changed bytes are kept.
-        saved_dir = session.sandbox / "tampered" / tag
-        for rel in touched_user:
-            if isinstance(after_user[rel], bytes):  # else not read: a FIFO, a device, a huge file
-                (saved_dir / rel).parent.mkdir(parents=True, exist_ok=True)
-                (saved_dir / rel).write_bytes(after_user[rel])
-        restore(session.repo, before_user, touched_user)
     if report_file is not None:
         keep_report(report_file, output.with_suffix(".report.jsonl"))
-    captured = private / CHECK_FOLDER
-    if name == "perf" and captured.is_dir():  # kept beside the log for the reference child (child.checkrun)
-        # Links are copied as links and FIFOs or devices left out: copying must not hang on what the
-        # child left there, and the digests in its signed report catch any file that is not its own.
-        try:  # the same filesystem: moved, not copied (a capture can be gigabytes)
-            os.rename(captured, output.with_suffix(".checked"))
-        except OSError:
-            shutil.copytree(captured, output.with_suffix(".checked"), symlinks=True, dirs_exist_ok=True,
-                            ignore=_not_plain)
+    if name == "perf":
+        _keep_checked_calls(private / CHECK_FOLDER, output.with_suffix(".checked"))
 
     crash = runner.classify(result, report.failures.values())
     detail = failure_detail(result, report) if crash else ""
     if result.timed_out:
         detail = f"killed after the iteration budget of {deadline.budget:g} s"
-    outcomes = report.outcomes
-    passed = frozenset(report.passed())
-    not_passed = {n: o for n, o in outcomes.items() if o != "passed"}
-    shapes: dict[str, float] = {}
-    test_ids: dict[str, str] = {}
-    kernel_names: dict[str, str] = {}
-    integrity = None
-    if touched_user or touched_checkout:
-        which = touched_user or [f"(checkout) {p}" for p in touched_checkout]
-        integrity = (CrashClass.TAMPERED, f"protected file(s) changed during the {name} run: {', '.join(which[:5])}"
-                     + (f" (restored; the changed copies are in sandbox/tampered/{tag}/)" if touched_user else ""))
-    elif report.forged:
-        integrity = (CrashClass.TAMPERED, f"the run report has lines the plugin did not write: {report.forged[0]}")
-    elif report.tampered:
-        integrity = (CrashClass.TAMPERED, f"timing or reporting functions were replaced in the {name} run: "
-                     + "; ".join(report.tampered[:3]))
-    elif shard_integrity is not None:
-        integrity = shard_integrity
-    elif crash is None:
-        problem = origin_problem(report.modules, checkout.root, fenced_files, require_import=report.ended)
-        if problem:
-            integrity = (CrashClass.MEASURED_WRONG_CODE, problem)
+    shapes, test_ids, kernel_names = {}, {}, {}
+    integrity = (_tamper_problem(name, tag, report, touched_user, touched_checkout) or shard_integrity
+                 or (_origin_integrity(report, checkout, fenced_files) if crash is None else None))
     if integrity:
         crash, detail = integrity
     elif name == "perf" and crash is None:
         shapes, test_ids, kernel_names, problem = cases_from_records(report.records)
-        witnessed = witness_problem(report.records)
-        if witnessed:
-            crash, detail = CrashClass.TAMPERED, f"timing contradicted by the device-time witness: {witnessed}"
-        elif problem:
-            crash, detail = CrashClass.BAD_RECORD, problem
-        elif not shapes and report.ended:
-            crash = CrashClass.NO_RECORD
-            detail = (f"the perf command passed but recorded no '{FRAMEWORK}' benchmark "
-                      "(does the perf test call record_property('benchmark', ...)?)")
+        crash, detail = _record_problem(report, problem, shapes) or (crash, detail)
     # Only a perf run's imports are ever read (the baseline's perf runs teach the preloads).
     imports = warmstart.installed_imports(report.modules, [checkout.root, private]) if name == "perf" else []
+    not_passed = {n: o for n, o in report.outcomes.items() if o != "passed"}
     return Stage(name, crash, result.duration_s, _rel(session, output), shapes, test_ids, kernel_names, detail,
-                 ended=report.ended, passed=passed, not_passed=not_passed, restored=tuple(touched_user),
+                 ended=report.ended, passed=frozenset(report.passed()), not_passed=not_passed, restored=tuple(touched_user),
                  sandbox=box.label(box_why_not(session)), imports=tuple(imports), checked=tuple(report.checked))
+
+
+def _keep_checked_calls(captured: Path, kept: Path) -> None:
+    """A perf child's checked timed calls, kept beside its log for the reference child (child.checkrun).
+    Links are copied as links and FIFOs or devices left out: copying must not hang on what the child
+    left there, and the digests in its signed report catch any file that is not its own."""
+    if not captured.is_dir():
+        return
+    try:  # the same filesystem: moved, not copied (a capture can be gigabytes)
+        os.rename(captured, kept)
+    except OSError:
+        shutil.copytree(captured, kept, symlinks=True, dirs_exist_ok=True, ignore=_not_plain)
+
+
+def _tamper_problem(name, tag, report, touched_user, touched_checkout) -> tuple[CrashClass, str] | None:
+    """The child changed a protected file, forged report lines or replaced timing functions: the
+    stage is ``tampered`` whatever else it shows."""
+    if touched_user or touched_checkout:
+        which = touched_user or [f"(checkout) {p}" for p in touched_checkout]
+        return (CrashClass.TAMPERED, f"protected file(s) changed during the {name} run: {', '.join(which[:5])}"
+                + (f" (restored; the changed copies are in sandbox/tampered/{tag}/)" if touched_user else ""))
+    if report.forged:
+        return CrashClass.TAMPERED, f"the run report has lines the plugin did not write: {report.forged[0]}"
+    if report.tampered:
+        return (CrashClass.TAMPERED, f"timing or reporting functions were replaced in the {name} run: "
+                + "; ".join(report.tampered[:3]))
+    return None
+
+
+def _origin_integrity(report, checkout, fenced_files) -> tuple[CrashClass, str] | None:
+    problem = origin_problem(report.modules, checkout.root, fenced_files, require_import=report.ended)
+    return (CrashClass.MEASURED_WRONG_CODE, problem) if problem else None
+
+
+def _record_problem(report, problem: str | None, shapes: dict) -> tuple[CrashClass, str] | None:
+    """Why a passing perf run's records are no evidence: contradicted by the device-time witness,
+    malformed (``problem``, from ``cases_from_records``), or missing."""
+    if witnessed := witness_problem(report.records):
+        return CrashClass.TAMPERED, f"timing contradicted by the device-time witness: {witnessed}"
+    if problem:
+        return CrashClass.BAD_RECORD, problem
+    if not shapes and report.ended:
+        return CrashClass.NO_RECORD, (f"the perf command passed but recorded no '{FRAMEWORK}' benchmark "
+                                      "(does the perf test call record_property('benchmark', ...)?)")
+    return None
 
 
 def _not_plain(folder: str, names: list[str]) -> list[str]:

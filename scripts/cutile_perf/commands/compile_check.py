@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cutile_perf.store import atomic
-from cutile_perf.kernel import compile_report, compilecheck, kernel_scan
+from cutile_perf.kernel import compile_report, compilecheck, kernel_scan, signature_spec
 from cutile_perf.store import session as session_mod
 from cutile_perf.output import Outcome, say
 from cutile_perf.errors import EXIT_OK, EXIT_REJECTED, NoSession, Refused, UsageError
@@ -48,9 +48,9 @@ def record(session: session_mod.Session, spec_path: Path, timeout_s: float | Non
                       f"see {runs / 'record-launches.log'})", "check that they run on this machine's GPU")
     arch = _session_arch(session) or compilecheck.DEFAULT_ARCH
     target = spec_path
-    if spec_path.exists() and not compilecheck.is_recorded(spec_path.read_text(encoding="utf-8")):
+    if spec_path.exists() and not signature_spec.is_recorded(spec_path.read_text(encoding="utf-8")):
         target = spec_path.with_name(spec_path.stem + ".recorded.yaml")  # never overwrite a hand-written spec
-    atomic.write_text(target, compilecheck.recorded_spec(found, arch))
+    atomic.write_text(target, signature_spec.recorded_spec(found, arch))
     count = sum(len(v) for v in found.values())
     note = "" if target == spec_path else f" ({spec_path.name} was written by hand: pass --spec {target} to use this one)"
     return Outcome(f"recorded {count} signature(s) of {len(found)} kernel(s) into {target}{note}",
@@ -79,11 +79,8 @@ def _replaced_file(root: Path, session: session_mod.Session | None, candidate: P
     return None
 
 
-def compile_check(*, repo: Path, kernel: str | None, arch: str | None, spec: Path | None, write_spec: bool,
-                  record_launches: bool = False, as_: Path | None = None) -> Outcome:
-    root = Path(repo).resolve()
-    session = None
-    replaced: Path | None = None
+def _target(root: Path, kernel: str | None, as_: Path | None):
+    """(repo root, session or None, kernel files to check, the fenced file they are checked as or None)."""
     if kernel is None:
         if as_ is not None:
             raise UsageError("--as needs --kernel <candidate file>", "e.g. --kernel sandbox/cand/x.py --as src/<pkg>/ops/cutile/<op>.py")
@@ -91,29 +88,84 @@ def compile_check(*, repo: Path, kernel: str | None, arch: str | None, spec: Pat
             session = session_mod.load(root)
         except NoSession:
             raise UsageError(f"no session in {root} and no --kernel", "pass --kernel <file or name>, or run init") from None
+        return session.repo, session, [session.repo / f for f in session.kernel_files if f.endswith(".py")], None
+    files = kernel_scan.find_kernel_files(root, kernel)
+    try:  # for its fenced file (a candidate is checked as it) and its GPU's arch
+        session = session_mod.load(root)
         root = session.repo
-        files = [root / f for f in session.kernel_files if f.endswith(".py")]
-    else:
-        files = kernel_scan.find_kernel_files(root, kernel)
-        try:  # for its fenced file (a candidate is checked as it) and its GPU's arch
-            session = session_mod.load(root)
-            root = session.repo
-        except (NoSession, UsageError, Refused):  # none, or one init has to repair: --kernel needs none
-            session = None
-        if len(files) == 1:
-            replaced = _replaced_file(root, session, files[0], as_)
-        elif as_ is not None:
-            raise UsageError("--as needs --kernel to name one file")
-    as_note = ""
-    if replaced is not None:
-        shown = replaced.relative_to(root).as_posix() if replaced.is_relative_to(root) else str(replaced)
-        as_note = f"; {files[0].name} checked as {shown}" + ("" if as_ is not None else
-                                                             " (the session's fenced kernel file; --as to choose)")
-    arch_source = "--arch"
-    if arch is None:
-        cc = _session_arch(session) if session else None
-        arch, arch_source = compilecheck.default_arch(cc), (f"the session's GPU ({cc})" if cc else "default")
-    arch = compilecheck.check_arch(arch)
+    except (NoSession, UsageError, Refused):  # none, or one init has to repair: --kernel needs none
+        session = None
+    if len(files) == 1:
+        return root, session, files, _replaced_file(root, session, files[0], as_)
+    if as_ is not None:
+        raise UsageError("--as needs --kernel to name one file")
+    return root, session, files, None
+
+
+def _checked_as_note(root: Path, files: list[Path], replaced: Path | None, chosen: bool) -> str:
+    if replaced is None:
+        return ""
+    shown = replaced.relative_to(root).as_posix() if replaced.is_relative_to(root) else str(replaced)
+    return f"; {files[0].name} checked as {shown}" + ("" if chosen else " (the session's fenced kernel file; --as to choose)")
+
+
+def _arch(arch: str | None, session: session_mod.Session | None) -> tuple[str, str]:
+    """(the arch to compile for, where it came from)."""
+    if arch is not None:
+        return compilecheck.check_arch(arch), "--arch"
+    cc = _session_arch(session) if session else None
+    return compilecheck.check_arch(compilecheck.default_arch(cc)), (f"the session's GPU ({cc})" if cc else "default")
+
+
+def _write_skeleton(root: Path, files: list[Path], kernel: str | None, spec_path: Path) -> Outcome:
+    if spec_path.exists():
+        raise Refused(f"{spec_path} already exists", "edit it, or pass --spec <new file>")
+    text = "\n".join(signature_spec.skeleton(f.read_text(encoding="utf-8"), f.relative_to(root).as_posix()
+                                            if f.is_relative_to(root) else str(f)) for f in files)
+    atomic.write_text(spec_path, text)
+    again = f"cutile-perf compile-check{f' --kernel {kernel}' if kernel is not None else ''} --spec {spec_path}"
+    return Outcome(f"wrote {spec_path}: fill every FILL from the tests' shapes, then run {again}", {"spec": str(spec_path)})
+
+
+def _check_file(module, path: Path, specs: dict, spec_path: Path, arch: str, cuobjdump) -> list[compilecheck.Result]:
+    """Compile every kernel of one imported kernel file with its signatures: the spec's, else the
+    module's ``aot_signatures()``; a kernel with neither is reported as not checked."""
+    kernels = compilecheck.kernels_in(module)
+    if not kernels:
+        return [compilecheck.Result(path.name, "-", "-", error="no @ct.kernel defined in this file")]
+    hook = getattr(module, "aot_signatures", None)
+    from_hook = {}
+    for obj, sigs in (hook() if callable(hook) else []):
+        from_hook.setdefault(obj._pyfunc.__name__, []).extend(sigs)
+    results = []
+    for name, obj in kernels.items():
+        say(f"compiling {name} for {arch}")
+        if name in specs:
+            entry = specs[name]
+            try:
+                sigs = [(signature_spec.describe(p), compilecheck.build_signature(obj, name, p), entry.hints_for(i))
+                        for i, p in enumerate(entry.signatures)]
+            except UsageError as exc:
+                results.append(compilecheck.Result(name, "-", str(spec_path), error=f"spec: {exc}"))
+                continue
+            results += compilecheck.check_kernel(obj, name, sigs, source=spec_path.name, arch=arch,
+                                                 hints={}, cuobjdump=cuobjdump)
+        elif name in from_hook:
+            sigs = [(f"aot_signatures()[{i}]", s) for i, s in enumerate(from_hook[name])]
+            results += compilecheck.check_kernel(obj, name, sigs, source="aot_signatures()", arch=arch, hints={},
+                                                 cuobjdump=cuobjdump)
+        else:
+            results.append(compilecheck.Result(
+                name, "-", "none", checked=False,
+                error=f"no signature: add {name} to {spec_path.name} (--write-spec writes a skeleton)"))
+    return results
+
+
+def compile_check(*, repo: Path, kernel: str | None, arch: str | None, spec: Path | None, write_spec: bool,
+                  record_launches: bool = False, as_: Path | None = None) -> Outcome:
+    root, session, files, replaced = _target(Path(repo).resolve(), kernel, as_)
+    as_note = _checked_as_note(root, files, replaced, chosen=as_ is not None)
+    arch, arch_source = _arch(arch, session)
     default_spec = (session.sandbox if session else root / session_mod.SANDBOX) / SPEC_FILE
     spec_path = (spec if spec is None or spec.is_absolute() else root / spec) or default_spec
 
@@ -124,58 +176,23 @@ def compile_check(*, repo: Path, kernel: str | None, arch: str | None, spec: Pat
             raise UsageError("--record records the session's own tests; it takes no --kernel")
         return record(session, spec_path, None)
     if write_spec:
-        if spec_path.exists():
-            raise Refused(f"{spec_path} already exists", "edit it, or pass --spec <new file>")
-        text = "\n".join(compilecheck.skeleton(f.read_text(encoding="utf-8"), f.relative_to(root).as_posix()
-                                               if f.is_relative_to(root) else str(f)) for f in files)
-        atomic.write_text(spec_path, text)
-        again = f"cutile-perf compile-check{f' --kernel {kernel}' if kernel is not None else ''} --spec {spec_path}"
-        return Outcome(f"wrote {spec_path}: fill every FILL from the tests' shapes, then run {again}",
-                       {"spec": str(spec_path)})
+        return _write_skeleton(root, files, kernel, spec_path)
 
     compilecheck.require_toolchain()
-    specs = compilecheck.load_spec(spec_path) if spec_path.exists() else {}
+    specs = signature_spec.load_spec(spec_path) if spec_path.exists() else {}
     if spec is not None and not spec_path.exists():
         raise UsageError(f"--spec {spec} does not exist", "write one with --write-spec")
     cuobjdump = compile_report.find_cuobjdump()
     results: list[compilecheck.Result] = []
     for path in files:
         module = compilecheck.import_kernel_module(root, path, replaced)
-        kernels = compilecheck.kernels_in(module)
-        hook = getattr(module, "aot_signatures", None)
-        from_hook = {}
-        if callable(hook):
-            for obj, sigs in hook():
-                from_hook.setdefault(obj._pyfunc.__name__, []).extend(sigs)
-        if not kernels:
-            results.append(compilecheck.Result(path.name, "-", "-", error="no @ct.kernel defined in this file"))
-        for name, obj in kernels.items():
-            say(f"compiling {name} for {arch}")
-            if name in specs:
-                entry = specs[name]
-                try:
-                    sigs = [(compilecheck.describe(p), compilecheck.build_signature(obj, name, p), entry.hints_for(i))
-                            for i, p in enumerate(entry.signatures)]
-                except UsageError as exc:
-                    results.append(compilecheck.Result(name, "-", str(spec_path), error=f"spec: {exc}"))
-                    continue
-                results += compilecheck.check_kernel(obj, name, sigs, source=spec_path.name, arch=arch,
-                                                     hints={}, cuobjdump=cuobjdump)
-            elif name in from_hook:
-                sigs = [(f"aot_signatures()[{i}]", s) for i, s in enumerate(from_hook[name])]
-                results += compilecheck.check_kernel(obj, name, sigs, source="aot_signatures()", arch=arch, hints={},
-                                                     cuobjdump=cuobjdump)
-            else:
-                results.append(compilecheck.Result(
-                    name, "-", "none", checked=False,
-                    error=f"no signature: add {name} to {spec_path.name} (--write-spec writes a skeleton)"))
-    table = render(results)
+        results += _check_file(module, path, specs, spec_path, arch, cuobjdump)
     failed = [r for r in results if r.checked and not r.ok]
     compiled = sum(1 for r in results if r.ok)
     unchecked = sum(1 for r in results if not r.checked)
     legend = THREADS_LEGEND if any((r.cubin or {}).get("threads") for r in results) else ""
     text = "\n".join([f"compile-check for {arch} ({arch_source}); cuobjdump: {cuobjdump or 'not found'}{as_note}",
-                      table, *([legend] if legend else []), "",
+                      render(results), *([legend] if legend else []), "",
                       f"{compiled} compiled, {len(failed)} failed, {unchecked} without a signature"])
     data = {"arch": arch, "arch_source": arch_source, "cuobjdump": str(cuobjdump) if cuobjdump else None,
             "checked_as": str(replaced) if replaced is not None else None,

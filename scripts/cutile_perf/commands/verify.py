@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cutile_perf import templating
-from cutile_perf.child import checkrun, envcheck, measure
+from cutile_perf.child import checkrun, measure
 from cutile_perf.errors import EXIT_OK, EXIT_REJECTED, UsageError
 from cutile_perf.judge import paired, stats
 from cutile_perf.judge.crash import CrashClass
@@ -171,13 +171,7 @@ def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int, full
     if pairs < paired.MIN_CONFIRM_SAMPLES:
         raise UsageError(f"--pairs must be at least {paired.MIN_CONFIRM_SAMPLES}")
     clock = row_mod.Clock()
-    session = session_mod.load(repo)
-    guards.require_gpu(session, envcheck.Probe())
-    with session_mod.locked(session.repo, "verify"):
-        g = git_ops.open_repo(session.repo)
-        guards.require_no_interrupted(session)
-        history = History.open(session, g)
-        guards.require_baseline(history)
+    with guards.measuring(repo, "verify") as (session, g, history):
         try:
             a = git_ops.resolve(g, older or history.first()["commit"])
             b = git_ops.resolve(g, newer or history.kept_commit(session.base_commit))

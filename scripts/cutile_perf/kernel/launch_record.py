@@ -7,7 +7,7 @@ pytest plugin then wraps ``cuda.tile.launch``. Each call's arguments go through 
 parameter-constraint function, the one its JIT uses. The kernel name and the parameters, in the
 spec's words, are appended to the file once per distinct signature. The launch itself is
 untouched, and a failure to record never fails a test. Back on the machine without a GPU,
-``compilecheck.recorded_spec`` turns the file into ``sandbox/compile-check.yaml``.
+``signature_spec.recorded_spec`` turns the file into ``sandbox/compile-check.yaml``.
 """
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from cutile_perf.kernel.signature_spec import array_text
+
 
 def spec_value(constraint: Any, arg: Any = None) -> Any:
     """One parameter in the spec's words: ``float16(4096x1024)`` (an array passed as a contiguous
     tensor: its shape, from which compile-check derives the same constraint), ``float16[2]`` (any
     other array: its rank), ``float32`` (scalar) or the constant."""
-    from cutile_perf.kernel.compilecheck import array_text  # noqa: PLC0415 - as kernel_params below
-
     kind = type(constraint).__name__
     if kind == "ArrayConstraint":
         shape = tuple(int(d) for d in getattr(arg, "shape", None) or ())

@@ -226,6 +226,70 @@ def _reference_call(ref_node: ast.AST | None, qual: list[str], module_names: set
     return None  # a lambda or a call: its free names live in the test's own scope
 
 
+def _plan_parametrize(func: ast.FunctionDef, module_names: set[str], test_rel: str,
+                      notes: list[str]) -> tuple[list[Parametrize], str]:
+    """(the perf test's parametrize decorators in source order, the backend parameter's name): the
+    backend one is replaced, shape-like ones kept, mode-like ones pinned to their first case (said in
+    ``notes``)."""
+    parametrize: list[Parametrize] = []
+    backend_param = "backend"
+    for dec in reversed(func.decorator_list):  # bottom-up, as pytest applies them
+        if not _is_parametrize(dec):
+            continue
+        names = _argnames(dec)
+        values = _argvalues(dec)
+        if len(names) == 1 and names[0] in BACKEND_PARAMS:
+            backend_param = names[0]
+            continue
+        if values is None:
+            raise UsageError(f"{test_rel}:{dec.lineno}: parametrize without values")
+        free = _names_used(dec) - module_names - _BUILTINS
+        if free:
+            raise UsageError(f"{test_rel}:{dec.lineno}: the parametrize of {','.join(names)} uses "
+                             f"{', '.join(sorted(free))}, defined inside the test class", "write the perf test by hand")
+        pinned = is_mode_like(values) and len(getattr(values, "elts", [])) > 1
+        text = _pinned_source(dec, values) if pinned else _decorator_source(dec, values)
+        if pinned:
+            notes.append(f"{','.join(names)}: only the first case of {test_rel} is timed; add cases to time more")
+        parametrize.append(Parametrize(",".join(names), text, pinned))
+    return parametrize[::-1], backend_param
+
+
+def _needed_statements(before: list[ast.stmt], needed: set[str]) -> list[ast.stmt]:
+    """The plain statements of ``before`` that build ``needed`` (closure over assigned names, in
+    order); ``needed`` grows by what they use. Blocks (if/for/with/try) are never copied."""
+    setup: list[ast.stmt] = []
+    for stmt in reversed(before):
+        if _assigned(stmt) & needed and not isinstance(stmt, (ast.If, ast.For, ast.While, ast.With, ast.Try)):
+            setup.append(stmt)
+            needed |= _names_used(stmt)
+    return setup[::-1]
+
+
+def _backend_setup(func: ast.FunctionDef, backend_param: str) -> list[str]:
+    """The test's own backend lines, copied: its skip when the backend is unavailable, then its set_backend."""
+    setup = [ast.unparse(node) for node in ast.walk(func)
+             if _call_attr(node) == "set_backend" and backend_param in _names_used(node)][:1]
+    available = next((n for n in ast.walk(func) if _call_attr(n) == "is_backend_available"
+                      and backend_param in _names_used(n)), None)
+    if available is not None:
+        setup.insert(0, f"if not {ast.unparse(available)}:\n    pytest.skip(f\"backend {{{backend_param}}} "
+                        "is not available\")")
+    return setup
+
+
+def _module_closure(used: set[str], module_assigns: dict[str, ast.stmt]) -> list[ast.stmt]:
+    """The module-level assignments the copied code needs, and those they need in turn, in file order."""
+    stmts: list[ast.stmt] = []
+    frontier = [n for n in used if n in module_assigns]
+    while frontier:
+        stmt = module_assigns[frontier.pop()]
+        if stmt not in stmts:
+            stmts.append(stmt)
+            frontier += [n for n in _names_used(stmt) if n in module_assigns]
+    return sorted(stmts, key=lambda s: s.lineno)
+
+
 def plan_perf_test(source: str, test_rel: str) -> PerfPlan:
     """The pieces of a perf test for the correctness test in ``source`` (the text of ``test_rel``)."""
     try:
@@ -254,29 +318,7 @@ def plan_perf_test(source: str, test_rel: str) -> PerfPlan:
         raise UsageError(f"{test_rel}:{call.lineno}: the op call uses self.<...>; scaffold-perf copies only "
                          "module-level code", "write the perf test by hand")
 
-    # Parametrize decorators: the backend one is replaced, shape-like ones kept, mode-like ones pinned.
-    parametrize: list[Parametrize] = []
-    backend_param = "backend"
-    for dec in reversed(func.decorator_list):  # bottom-up, as pytest applies them
-        if not _is_parametrize(dec):
-            continue
-        names = _argnames(dec)
-        values = _argvalues(dec)
-        if len(names) == 1 and names[0] in BACKEND_PARAMS:
-            backend_param = names[0]
-            continue
-        if values is None:
-            raise UsageError(f"{test_rel}:{dec.lineno}: parametrize without values")
-        free = _names_used(dec) - module_names - _BUILTINS
-        if free:
-            raise UsageError(f"{test_rel}:{dec.lineno}: the parametrize of {','.join(names)} uses "
-                             f"{', '.join(sorted(free))}, defined inside the test class", "write the perf test by hand")
-        pinned = is_mode_like(values) and len(getattr(values, "elts", [])) > 1
-        text = _pinned_source(dec, values) if pinned else _decorator_source(dec, values)
-        if pinned:
-            notes.append(f"{','.join(names)}: only the first case of {test_rel} is timed; add cases to time more")
-        parametrize.append(Parametrize(",".join(names), text, pinned))
-    parametrize.reverse()  # back to source order
+    parametrize, backend_param = _plan_parametrize(func, module_names, test_rel, notes)
     decorated = [n for p in parametrize for n in p.argnames.split(",")]
     if not any(not p.pinned for p in parametrize):
         notes.append("no shape parametrization found: the perf test times one case")
@@ -292,39 +334,15 @@ def plan_perf_test(source: str, test_rel: str) -> PerfPlan:
         tolerance, extra_ref_node = "", None  # a checked test then uses torch's tolerances (render says so)
     else:
         needed |= set().union(set(), *(_names_used(p) for p in checked_pieces))
-    setup: list[ast.stmt] = []
-    for stmt in reversed(before):
-        if _assigned(stmt) & needed and not isinstance(stmt, (ast.If, ast.For, ast.While, ast.With, ast.Try)):
-            setup.append(stmt)
-            needed |= _names_used(stmt)
-    setup.reverse()
+    setup = _needed_statements(before, needed)
     if any(isinstance(n, ast.Name) and n.id == "self" for s in setup for n in ast.walk(s)):
         raise UsageError(f"{test_rel}: the inputs of {func.name} are built with self.<...>",
                          "write the perf test by hand")
 
-    backend_setup: list[str] = []
-    for node in ast.walk(func):
-        name = _call_attr(node)
-        if name == "set_backend" and backend_param in _names_used(node):
-            backend_setup.append(ast.unparse(node))
-            break
-    available = next((n for n in ast.walk(func) if _call_attr(n) == "is_backend_available"
-                      and backend_param in _names_used(n)), None)
-    if available is not None:
-        backend_setup.insert(0, f"if not {ast.unparse(available)}:\n    pytest.skip(f\"backend {{{backend_param}}} "
-                                "is not available\")")
-
-    # Module-level names the copied code needs (closure), in file order.
+    backend_setup = _backend_setup(func, backend_param)
     used = needed | set().union(*(_names_used(ast.parse(s)) for s in backend_setup)) | {
         n for p in parametrize for n in _names_used(ast.parse(p.source[1:], mode="eval"))}
-    stmts: list[ast.stmt] = []
-    frontier = [n for n in used if n in module_assigns]
-    while frontier:
-        stmt = module_assigns[frontier.pop()]
-        if stmt not in stmts:
-            stmts.append(stmt)
-            frontier += [n for n in _names_used(stmt) if n in module_assigns]
-    stmts.sort(key=lambda s: s.lineno)
+    stmts = _module_closure(used, module_assigns)
 
     bound = set(decorated) | {backend_param} | module_names | _BUILTINS
     for stmt in setup:

@@ -324,14 +324,11 @@ def _rel(path: Path, root: Path) -> str:
         return str(path)
 
 
-def read(root: Path, perf_test: str, env: dict[str, str]) -> Timing:
-    """How ``perf_test`` (repo-relative) times its kernels under ``env`` (the variables that are set)."""
-    root = Path(root)
-    test = _parse(root / perf_test)
-    if test is None:
-        return unknown(f"cannot parse {perf_test}")
+def _with_imports(test: _Module, root: Path) -> list[_Module]:
+    """``test`` and the modules it imports from the repository, transitively up to ``_MAX_DEPTH``
+    (the helpers the test imports, and the settings modules they import)."""
     modules, queue = [test], [test]
-    for _ in range(_MAX_DEPTH):  # the helpers the test imports, and the settings modules they import
+    for _ in range(_MAX_DEPTH):
         nxt = []
         for module in queue:
             for path in _imported_files(module, root):
@@ -339,19 +336,32 @@ def read(root: Path, perf_test: str, env: dict[str, str]) -> Timing:
                     modules.append(parsed)
                     nxt.append(parsed)
         queue = nxt
-    sources = (perf_test,)
+    return modules
 
+
+def _bench_timing(env: dict[str, str], sources: tuple[str, ...], checked: bool) -> Timing:
+    """A perf test timed by ``cutile_perf.bench``: its mode from ``CUTILE_PERF_BENCH_MODE`` (cold by default)."""
+    mode = (env.get("CUTILE_PERF_BENCH_MODE") or "cold").strip().lower()
+    l2 = BENCH_MODE_L2.get(mode, "unknown")
+    origin = f"env CUTILE_PERF_BENCH_MODE={mode}" if "CUTILE_PERF_BENCH_MODE" in env else "the default"
+    return Timing(f"cutile_perf.bench {mode}", l2,
+                  f"cutile_perf.bench, mode {mode} ({origin}): {BENCH_MODE_METHOD.get(mode, 'unknown mode')}, "
+                  f"L2 {l2} before each sample",
+                  closest_bench_mode=mode, sources=sources, settings={"CUTILE_PERF_BENCH_MODE": f"{mode} ({origin})"},
+                  checked=checked)
+
+
+def read(root: Path, perf_test: str, env: dict[str, str]) -> Timing:
+    """How ``perf_test`` (repo-relative) times its kernels under ``env`` (the variables that are set)."""
+    root = Path(root)
+    test = _parse(root / perf_test)
+    if test is None:
+        return unknown(f"cannot parse {perf_test}")
+    modules = _with_imports(test, root)
+    sources = (perf_test,)
     if bench_users := [m for m in modules if _uses_bench(m)]:
         sources = tuple(dict.fromkeys([perf_test, *(_rel(m.path, root) for m in bench_users)]))
-        mode = (env.get("CUTILE_PERF_BENCH_MODE") or "cold").strip().lower()
-        l2 = BENCH_MODE_L2.get(mode, "unknown")
-        origin = f"env CUTILE_PERF_BENCH_MODE={mode}" if "CUTILE_PERF_BENCH_MODE" in env else "the default"
-        return Timing(f"cutile_perf.bench {mode}", l2,
-                      f"cutile_perf.bench, mode {mode} ({origin}): {BENCH_MODE_METHOD.get(mode, 'unknown mode')}, "
-                      f"L2 {l2} before each sample",
-                      closest_bench_mode=mode, sources=sources, settings={"CUTILE_PERF_BENCH_MODE": f"{mode} ({origin})"},
-                      checked=_checks_timed_calls(modules))
-
+        return _bench_timing(env, sources, _checks_timed_calls(modules))
     found = _dispatcher(modules)
     if found is None:
         return unknown(f"no cutile_perf.bench and no timing function with a use_cupti/use_cudagraph switch in "

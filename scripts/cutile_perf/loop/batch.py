@@ -55,10 +55,7 @@ def batch(*, repo: Path, plan_path: Path, budget_s: float | None, job_s: float |
     _refuse_fenced_work(session, g, entries)
     history = History.open(session, g)
     if history.reference() is None:
-        if baseline_repeats is None:
-            raise Refused("no baseline recorded yet", "run `cutile-perf baseline` first, or pass --baseline N")
-        say(f"no baseline yet: recording it first ({baseline_repeats} perf runs)")
-        recorded = baseline(repo=session.repo, repeats=baseline_repeats, stages=stages)
+        recorded = _record_missing_baseline(session, baseline_repeats, stages)
         if recorded.exit_code != EXIT_OK:
             return recorded
         history = History.open(session, g)
@@ -78,14 +75,8 @@ def batch(*, repo: Path, plan_path: Path, budget_s: float | None, job_s: float |
                          "iteration": row["iteration"], "reason": row.get("reason", ""), "commit": row.get("commit"),
                          "earlier": True})
             continue
-        expected = try_estimate(history.rows, session.thresholds)
-        if digest in cut_before and expected is not None and not budget.fits(expected.with_recheck_s):
-            # Cut short before: it most likely needs its re-check again, and starting it only to be
-            # cut again would spend the job on nothing; the entries after it may still fit.
-            why = (f"cut short before; with its re-check it needs about {expected.with_recheck_s:.0f} s "
-                   f"(the re-check: {expected.recheck_basis()})")
-            if budget.seconds is not None and expected.with_recheck_s > budget.seconds:
-                why += f", more than a whole budget of {budget.seconds:.0f} s: give it a longer job"
+        why = _not_worth_restarting(try_estimate(history.rows, session.thresholds), budget) if digest in cut_before else None
+        if why:
             say(f"batch {n}/{len(entries)}: {entry.optimization}: not started ({why})")
             passed_over.append((entry.optimization, why))
             continue
@@ -118,6 +109,29 @@ def batch(*, repo: Path, plan_path: Path, budget_s: float | None, job_s: float |
             return _outcome(done, still_open(n), actions)
         # Cut before a re-check that could not end in time: the time left may still hold the next entry.
     return _outcome(done, passed_over, actions)
+
+
+def _record_missing_baseline(session, repeats: int | None, stages: Stages | None) -> Outcome:
+    """The baseline a job records first when none is logged yet (``--baseline N``); Refused without N."""
+    if repeats is None:
+        raise Refused("no baseline recorded yet", "run `cutile-perf baseline` first, or pass --baseline N")
+    say(f"no baseline yet: recording it first ({repeats} perf runs)")
+    return baseline(repo=session.repo, repeats=repeats, stages=stages)
+
+
+def _not_worth_restarting(expected, budget: Budget) -> str | None:
+    """Why an entry cut short before is not started again, or None to start it.
+
+    Cut short before, it most likely needs its re-check again, and starting it only to be cut again
+    would spend the job on nothing; the entries after it may still fit.
+    """
+    if expected is None or budget.fits(expected.with_recheck_s):
+        return None
+    why = (f"cut short before; with its re-check it needs about {expected.with_recheck_s:.0f} s "
+           f"(the re-check: {expected.recheck_basis()})")
+    if budget.seconds is not None and expected.with_recheck_s > budget.seconds:
+        why += f", more than a whole budget of {budget.seconds:.0f} s: give it a longer job"
+    return why
 
 
 def _own_copies(session, g, entries: list) -> list[str]:

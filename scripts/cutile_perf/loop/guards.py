@@ -5,6 +5,8 @@ repository, so a refused command leaves the user's work exactly as it was.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from cutile_perf import knobs
@@ -15,6 +17,7 @@ from cutile_perf.loop import offbranch
 from cutile_perf.loop.iteration_state import State
 from cutile_perf.skill.install import is_installed_skill_path
 from cutile_perf.store import git_ops, safe_read
+from cutile_perf.store import session as session_mod
 from cutile_perf.store.history import History
 from cutile_perf.store.session import Session
 
@@ -185,3 +188,18 @@ def candidate_paths(session: Session, g) -> list[str]:
         raise Refused(f"git attributes (a clean filter, ident or eol conversion) would commit other bytes than the "
                       f"work tree holds for {', '.join(filtered)}", "remove the attribute for the fenced files")
     return paths
+
+
+@contextmanager
+def measuring(repo: Path, command: str) -> Iterator[tuple[Session, object, History]]:
+    """(session, repository handle, history) for a command that measures kept commits beside the
+    loop (``verify``, ``screen``): refused without a GPU, then held under the session lock with no
+    interrupted iteration and a baseline recorded, in that order, before anything is measured."""
+    session = session_mod.load(repo)
+    require_gpu(session, envcheck.Probe())
+    with session_mod.locked(session.repo, command):
+        g = git_ops.open_repo(session.repo)
+        require_no_interrupted(session)
+        history = History.open(session, g)
+        require_baseline(history)
+        yield session, g, history

@@ -50,57 +50,18 @@ def _fence_entry(repo: Path, raw: str, test_files: tuple[str, ...]) -> str:
 def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allow: list[str],
          timeout_s: float, perf_test: Path | None = None, correctness_jobs: int = 1,
          prestart_perf: bool = True, sandbox_mode: str = "auto") -> Outcome:
-    timeout_s = session_mod.parse_timeout(timeout_s)  # nan would pass "<= 0" and disable the hang guard
-    if sandbox_mode not in session_mod.SANDBOX_MODES:
-        raise UsageError(f"sandbox mode {sandbox_mode!r}: choose one of {', '.join(session_mod.SANDBOX_MODES)}")
-    if not kernel.strip():
-        raise UsageError("--kernel: empty", "pass a name like rms_norm or a path to the kernel file")
-    session_mod.parse_correctness_jobs(correctness_jobs)
+    timeout_s = _checked_arguments(kernel, timeout_s, correctness_jobs, sandbox_mode)
     g = git_ops.open_repo(repo)
     root = git_ops.root(g).resolve()
-    if not git_ops.has_commits(g):
-        raise UsageError(f"{root} has no commits yet", "commit the kernel and its tests first: the session branches "
-                         "from a commit and reverts to it")
-    if branch is not None and (reason := git_ops.branch_name_error(g, branch)):
-        raise UsageError(f"--branch {branch!r}: {reason}", "pick a name like cutile-perf-rms-norm")
-    if (session_mod.sandbox(root) / session_mod.SESSION_FILE).exists():
-        raise Refused(f"a session already exists in {root}/sandbox/session.yaml",
-                      "continue it (cutile-perf status), or move sandbox/ away to start over")
-    dirty = git_ops.tracked_changes(g)
-    if dirty:
-        # Never stash or reset: the user's uncommitted work is theirs.
-        shown = ", ".join(dirty[:5]) + (" ..." if len(dirty) > 5 else "")
-        raise DirtyTree(f"uncommitted changes to tracked files: {shown}", "commit or stash them yourself, then re-run init")
-
-    kernel_files = kernel_scan.find_kernel_files(root, kernel)
-    for found in kernel_files:
-        if not found.resolve().is_relative_to(root):
-            raise UsageError(f"--kernel {kernel}: {found} is outside the repository {root}")
-        if why := session_mod.protected_reason(found.relative_to(root).as_posix()):
-            raise UsageError(f"--kernel {kernel}: {found.relative_to(root).as_posix()} {why}; "
-                             "the kernel cannot be a test or its configuration")
-    test_file = (test if test is None or test.is_absolute() else root / test)
-    other_tests: list[Path] = []
-    if test_file is None:
-        test_file, other_tests = kernel_scan.choose_test_file(root, kernel_files[0])
-    elif not test_file.is_file():
-        raise UsageError(f"test file {test} does not exist")
-    if not test_file.resolve().is_relative_to(root):
-        raise UsageError(f"--test {test}: outside the repository {root}")
+    _require_startable(g, root, branch)
+    kernel_files = _kernel_files(root, kernel)
+    test_file, other_tests = _test_file(root, test, kernel_files[0])
     scan = kernel_scan.scan_file(kernel_files[0], root)
     # A perf test kept in its own file (scaffold-perf writes test_<op>_perf.py) is named literally in
     # the perf command; the correctness command keeps the {test} placeholder.
     perf_file = _perf_file(root, perf_test) if perf_test is not None else kernel_scan.sibling_perf_test(test_file)
     perf_cmd = selection.perf_command(perf_file.resolve().relative_to(root).as_posix() if perf_file else None)
-
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", kernel_files[0].stem)
-    branch = branch or f"cutile-perf-{stem}-{_dt.date.today():%Y%m%d}"
-    if reason := git_ops.branch_name_error(g, branch):  # a kernel file named "x..y.py" gives a bad default
-        raise UsageError(f"branch name {branch!r}: {reason}", "pass --branch <name>")
-    if git_ops.branch_exists(g, branch):
-        # Refuse rather than add a suffix: an existing branch may hold an earlier session's kept commits.
-        raise Refused(f"branch {branch} already exists", "pass --branch <new name>, or check it out and continue there")
-
+    branch = _new_branch(g, branch, kernel_files[0])
     test_files = (test_file.resolve().relative_to(root).as_posix(), *session_mod.command_test_files(perf_cmd))
     # How the perf tests time (read from their source, never run): the judge measures that way.
     timing = target_timing.read(root, target_timing.perf_test_file(test_files[0], list(test_files[1:])),
@@ -119,31 +80,9 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
         correctness_jobs=correctness_jobs, prestart_perf=prestart_perf, sandbox_mode=sandbox_mode,
         timing=timing.to_dict(),
     )
-    # Before anything is created: an empty selection would pass init and fail only at the baseline.
-    # The environment check (its torch import is seconds on a GPU host) runs while the collections do,
-    # and so does the installed-code bytecode the boxed children will read (child/bytecode.py), which
-    # the baseline would otherwise compile before its first child.
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        probed = pool.submit(envcheck.check)
-        if measure.box_why_not(session) is None:
-            pool.submit(bytecode.prepare, warmstart.WARM_MODULES)
-        selections = check_selections(session, timeout_s=min(float(timeout_s), selection.COLLECT_TIMEOUT_S))
-        env = probed.result()
+    selections, env = _collect_and_probe(session, timeout_s)  # before anything is created
     git_ops.exclude_locally(g, f"/{session_mod.SANDBOX}/")
-    # The session's files before the branch: a sandbox/ that cannot be written (full, read-only, a
-    # file in its place) then stops init with nothing to undo in git, and what was made is removed.
-    made_sandbox = not session.sandbox.exists()
-    try:
-        session_mod.save(session)
-        atomic.write_text(session.results_path, render.render_perf_results(History.open(session, g).rows))
-        git_ops.create_branch(g, branch)
-    except BaseException as exc:
-        _remove_session_files(session, made_sandbox)
-        if isinstance(exc, OSError):
-            where = exc.filename or session.sandbox
-            raise CouldNotWrite(f"init could not write {where}: {exc.strerror or exc}",
-                                "make sandbox/ writable (and the disk not full), then re-run init") from exc
-        raise
+    _start_session(session, g)
     if not env.can_measure:
         say("warning: this machine cannot measure yet (see the environment check); set up here, measure on a GPU")
     # Said here, before anything is measured, and again on every row (``sandbox``): never a silent fallback.
@@ -152,7 +91,7 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
 
     uncovered = uncovered_line(selections)
     text = "\n".join([
-        f"session ready on branch {branch} (base {git_ops.short(g, session.base_commit)})",
+        f"session ready on branch {session.branch} (base {git_ops.short(g, session.base_commit)})",
         kernel_scan.render(scan),
         f"test file: {session.test}" + (
             f" (its folders mirror the kernel's path; also found: "
@@ -179,6 +118,104 @@ def init(*, repo: Path, kernel: str, test: Path | None, branch: str | None, allo
             "session": str(session.sandbox / session_mod.SESSION_FILE), "sandbox": isolation,
             "timing": timing.to_dict(), "uncovered_perf_cases": uncovered[1]}
     return Outcome(text, data)
+
+
+def _checked_arguments(kernel: str, timeout_s: float, correctness_jobs: int, sandbox_mode: str) -> float:
+    """The timeout as a number, after the arguments that need no repository are checked."""
+    timeout_s = session_mod.parse_timeout(timeout_s)  # nan would pass "<= 0" and disable the hang guard
+    if sandbox_mode not in session_mod.SANDBOX_MODES:
+        raise UsageError(f"sandbox mode {sandbox_mode!r}: choose one of {', '.join(session_mod.SANDBOX_MODES)}")
+    if not kernel.strip():
+        raise UsageError("--kernel: empty", "pass a name like rms_norm or a path to the kernel file")
+    session_mod.parse_correctness_jobs(correctness_jobs)
+    return timeout_s
+
+
+def _require_startable(g, root: Path, branch: str | None) -> None:
+    """Refuse a repository a session cannot start in: no commit, a bad --branch, a session already
+    there, or uncommitted changes to tracked files."""
+    if not git_ops.has_commits(g):
+        raise UsageError(f"{root} has no commits yet", "commit the kernel and its tests first: the session branches "
+                         "from a commit and reverts to it")
+    if branch is not None and (reason := git_ops.branch_name_error(g, branch)):
+        raise UsageError(f"--branch {branch!r}: {reason}", "pick a name like cutile-perf-rms-norm")
+    if (session_mod.sandbox(root) / session_mod.SESSION_FILE).exists():
+        raise Refused(f"a session already exists in {root}/sandbox/session.yaml",
+                      "continue it (cutile-perf status), or move sandbox/ away to start over")
+    dirty = git_ops.tracked_changes(g)
+    if dirty:
+        # Never stash or reset: the user's uncommitted work is theirs.
+        shown = ", ".join(dirty[:5]) + (" ..." if len(dirty) > 5 else "")
+        raise DirtyTree(f"uncommitted changes to tracked files: {shown}", "commit or stash them yourself, then re-run init")
+
+
+def _kernel_files(root: Path, kernel: str) -> list[Path]:
+    """The kernel's files, each inside the repository and none a test or its configuration."""
+    kernel_files = kernel_scan.find_kernel_files(root, kernel)
+    for found in kernel_files:
+        if not found.resolve().is_relative_to(root):
+            raise UsageError(f"--kernel {kernel}: {found} is outside the repository {root}")
+        if why := session_mod.protected_reason(found.relative_to(root).as_posix()):
+            raise UsageError(f"--kernel {kernel}: {found.relative_to(root).as_posix()} {why}; "
+                             "the kernel cannot be a test or its configuration")
+    return kernel_files
+
+
+def _test_file(root: Path, test: Path | None, kernel_file: Path) -> tuple[Path, list[Path]]:
+    """(the correctness test file: --test, else the one chosen for the kernel; the other candidates)."""
+    test_file = (test if test is None or test.is_absolute() else root / test)
+    other_tests: list[Path] = []
+    if test_file is None:
+        test_file, other_tests = kernel_scan.choose_test_file(root, kernel_file)
+    elif not test_file.is_file():
+        raise UsageError(f"test file {test} does not exist")
+    if not test_file.resolve().is_relative_to(root):
+        raise UsageError(f"--test {test}: outside the repository {root}")
+    return test_file, other_tests
+
+
+def _new_branch(g, branch: str | None, kernel_file: Path) -> str:
+    """The session branch: --branch, else one named after the kernel and today; it must not exist yet."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", kernel_file.stem)
+    branch = branch or f"cutile-perf-{stem}-{_dt.date.today():%Y%m%d}"
+    if reason := git_ops.branch_name_error(g, branch):  # a kernel file named "x..y.py" gives a bad default
+        raise UsageError(f"branch name {branch!r}: {reason}", "pass --branch <name>")
+    if git_ops.branch_exists(g, branch):
+        # Refuse rather than add a suffix: an existing branch may hold an earlier session's kept commits.
+        raise Refused(f"branch {branch} already exists", "pass --branch <new name>, or check it out and continue there")
+    return branch
+
+
+def _collect_and_probe(session: session_mod.Session, timeout_s: float):
+    """(the selections' collections, the environment check), both before anything is created: an
+    empty selection would pass init and fail only at the baseline. The environment check (its torch
+    import is seconds on a GPU host) runs while the collections do, and so does the installed-code
+    bytecode the boxed children will read (child/bytecode.py), which the baseline would otherwise
+    compile before its first child."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        probed = pool.submit(envcheck.check)
+        if measure.box_why_not(session) is None:
+            pool.submit(bytecode.prepare, warmstart.WARM_MODULES)
+        selections = check_selections(session, timeout_s=min(float(timeout_s), selection.COLLECT_TIMEOUT_S))
+        return selections, probed.result()
+
+
+def _start_session(session: session_mod.Session, g) -> None:
+    """Write the session's files, then create its branch. Files first: a sandbox/ that cannot be
+    written (full, read-only, a file in its place) then stops init with nothing to undo in git, and
+    what was made is removed."""
+    made_sandbox = not session.sandbox.exists()
+    try:
+        session_mod.save(session)
+        atomic.write_text(session.results_path, render.render_perf_results(History.open(session, g).rows))
+        git_ops.create_branch(g, session.branch)
+    except BaseException as exc:
+        _remove_session_files(session, made_sandbox)
+        if isinstance(exc, OSError):
+            where = exc.filename or session.sandbox
+            raise CouldNotWrite(f"init could not write {where}: {exc.strerror or exc}",
+                                "make sandbox/ writable (and the disk not full), then re-run init") from exc
+        raise
 
 
 def _remove_session_files(session: session_mod.Session, made_sandbox: bool) -> None:

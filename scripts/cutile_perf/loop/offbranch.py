@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cutile_perf.errors import Refused
-from cutile_perf.store import git_ops
+from cutile_perf.store import git_ops, git_rewrites
 
 ADOPT_FLAG = "--adopt"
 RESET_FLAG = "--reset-to-kept"
@@ -67,7 +67,7 @@ def off_branch(g, kept: str, head: str) -> OffBranch | None:
         return None
     if git_ops.is_ancestor(g, head, kept):
         return OffBranch(kept, head, behind=True)
-    found = git_ops.same_change_in(g, kept, head, SEARCH_LIMIT)
+    found = git_rewrites.same_change_in(g, kept, head, SEARCH_LIMIT)
     twin, how = found if found is not None else (None, None)
     return OffBranch(kept, head, behind=False, twin=twin, how=how)
 

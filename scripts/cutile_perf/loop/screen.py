@@ -27,16 +27,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cutile_perf.child import envcheck, measure
+from cutile_perf.child import measure
 from cutile_perf.errors import UsageError
 from cutile_perf.judge.verdict import Evidence, Reference, Stage, judge, judge_correctness, judge_records, paired_samples
 from cutile_perf.kernel import probes
 from cutile_perf.loop import guards, plan, row, screen_commits, screen_rank
 from cutile_perf.loop.stages import Request, StageRunner, Stages
 from cutile_perf.output import say
-from cutile_perf.store import git_ops
-from cutile_perf.store import session as session_mod
-from cutile_perf.store.history import History
 from cutile_perf.store.session import Session
 
 # States of a candidate that is not ranked.
@@ -201,13 +198,7 @@ def screen(*, repo: Path, source: str, seconds: float, compile_check: CompileChe
     """Screen the candidates ``source`` names (module docstring). ``stages``/``now``: what runs the
     tests and the clock (tests pass scripted ones)."""
     began = now()
-    session = session_mod.load(repo)
-    guards.require_gpu(session, envcheck.Probe())
-    with session_mod.locked(session.repo, "screen"):
-        g = git_ops.open_repo(session.repo)
-        guards.require_no_interrupted(session)
-        history = History.open(session, g)
-        guards.require_baseline(history)
+    with guards.measuring(repo, "screen") as (session, g, history):
         entries = candidates_from(session, source)
         ref, t = history.reference(), session.thresholds
         out = ScreenResult(base=ref.commit, candidates=entries)

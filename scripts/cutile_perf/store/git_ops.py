@@ -1,4 +1,5 @@
-"""Every git operation cutile-perf performs, as small named functions.
+"""Every git operation cutile-perf performs, as small named functions (finding a rewritten
+commit's twin by its patch lives beside it, in ``git_rewrites``).
 
 This is the only module that imports GitPython. Each repository handle is pinned to its own
 ``.git`` directory, work tree and index (``GIT_DIR``/``GIT_WORK_TREE``/``GIT_INDEX_FILE`` are
@@ -10,7 +11,6 @@ Paths exchanged with callers are repository-relative POSIX strings.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +91,19 @@ def init_repo(path: Path, message: str) -> git.Repo:
     return repo
 
 
+def _output_or_none(command, *args: str) -> str | None:
+    """The command's output, or None when git exits non-zero (the answer is "no such thing")."""
+    try:
+        return command(*args)
+    except git.GitCommandError:
+        return None
+
+
+def _succeeds(command, *args: str) -> bool:
+    """Whether git exits 0: the commands whose exit status is the answer (``--is-ancestor``, ``--quiet``)."""
+    return _output_or_none(command, *args) is not None
+
+
 def root(repo: git.Repo) -> Path:
     return Path(repo.working_tree_dir)
 
@@ -112,11 +125,7 @@ def current_branch(repo: git.Repo) -> str | None:
 
 def has_commits(repo: git.Repo) -> bool:
     """False in a freshly ``git init``-ed repository: there is no HEAD to branch from or return to."""
-    try:
-        repo.git.rev_parse("--verify", "-q", "HEAD^{commit}")
-        return True
-    except git.GitCommandError:
-        return False
+    return _succeeds(repo.git.rev_parse, "--verify", "-q", "HEAD^{commit}")
 
 
 def branch_name_error(repo: git.Repo, name: str) -> str | None:
@@ -213,7 +222,6 @@ def diff_patch(repo: git.Repo, base: str, paths: Iterable[str]) -> bytes:
     return _diff_bytes(repo, "--cached", "--binary", base, "--", *paths)
 
 
-
 def _path_list(out: str) -> list[str]:
     """Paths from a ``-z`` listing. Without ``-z`` git quotes non-ASCII names ("caf\\303\\251.py"),
     which then match no file: a revert would skip or delete a fenced file with such a name."""
@@ -262,26 +270,16 @@ def reset_to(repo: git.Repo, sha: str, paths: Iterable[str]) -> None:
 
 def head_ref(repo: git.Repo) -> str | None:
     """The ref HEAD points at (``refs/heads/<branch>``), or None when HEAD is detached."""
-    try:
-        return repo.git.symbolic_ref("-q", "HEAD")
-    except git.GitCommandError:
-        return None
+    return _output_or_none(repo.git.symbolic_ref, "-q", "HEAD")
 
 
 def branch_sha(repo: git.Repo, branch: str) -> str | None:
-    try:
-        return repo.git.rev_parse("--verify", "-q", f"refs/heads/{branch}^{{commit}}")
-    except git.GitCommandError:
-        return None
+    return _output_or_none(repo.git.rev_parse, "--verify", "-q", f"refs/heads/{branch}^{{commit}}")
 
 
 def index_matches(repo: git.Repo, commit: str, paths: Iterable[str]) -> bool:
     """Whether the index holds ``commit``'s version of ``paths`` (other staged files are the user's)."""
-    try:
-        repo.git.diff("--no-ext-diff", "--cached", "--quiet", commit, "--", *paths)
-        return True
-    except git.GitCommandError:
-        return False
+    return _succeeds(repo.git.diff, "--no-ext-diff", "--cached", "--quiet", commit, "--", *paths)
 
 
 def moved_since(repo: git.Repo, branch: str, commit: str, paths: Iterable[str]) -> str | None:
@@ -309,60 +307,7 @@ def changed_between(repo: git.Repo, older: str, newer: str) -> list[str]:
 
 
 def is_ancestor(repo: git.Repo, older: str, newer: str) -> bool:
-    try:
-        repo.git.merge_base("--is-ancestor", older, newer)
-        return True
-    except git.GitCommandError:
-        return False
-
-
-def _log_patches(repo: git.Repo, *revs: str) -> bytes:
-    """``git log -p`` of ``revs`` as bytes, in the form ``git patch-id`` reads (no colour, no
-    external diff or textconv driver, no rename detection: the same change always reads the same)."""
-    return repo.git.log("-p", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames", "--format=commit %H",
-                        *revs, stdout_as_string=False, strip_newline_in_stdout=False)
-
-
-def patch_ids(repo: git.Repo, *revs: str) -> dict[str, str]:
-    """commit -> ``git patch-id --stable`` of its change, for the commits ``git log revs`` lists
-    (merges and empty commits have no patch and are left out)."""
-    patches = _log_patches(repo, *revs)
-    if not patches.strip():
-        return {}
-    # GitPython hands ``istream`` to the child as its stdin: it must be a real file.
-    with tempfile.TemporaryFile() as fh:
-        fh.write(patches)
-        fh.seek(0)
-        out = repo.git.patch_id("--stable", istream=fh)
-    ids = {}
-    for line in out.splitlines():
-        patch, _, commit = line.partition(" ")
-        if commit:
-            ids[commit] = patch
-    return ids
-
-
-def same_change_in(repo: git.Repo, commit: str, tip: str, limit: int) -> tuple[str, str] | None:
-    """The commit reachable from ``tip`` but not from ``commit`` that holds ``commit``'s change, and
-    how it was found: ``"same tree"`` (every file byte for byte: a reworded or amended-in-place
-    commit), else ``"same patch"`` (the same diff from its own parent: a rebase). Newest first, among
-    the ``limit`` newest such commits; None when none holds it (its content was changed too)."""
-    listed = repo.git.log(f"--max-count={limit}", "--format=%H %T", tip, "--not", commit).split("\n")
-    candidates = [tuple(line.split()) for line in listed if line.strip()]
-    if not candidates:
-        return None
-    tree = tree_of(repo, commit)
-    for sha, their_tree in candidates:
-        if their_tree == tree:
-            return sha, "same tree"
-    wanted = patch_ids(repo, "-1", commit).get(commit)
-    if wanted is None:
-        return None
-    theirs = patch_ids(repo, f"--max-count={limit}", tip, "--not", commit)
-    for sha, _ in candidates:
-        if theirs.get(sha) == wanted:
-            return sha, "same patch"
-    return None
+    return _succeeds(repo.git.merge_base, "--is-ancestor", older, newer)
 
 
 def create_branch_at(repo: git.Repo, name: str, sha: str) -> None:
@@ -399,11 +344,7 @@ def exclude_locally(repo: git.Repo, pattern: str, comment: str = "cutile-perf se
 
 
 def is_ignored(repo: git.Repo, path: str) -> bool:
-    try:
-        repo.git.check_ignore("-q", path)
-        return True
-    except git.GitCommandError:
-        return False
+    return _succeeds(repo.git.check_ignore, "-q", path)
 
 
 @dataclass(frozen=True)
