@@ -556,7 +556,7 @@ def test_a_candidate_whose_runs_disagree_is_reverted_even_within_a_wide_gate():
     # gives a 9 % gate. The median sits inside the gate and the mean says faster, so "within
     # noise" kept it before (12 of 100 sessions).
     from cutile_perf.judge.verdict import Evidence, Reference, Stage, judge
-    runs = {"a": [0.95, 1.0, 1.05], "b": [1.9, 2.0, 2.1]}
+    runs = {"a": [0.985, 1.0, 1.015], "b": [1.97, 2.0, 2.03]}
     ref = Reference("base", {"a": 1.0, "b": 2.0}, noise_floor(runs), runs=runs)
     shapes = lambda f: {"a": 1.0 * f, "b": 2.0 * f}  # noqa: E731
     pairs = tuple((Stage("perf", shapes=shapes(b)), Stage("perf", shapes=shapes(c)))
