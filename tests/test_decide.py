@@ -597,3 +597,22 @@ def test_content_reverted_before_is_kept_only_on_the_whole_re_check():
     assert _judge_runs(1.0, [(1.0, 1.0)], repeat_of=4).action == "re-measure"  # a repeat does not
     kept = _judge_runs(1.0, [(1.0, 1.0), (1.001, 1.0), (0.999, 1.001)], repeat_of=4)
     assert (kept.action, kept.decision.rebaseline) == ("keep", False)
+
+
+def test_the_benchmark_s_bimodal_and_repeated_candidates_are_not_kept():
+    """Fixed-seed sessions of ``decision_power.py``'s bimodal and repeated rows (issue 39): +10 % on
+    every case, 30 % fast in some of its processes."""
+    power = _load_benchmark("decision_power")
+    sim = power.Simulator(0.03, 0.0, random.Random(7))
+    ref = power.baseline(sim, power.TRUE_MS, 3, T)
+    cand = power._scaled(power.TRUE_MS, 1.10)
+    # Fast in its try's run and the first pair's: kept "settled after 1 pair" before.
+    verdict, runs, _ = power.one_try(sim, ref, power.TRUE_MS, cand, T, cand_factor=lambda k: 0.7 if k < 2 else 1.0)
+    assert (verdict.action, verdict.decision.tier, runs) == ("revert", "unstable", 6), verdict.reason
+    # Reverted once while slow, then tried again and fast in every process: its whole re-check kept it before.
+    prior = {}
+    first, _, _ = power.one_try(sim, ref, power.TRUE_MS, cand, T, prior=prior)
+    assert first.action == "revert" and prior
+    again, _, _ = power.one_try(sim, ref, power.TRUE_MS, cand, T, cand_factor=lambda k: 0.7, repeat_of=1, prior=prior)
+    assert (again.action, again.decision.tier) == ("revert", "unstable"), again.reason
+    assert "when this content was reverted (iteration 1)" in again.reason
