@@ -90,15 +90,19 @@ def _same(_process: int) -> float:
 
 def one_try(sim: Simulator, ref: Reference, base_latency: dict, cand_latency: dict,
             t: rules.Thresholds, *, cand_factor=_same, base_factor=_same,
-            repeat_of: int | None = None) -> tuple[Verdict, int, dict]:
+            repeat_of: int | None = None, prior: dict | None = None) -> tuple[Verdict, int, dict]:
     """The judge's verdict on one candidate, the extra perf runs it asked for, the candidate's run.
     Each re-check run measures the cases the judge names, as the loop selects them by node id.
     ``cand_factor(k)``: the factor on the candidate's k-th process (0: the try's own run);
     ``base_factor(k)``: on the re-check's k-th baseline run (from 1); ``repeat_of``: the row this
-    content was reverted at (a judge that cannot be told is not told)."""
+    content was reverted at (a judge that cannot be told is not told); ``prior``: case -> the
+    candidate's ratios to the baseline in the earlier tries of this content, as the loop reads them
+    from its reverted rows (``loop.row.prior_ratios``), extended here with this try's."""
     start = sim.runs
     perf = Stage(shapes=sim.run(cand_latency, factor=cand_factor(0)))
     told = {"repeat_of": repeat_of} if repeat_of is not None and "repeat_of" in Evidence.__dataclass_fields__ else {}
+    if prior and "prior_ratios" in Evidence.__dataclass_fields__:
+        told["prior_ratios"] = {c: tuple(v) for c, v in prior.items()}
     evidence = Evidence(perf=perf, **told)
     verdict = judge(ref, t, evidence)
     while verdict.action == "re-measure":
@@ -110,7 +114,19 @@ def one_try(sim: Simulator, ref: Reference, base_latency: dict, cand_latency: di
                 for latency, factor in ((base_latency, base_factor), (cand_latency, cand_factor))]
         evidence = evidence.add(pairs=(*evidence.pairs, tuple(runs)))
         verdict = judge(ref, t, evidence)
+    if prior is not None:
+        _remember(prior, ref, evidence)
     return verdict, sim.runs - start - 1, perf.shapes
+
+
+def _remember(prior: dict, ref: Reference, evidence: Evidence) -> None:
+    """Add one try's candidate ratios to ``prior``: its single run against the recorded medians
+    and each interleaved pair's candidate over its baseline run."""
+    for case, median in evidence.perf.shapes.items():
+        prior.setdefault(case, []).append(median / ref.medians[case])
+    for base, cand in evidence.pairs:
+        for case in cand.shapes:
+            prior.setdefault(case, []).append(cand.shapes[case] / base.shapes[case])
 
 
 def _extra(runs: list[int], work: list[float]) -> str:
@@ -202,13 +218,13 @@ def scenario_row(args, t: rules.Thresholds, rng: random.Random, label: str, cand
     for _ in range(args.sessions):
         sim = Simulator(args.noise, args.drift, rng)
         ref = baseline(sim, TRUE_MS, args.repeats, t)
-        reverted_at = None
+        reverted_at, prior = None, {}
         for attempt in range(1, tries + 1):
             factors = {} if cand_factor is None else {"cand_factor": cand_factor(rng)}
             if base_factor is not None:
                 factors["base_factor"] = base_factor
             before = sim.work
-            verdict, runs, _ = one_try(sim, ref, TRUE_MS, cand, t, repeat_of=reverted_at, **factors)
+            verdict, runs, _ = one_try(sim, ref, TRUE_MS, cand, t, repeat_of=reverted_at, prior=prior, **factors)
             extra.append(runs)
             work.append(_extra_work(sim, before))
             if verdict.action != "revert":

@@ -589,3 +589,15 @@ def test_a_harness_step_blocked_past_the_deadline_ends_the_try_and_frees_the_loc
     last = History.open(session, git_ops.open_repo(repo)).last()
     assert (last["status"], last["crash_class"]) == ("crash", "harness") and "HarnessOverran" in last["reason"]
     assert git_ops.head(git_ops.open_repo(repo)) == session.base_commit
+
+
+def test_content_reverted_slow_and_tried_again_fast_is_not_kept(repo):
+    """Issue 39: the same change tried again after a revert until one lucky try keeps it. The earlier
+    row's runs (``loop.row.prior_ratios``) reach the judge as evidence of the candidate's spread."""
+    edit(repo, "fast at times")
+    slow = try_change(repo, "fast at times", stages=scripted(repo, {"a": 1.1, "b": 2.2}))
+    assert slow.row["status"] == "revert"
+    edit(repo, "fast at times")  # the same fenced content again
+    again = try_change(repo, "fast at times, again", stages=scripted(repo, {"a": 0.77, "b": 1.54}))
+    assert (again.row["status"], again.row["decision"]["tier"]) == ("revert", "unstable"), again.row["reason"]
+    assert f"when this content was reverted (iteration {slow.row['iteration']})" in again.row["reason"]

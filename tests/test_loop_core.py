@@ -132,7 +132,7 @@ def test_a_claim_beyond_the_plausibility_factor_is_re_measured_and_flagged():
     ok = Stage(passed=frozenset({"t::one", "t::two"}))
     fast = Stage(shapes={"a": 0.2, "b": 0.4})
     assert judge(REF, T, Evidence(correctness=ok, perf=fast)).action == "re-measure"
-    paired = {"a": ([1.0, 1.01, 0.99], [0.2, 0.2, 0.2]), "b": ([2.0, 2.01, 1.99], [0.4, 0.4, 0.41])}
+    paired = {"a": ([1.0, 1.01, 0.99], [0.2, 0.202, 0.198]), "b": ([2.0, 2.01, 1.99], [0.4, 0.402, 0.398])}
     verdict = judge(REF, T, Evidence(correctness=ok, perf=fast, pairs=pairs_of(paired)))
     assert verdict.action == "keep" and verdict.review and "review" in verdict.reason
 
@@ -206,7 +206,9 @@ def test_an_implausible_claim_on_one_case_is_re_measured_alone_and_the_geomean_f
     assert "a still beyond 3x" in verdict.reason
     gone = {"a": ([1.0, 1.002, 0.999], [1.0, 1.001, 0.999])}  # the claim does not reproduce
     verdict = judge(REF3, T, Evidence(perf=single, pairs=pairs_of_cases(gone)))
-    assert (verdict.action, verdict.decision.tier, verdict.decision.rebaseline) == ("keep", "no-change", False)
+    # Its single run and its pairs disagree: no one speed of it to keep (issue 39).
+    assert (verdict.action, verdict.decision.tier, verdict.decision.rebaseline) == ("revert", "unstable", False)
+    assert verdict.reason.startswith("unstable: the candidate's single run of case a (-80.0 %) and a pair")
 
 
 def test_the_partial_re_check_stops_at_its_first_decisive_pair():
@@ -336,3 +338,21 @@ def test_a_case_recorded_twice_is_a_bad_record():
     value = {"cutile": {"forward": {"median": 1.0}}}
     found = [("t.py::test_perf[cutile-8]", "passed", value), ("t.py::test_perf[cutile-8]", "passed", value)]
     assert "two records" in measure.cases_from_records(found)[3]
+
+
+def test_prior_ratios_reads_what_reverted_rows_of_the_same_content_measured():
+    """``loop.row.prior_ratios``: the judge's evidence of a repeat's spread (``Evidence.prior_ratios``)."""
+    from cutile_perf.loop.row import prior_ratios
+    ref = Reference(commit="base", medians={"a": 1.0, "b": 2.0}, noise={"a": 0.01, "b": 0.01})
+    slow = {"status": "revert", "content_hash": "h", "reference_commit": "base",
+            "shapes": {"a": {"median": 1.1}, "b": {"median": 2.2}},
+            "confirm": {"a": {"base": [1.0, 2.0], "candidate": [1.1, 2.2]}}}
+    rows = [slow,
+            {**slow, "content_hash": "other", "shapes": {"a": {"median": 0.5}}},  # other content
+            {**slow, "status": "keep", "shapes": {"a": {"median": 0.5}}},  # not reverted
+            {**slow, "reference_commit": "older", "confirm": {}, "shapes": {"a": {"median": 0.5}}},  # another baseline
+            {**slow, "decision": {"tier": "baseline-drift"}, "confirm": {"a": {"base": [2.0], "candidate": [1.0]}}},
+            {**slow, "confirm": None, "shapes": {"a": {"median": "nan"}, "b": {"median": 1.9}}}]  # unreadable median
+    got = prior_ratios(rows, "h", ref)
+    assert {c: [round(r, 6) for r in v] for c, v in got.items()} == {"a": [1.1, 1.1, 1.1], "b": [1.1, 0.95]}
+    assert prior_ratios(rows, "never tried", ref) == {}

@@ -33,7 +33,8 @@ from cutile_perf.templating import format_change
 IMPROVING_TIERS = ("new-baseline", "keep-lower-priority", "keep-recommend-stop")
 # "baseline-drift": the interleaved re-check's baseline runs kept disagreeing with the baseline's
 # recorded medians (``baseline_disagreement``), so no keep could rest on them.
-TIERS = (*IMPROVING_TIERS, "no-change", "regression", "missing-shape", "borderline", "baseline-drift")
+# "unstable": the candidate's own runs disagreed beyond the baseline's noise (``verdict.unstable``).
+TIERS = (*IMPROVING_TIERS, "no-change", "regression", "missing-shape", "borderline", "baseline-drift", "unstable")
 
 DEFAULT_MIN_NOISE = 0.005
 # Noise assumed for a shape measured once: one run says nothing about its spread.

@@ -95,6 +95,10 @@ class Evidence:
     # trying it again until a lucky run keeps it must not work, so a repeat is kept only on the
     # whole interleaved re-check.
     repeat_of: int | None = None
+    # What that content measured when it was reverted before (``loop.row.prior_ratios``): case ->
+    # the candidate's ratios to the baseline, one per run. They are evidence of its spread: a fast
+    # run now that disagrees with a slow one then is not kept (``earlier_runs_disagree``).
+    prior_ratios: dict = field(default_factory=dict)
 
     def add(self, **changes) -> Evidence:
         return replace(self, **changes)
@@ -302,10 +306,11 @@ def judge(ref: Reference, t: Thresholds, ev: Evidence) -> Verdict:
     paired = paired_samples(ev.pairs, cases)
     first = {c: single_medians[c] / ref.medians[c] for c in cases}
     if len(doubt) < len(cases):
-        verdict = judge_partial(ref, t, single_medians, doubt, paired, implausible, ev.repeat_of)
+        verdict = judge_partial(ref, t, single_medians, doubt, paired, implausible, ev.repeat_of,
+                                prior=ev.prior_ratios)
         if verdict is not None:
             return verdict
-    return judge_paired(ref, t, paired, implausible, first=first, repeat_of=ev.repeat_of)
+    return judge_paired(ref, t, paired, implausible, first=first, repeat_of=ev.repeat_of, prior=ev.prior_ratios)
 
 
 # A re-check whose baseline runs disagree with the recorded baseline (``drifted_pairs``) runs up to
@@ -445,7 +450,8 @@ def _keeps(verdict: Verdict | None) -> bool:
     return verdict is not None and verdict.action == "keep"
 
 
-def unsettled(ref: Reference, t: Thresholds, measured: dict, first: dict | None, implausible, repeat_of) -> str | None:
+def unsettled(ref: Reference, t: Thresholds, measured: dict, first: dict | None, implausible, repeat_of,
+              settled: Verdict) -> str | None:
     """Why a re-check that would keep may not stop before ``min_confirm_pairs`` on the pairs so far,
     or None (a revert settles as before: refusing a change needs no proof of its spread).
 
@@ -454,13 +460,76 @@ def unsettled(ref: Reference, t: Thresholds, measured: dict, first: dict | None,
     in 30 % of its processes on its 7th identical try (issue 39). Nor does a re-check settle while
     the candidate's runs disagree among themselves beyond the baseline's noise (``candidate_spread``,
     and ``first_run_disagrees`` for its single run, ``first``): the filled-in
-    pairs of ``settled_early`` assume the runs to come look like those so far."""
+    pairs of ``settled_early`` assume the runs to come look like those so far. Nor does a keep that
+    would move the baseline: the candidate's spread shows only in its runs, and two fast ones of a
+    candidate fast in 30 % of its processes kept it "settled after 1 pair" in 9 % of sessions
+    (``benchmarks/decision_power.py``'s bimodal row); all four it then needs agree in under 1 %."""
     if implausible:
         return f"a claim beyond {t.plausible_factor:g}x is judged on every pair"
     if repeat_of is not None:
         return f"the same content was reverted at iteration {repeat_of}: judged on every pair"
     tests = paired_log_ratios(measured, ref.runs, t.min_noise)
-    return candidate_spread(tests) or first_run_disagrees(ref, t, tests, first or {})
+    spread = candidate_spread(tests) or first_run_disagrees(ref, t, tests, first or {})
+    if spread is None and settled.decision is not None and settled.decision.rebaseline:
+        return "a keep that moves the baseline rests on every pair (the candidate's own spread)"
+    return spread
+
+
+def unstable(ref: Reference, t: Thresholds, measured: dict, first: dict, prior: dict | None,
+             repeat_of: int | None) -> str | None:
+    """Why the candidate's own runs disagree, so that no keep may rest on them, or None: its runs in
+    the pairs among themselves (``candidate_spread``), its single run against them
+    (``first_run_disagrees``), or what the same content measured when it was reverted before
+    against them (``earlier_runs_disagree``). One fast pair of three flipped the paired sign of a
+    +10 % change, which "within noise" then kept (issue 39)."""
+    tests = paired_log_ratios(measured, ref.runs, t.min_noise)
+    spread = candidate_spread(tests) if wide_apart(ref, t, tests) else None
+    return (spread or first_run_disagrees(ref, t, tests, first)
+            or earlier_runs_disagree(ref, t, tests, first, prior or {}, repeat_of))
+
+
+def wide_apart(ref: Reference, t: Thresholds, tests: dict) -> bool:
+    """Whether some case's pairs span more than the single run's allowance (``_allowance``): a
+    practical size for ``candidate_spread``'s statistics, which alone would revert an honest big
+    gain whose shorter runs jitter a little more, relative to their time, than the baseline's."""
+    allowance = _allowance(ref, t, tests)
+    return any(test.diffs and math.exp(max(test.diffs) - min(test.diffs)) - 1.0 > allowance[case]
+               for case, test in tests.items())
+
+
+def unstable_revert(decision: Decision, why: str) -> Verdict:
+    """The revert of a candidate whose runs disagree (``unstable``): it has no one speed to keep, nor
+    to become the reference."""
+    reason = f"unstable: {why}; a change without one speed is not kept"
+    return Verdict("revert", reason, decision=replace(decision, verdict="revert", tier="unstable", rebaseline=False,
+                                                      reason=reason))
+
+
+def _allowance(ref: Reference, t: Thresholds, cases) -> dict[str, float]:
+    """Per case, how far two of the candidate's ratios measured apart may differ: the single-run
+    rule's gate plus the borderline band, as ``first_run_disagrees`` allows."""
+    floor = {c: case_noise(ref.noise, c, t) for c in cases}
+    band = t.confirm_band * t.noise_k * max(floor.values(), default=t.min_noise)
+    return {c: single_run_gate(floor[c], t) + band for c in cases}
+
+
+def earlier_runs_disagree(ref: Reference, t: Thresholds, tests: dict, first: dict, prior: dict,
+                          repeat_of: int | None) -> str | None:
+    """Why a ratio this content measured when it was reverted before (``prior``: case -> ratios)
+    and one it measures now (the single run, ``first``, and each pair) disagree beyond the single
+    run's allowance, or None. Tried again until one lucky run keeps it, a candidate fast in 30 % of
+    its processes was kept in 61 of 100 sessions; its earlier slow runs are evidence too."""
+    cases = sorted(set(tests) & set(prior))
+    allowed = _allowance(ref, t, tests)
+    for case in cases:
+        now = [math.exp(d) for d in tests[case].diffs] + ([first[case]] if case in first else [])
+        for before in prior[case]:
+            for ratio in now:
+                if abs(ratio / before - 1.0) > allowed[case]:
+                    return (f"case {case} measured {format_change(before - 1)} when this content was reverted "
+                            f"(iteration {repeat_of}) and {format_change(ratio - 1)} now, apart beyond its gate "
+                            f"and band {allowed[case] * 100:.1f} % (fast in some processes only?)")
+    return None
 
 
 def first_run_disagrees(ref: Reference, t: Thresholds, tests: dict, first: dict) -> str | None:
@@ -468,26 +537,15 @@ def first_run_disagrees(ref: Reference, t: Thresholds, tests: dict, first: dict)
     pair so far disagree by more than the single-run rule calls a change (a case's gate and the
     borderline band), or None. The single run was measured apart from the pairs, against the
     recorded medians, so it is given the single run's own allowance, not the pairs' spread."""
-    floor = {c: case_noise(ref.noise, c, t) for c in tests}
-    band = t.confirm_band * t.noise_k * max(floor.values(), default=t.min_noise)
+    allowance = _allowance(ref, t, tests)
     for case in sorted(set(tests) & set(first)):
-        allowed = single_run_gate(floor[case], t) + band
+        allowed = allowance[case]
         for diff in tests[case].diffs:
             if abs(math.exp(diff) / first[case] - 1.0) > allowed:
                 return (f"the candidate's single run of case {case} ({format_change(first[case] - 1)}) and a pair "
                         f"({format_change(math.exp(diff) - 1)}) disagree beyond its gate and band "
                         f"{allowed * 100:.1f} % (fast in some processes only?)")
     return None
-
-
-def spread_blocks_keep(ref: Reference, t: Thresholds, measured: dict, decision: Decision) -> str | None:
-    """Why a keep that would move the reference may not, or None: the candidate's own runs in the
-    pairs disagree beyond the baseline's noise (``candidate_spread``), so no one speed of it can
-    become the reference. The gates come from the baseline's noise; this is where the candidate's
-    own spread enters a decision."""
-    if decision.verdict != "keep" or not decision.rebaseline:
-        return None
-    return candidate_spread(paired_log_ratios(measured, ref.runs, t.min_noise))
 
 
 def beyond_gate(ref: Reference, t: Thresholds, measured: dict, changes: dict, gates: dict) -> str | None:
@@ -503,7 +561,8 @@ def beyond_gate(ref: Reference, t: Thresholds, measured: dict, changes: dict, ga
 
 
 def judge_partial(ref: Reference, t: Thresholds, single: dict, doubt: tuple[str, ...], paired: dict,
-                  implausible: list[str], repeat_of: int | None = None) -> Verdict | None:
+                  implausible: list[str], repeat_of: int | None = None, *, prior: dict | None = None,
+                  own_spread: bool = True) -> Verdict | None:
     """The verdict when the re-check re-measured only the cases in doubt (``rules.cases_in_doubt``
     derives why it is valid), or None when the geomean is in doubt and the whole re-check decides.
 
@@ -512,18 +571,19 @@ def judge_partial(ref: Reference, t: Thresholds, single: dict, doubt: tuple[str,
     case at its paired median ratio and the others at their single-run ratio, by the single run's
     zones. Otherwise this mirrors ``judge_paired``: more pairs while it would be "no-change" and
     fewer than ``max_confirm_pairs`` ran, a "no-change" never keeps a case whose paired median sits
-    beyond its gate, and a claim beyond ``plausible_factor`` is marked for review.
+    beyond its gate, a candidate whose runs disagree (``unstable``) is reverted, and a claim beyond
+    ``plausible_factor`` is marked for review.
     """
     cases = sorted(ref.medians)
     rounds = min(min(len(paired[c][0]), len(paired[c][1])) for c in doubt)
     measured = {c: paired[c] for c in doubt}
     note = (f"{len(doubt)} of {len(cases)} cases re-measured interleaved ({_names(doubt)}), the others as the "
             "single run measured them")
+    first = {c: single[c] / ref.medians[c] for c in doubt}
     if rounds < t.min_confirm_pairs:
         settled = settled_early(ref, t, measured, rounds, lambda filled: judge_partial(
-            ref, t, single, doubt, {**paired, **filled}, implausible), note)
-        first = {c: single[c] / ref.medians[c] for c in doubt}
-        barrier = unsettled(ref, t, measured, first, implausible, repeat_of) if _keeps(settled) else None
+            ref, t, single, doubt, {**paired, **filled}, implausible, own_spread=False), note)
+        barrier = unsettled(ref, t, measured, first, implausible, repeat_of, settled) if _keeps(settled) else None
         if settled is not None and not barrier:
             return settled
         return Verdict("re-measure", f"{rounds} of {t.min_confirm_pairs} interleaved pairs of the {len(doubt)} "
@@ -544,18 +604,18 @@ def judge_partial(ref: Reference, t: Thresholds, single: dict, doubt: tuple[str,
     if zone not in ("no-change", "faster"):
         return None  # the geomean is in doubt: it rests on every case, so the others are re-measured too
     geo = f"geomean {format_change(agg)} (gate {agg_gate * 100:.1f} %)"
-    spread = None
+    spread = unstable(ref, t, measured, first, prior, repeat_of) if own_spread else None
     if zone == "faster":
         tier = improvement_tier(-agg, t)
         decision = Decision("keep", tier, f"{geo}: faster ({tier}); {note}", rebaseline=True, **made)
-        spread = spread_blocks_keep(ref, t, measured, decision)
-        if spread and rounds < t.max_confirm_pairs:
-            return Verdict("re-measure", f"faster, but {spread}", decision=decision, cases=doubt)
-    if zone != "faster" or spread:
-        within = ("within noise" if not spread else
-                  f"faster by the pairs' geomean, but {spread}, so its numbers cannot be the reference")
-        decision = Decision("keep", "no-change", f"{geo}: {within}, kept without moving the baseline; {note}",
+    else:
+        decision = Decision("keep", "no-change", f"{geo}: within noise, kept without moving the baseline; {note}",
                             **made)
+    if spread:
+        if rounds < t.max_confirm_pairs:
+            return Verdict("re-measure", f"{decision.tier}, but {spread}", decision=decision, cases=doubt)
+        return unstable_revert(decision, f"{spread}; {note}")
+    if zone != "faster":
         if rounds < t.max_confirm_pairs:
             return Verdict("re-measure", "ambiguous after the interleaved pairs so far", decision=decision,
                            cases=doubt)
@@ -573,9 +633,13 @@ def judge_partial(ref: Reference, t: Thresholds, single: dict, doubt: tuple[str,
 
 
 def judge_paired(ref: Reference, t: Thresholds, paired: dict, implausible: list[str], *,
-                 first: dict | None = None, repeat_of: int | None = None) -> Verdict:
+                 first: dict | None = None, repeat_of: int | None = None, prior: dict | None = None,
+                 own_spread: bool = True) -> Verdict:
     """The verdict from interleaved pairs ``{case: (baseline runs, candidate runs)}`` of every case.
-    ``first``: case -> the single run's ratio to the recorded median; ``repeat_of``: ``Evidence``'s.
+    ``first``: case -> the single run's ratio to the recorded median; ``repeat_of``, ``prior``:
+    ``Evidence``'s. A keep whose candidate runs disagree (``unstable``) is reverted; ``own_spread``
+    False skips that for ``settled_early``'s filled-in pairs, whose spread is the model's, not the
+    candidate's (``unsettled`` checks the real pairs' before a settled keep stands).
 
     After a partial re-check whose geomean came out in doubt, the cases not re-measured yet have
     fewer pairs: the next runs measure those (``Verdict.cases``) until every case has as many."""
@@ -584,20 +648,20 @@ def judge_paired(ref: Reference, t: Thresholds, paired: dict, implausible: list[
     rounds = min(per_case.values())
     behind = _asked([c for c in cases if per_case[c] == rounds], cases)
     if rounds < t.min_confirm_pairs:
-        settled = settled_early(ref, t, paired, rounds, lambda filled: judge_paired(ref, t, filled, implausible))
-        barrier = unsettled(ref, t, paired, first, implausible, repeat_of) if _keeps(settled) else None
+        settled = settled_early(ref, t, paired, rounds,
+                                lambda filled: judge_paired(ref, t, filled, implausible, own_spread=False))
+        barrier = unsettled(ref, t, paired, first, implausible, repeat_of, settled) if _keeps(settled) else None
         if settled is not None and not barrier:
             return settled
         return Verdict("re-measure", f"{rounds} of {t.min_confirm_pairs} interleaved pairs"
                        + (f"; not settled early: {barrier}" if barrier else ""), cases=behind)
     confirmed = confirm(paired, t, ref.runs)
-    spread = spread_blocks_keep(ref, t, paired, confirmed)
+    keeps = confirmed.verdict == "keep" and own_spread
+    spread = unstable(ref, t, paired, first or {}, prior, repeat_of) if keeps else None
     if spread:
         if rounds < t.max_confirm_pairs:
-            return Verdict("re-measure", f"faster, but {spread}", decision=confirmed, cases=behind)
-        reason = (f"{confirmed.reason.removesuffix(f': faster ({confirmed.tier})')}: faster by the pairs' geomean, "
-                  f"but {spread}, so its numbers cannot be the reference; kept without moving the baseline")
-        confirmed = replace(confirmed, tier="no-change", rebaseline=False, reason=reason)
+            return Verdict("re-measure", f"{confirmed.tier}, but {spread}", decision=confirmed, cases=behind)
+        return unstable_revert(confirmed, spread)
     if confirmed.tier == "no-change" and rounds < t.max_confirm_pairs:
         return Verdict("re-measure", "ambiguous after the interleaved pairs so far", decision=confirmed,
                        cases=behind)

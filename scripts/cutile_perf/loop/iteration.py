@@ -44,8 +44,8 @@ from cutile_perf.loop.budget import Budget, BudgetSpent, DoesNotFit, recheck_cos
 from cutile_perf.loop import offbranch, render
 from cutile_perf.loop import guards
 from cutile_perf.loop.iteration_state import STEPS, State, end_children, state_key
-from cutile_perf.loop.row import (Clock, commit_message, fenced_content_hash, keep_message, patch_name, reverted_before,
-                                  save_patch, unfinished_row, verdict_row)
+from cutile_perf.loop.row import (Clock, commit_message, fenced_content_hash, keep_message, patch_name, prior_ratios,
+                                  reverted_before, save_patch, unfinished_row, verdict_row)
 from cutile_perf.loop.stages import Request, Stages, StageRunner
 from cutile_perf.output import say
 from cutile_perf.store import git_ops, session as session_mod
@@ -114,7 +114,8 @@ class Iteration:
         perf_run = Request("perf", f"{number}", cand)
         stages.expect([perf_run])
         evidence = Evidence(correctness=self._run(stages, Request("correctness", f"{number}", cand)),
-                            repeat_of=reverted_before(self.history.rows, self.content_hash()))
+                            repeat_of=reverted_before(self.history.rows, self.content_hash()),
+                            prior_ratios=prior_ratios(self.history.rows, self.content_hash(), ref))
         verdict = judge(ref, t, evidence)
         # What the tests showed, for a row the harness's own failure or an interruption ends later.
         self.correctness_seen = correctness_status(verdict, perf_ran=False) if verdict.final else "PASS"

@@ -124,6 +124,35 @@ def reverted_before(rows: list[dict], content_hash: str) -> int | None:
     return None
 
 
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+def prior_ratios(rows: list[dict], content_hash: str, ref: Reference) -> dict[str, tuple[float, ...]]:
+    """Case -> the candidate's ratios to the baseline that earlier reverted rows of this fenced
+    content measured (``Evidence.prior_ratios``): each interleaved pair's candidate run over its
+    baseline run (the row's ``confirm``), and its single run over the recorded medians when it was
+    judged against the same baseline commit. A "baseline-drift" row's pairs are left out: their
+    baseline runs were off, so their ratios say nothing of the candidate (and that revert's advice
+    is to try again)."""
+    out: dict[str, list[float]] = {}
+    for row in rows:
+        if row.get("status") != "revert" or row.get("content_hash") != content_hash:
+            continue
+        if (row.get("decision") or {}).get("tier") == "baseline-drift":
+            continue
+        for case, sides in (row.get("confirm") or {}).items():
+            for base, cand in zip(sides.get("base") or [], sides.get("candidate") or []):
+                if _positive(base) and _positive(cand):
+                    out.setdefault(case, []).append(cand / base)
+        if row.get("reference_commit") == ref.commit:
+            for case, shape in (row.get("shapes") or {}).items():
+                median = shape.get("median") if isinstance(shape, dict) else None
+                if _positive(median) and _positive(ref.medians.get(case)):
+                    out.setdefault(case, []).append(median / ref.medians[case])
+    return {case: tuple(ratios) for case, ratios in out.items()}
+
+
 def commit_message(number: int, optimization: str, reference: str, extra: dict[str, str] | None = None) -> str:
     trailers = {"Iteration": str(number), "Baseline": reference, **(extra or {})}
     return f"cutile-perf {number}: {optimization}\n\n" + "\n".join(f"{TRAILER}-{k}: {v}" for k, v in trailers.items())
