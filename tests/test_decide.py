@@ -510,10 +510,10 @@ def test_a_keep_that_moves_the_baseline_never_rests_on_one_candidate_run():
     assert lucky.action == "re-measure" and "rests on more than one candidate run" in lucky.reason
     assert lucky.decision.rebaseline  # what the single run alone would have done
     assert _judge_runs(1.0, []).action == "keep"  # a within-noise keep moves nothing: no re-check
-    # Its pairs show no change: the single run and they disagree, so no speed of it is kept.
+    # Its pairs show the change is none: kept without moving the baseline. The single run that
+    # disagrees with them is no revert (an unchanged candidate's lucky run: A/A false reverts).
     same = _judge_runs(0.7, [(1.0, 1.0), (1.002, 1.001), (0.998, 0.999)])
-    assert (same.action, same.decision.tier) == ("revert", "unstable"), same.reason
-    assert same.reason.startswith("unstable: the candidate's single run of case a (-30.0 %) and a pair")
+    assert (same.action, same.decision.tier, same.decision.rebaseline) == ("keep", "no-change", False), same.reason
 
 
 def test_candidate_spread_flags_runs_that_disagree_beyond_the_baseline_noise():

@@ -476,16 +476,19 @@ def unsettled(ref: Reference, t: Thresholds, measured: dict, first: dict | None,
 
 
 def unstable(ref: Reference, t: Thresholds, measured: dict, first: dict, prior: dict | None,
-             repeat_of: int | None) -> str | None:
+             repeat_of: int | None, moves_baseline: bool) -> str | None:
     """Why the candidate's own runs disagree, so that no keep may rest on them, or None: its runs in
-    the pairs among themselves (``candidate_spread``), its single run against them
-    (``first_run_disagrees``), or what the same content measured when it was reverted before
-    against them (``earlier_runs_disagree``). One fast pair of three flipped the paired sign of a
+    the pairs among themselves (``candidate_spread``), what the same content measured when it was
+    reverted before against them (``earlier_runs_disagree``), and, for a keep that would move the
+    baseline, its single run against them (``first_run_disagrees``: a +10 % single run, then three
+    fast pairs, kept a change fast in 30 % of its processes as the new reference). One fast pair of three flipped the paired sign of a
     +10 % change, which "within noise" then kept (issue 39)."""
     tests = paired_log_ratios(measured, ref.runs, t.min_noise)
     spread = candidate_spread(tests) if wide_apart(ref, t, tests) else None
-    return (spread or first_run_disagrees(ref, t, tests, first)
-            or earlier_runs_disagree(ref, t, tests, first, prior or {}, repeat_of))
+    # The single run against the pairs does not revert a within-noise keep: that turned an unchanged
+    # candidate's lucky single run into "unstable" (A/A false reverts, decision_power.py --only issue9).
+    return (spread or earlier_runs_disagree(ref, t, tests, first, prior or {}, repeat_of)
+            or (first_run_disagrees(ref, t, tests, first) if moves_baseline else None))
 
 
 def wide_apart(ref: Reference, t: Thresholds, tests: dict) -> bool:
@@ -604,13 +607,13 @@ def judge_partial(ref: Reference, t: Thresholds, single: dict, doubt: tuple[str,
     if zone not in ("no-change", "faster"):
         return None  # the geomean is in doubt: it rests on every case, so the others are re-measured too
     geo = f"geomean {format_change(agg)} (gate {agg_gate * 100:.1f} %)"
-    spread = unstable(ref, t, measured, first, prior, repeat_of) if own_spread else None
     if zone == "faster":
         tier = improvement_tier(-agg, t)
         decision = Decision("keep", tier, f"{geo}: faster ({tier}); {note}", rebaseline=True, **made)
     else:
         decision = Decision("keep", "no-change", f"{geo}: within noise, kept without moving the baseline; {note}",
                             **made)
+    spread = unstable(ref, t, measured, first, prior, repeat_of, decision.rebaseline) if own_spread else None
     if spread:
         if rounds < t.max_confirm_pairs:
             return Verdict("re-measure", f"{decision.tier}, but {spread}", decision=decision, cases=doubt)
@@ -657,7 +660,7 @@ def judge_paired(ref: Reference, t: Thresholds, paired: dict, implausible: list[
                        + (f"; not settled early: {barrier}" if barrier else ""), cases=behind)
     confirmed = confirm(paired, t, ref.runs)
     keeps = confirmed.verdict == "keep" and own_spread
-    spread = unstable(ref, t, paired, first or {}, prior, repeat_of) if keeps else None
+    spread = unstable(ref, t, paired, first or {}, prior, repeat_of, confirmed.rebaseline) if keeps else None
     if spread:
         if rounds < t.max_confirm_pairs:
             return Verdict("re-measure", f"{confirmed.tier}, but {spread}", decision=confirmed, cases=behind)
