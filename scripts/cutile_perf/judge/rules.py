@@ -436,7 +436,7 @@ def next_priority_hint(history: list[dict]) -> str | None:
     return None
 
 
-# --- the device-time witness (bench.py, "A device-time witness beside the events") ---------------
+# --- the device-time witness (bench/profiler.py, its module docstring) ---------------------------
 #
 # An event pair brackets everything one call queues on the stream, so an honest event median is
 # close to the device time of the call's kernels. Measured in every bench mode with
