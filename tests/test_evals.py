@@ -207,7 +207,7 @@ def _harness(repo: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def _session(repo: Path) -> None:
-    assert _harness(repo, "init", "--kernel", "rms_norm", "--timeout", "60").returncode == 0
+    assert _harness(repo, "init", "--kernel", "rms_norm", "--timeout", "300").returncode == 0
     path = repo / "sandbox" / "session.yaml"
     path.write_text(path.read_text().replace("require_gpu: true", "require_gpu: false"))
     assert _harness(repo, "baseline", "--repeats", "2").returncode == 0
@@ -539,7 +539,7 @@ FAKE_AGENT = textwrap.dedent('''\
     repo = Path(sys.argv[1])
     def cp(*args):
         return subprocess.run(["cutile-perf", *args], cwd=repo).returncode
-    assert cp("init", "--kernel", "rms_norm", "--timeout", "60") == 0
+    assert cp("init", "--kernel", "rms_norm", "--timeout", "300") == 0
     session = repo / "sandbox" / "session.yaml"
     session.write_text(session.read_text().replace("require_gpu: true", "require_gpu: false"))
     assert cp("baseline", "--repeats", "2") == 0

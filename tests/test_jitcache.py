@@ -208,7 +208,7 @@ def _observed(log: Path) -> list[tuple[str, str]]:
 
 def _session(tmp_path: Path, *session_changes) -> tuple[Path, Path]:
     repo = build_tilegym_like_repo(tmp_path)
-    code, data, _ = call(repo, "init", "--kernel", "rms_norm", "--timeout", "60")
+    code, data, _ = call(repo, "init", "--kernel", "rms_norm", "--timeout", "300")
     assert code == 0, data
     allow_no_gpu(repo)
     if session_changes:
@@ -275,7 +275,7 @@ def test_without_jit_cache_children_keep_the_users_cache_and_fresh_paths(tmp_pat
 
 def test_jit_cache_must_be_true_or_false(tmp_path):
     repo = build_tilegym_like_repo(tmp_path)
-    code, data, _ = call(repo, "init", "--kernel", "rms_norm", "--timeout", "60")
+    code, data, _ = call(repo, "init", "--kernel", "rms_norm", "--timeout", "300")
     assert code == 0, data
     edit_session(repo, jit_cache="yes")
     code, data, _ = call(repo, "status")
@@ -284,7 +284,7 @@ def test_jit_cache_must_be_true_or_false(tmp_path):
 
 def test_status_warns_about_kernels_no_command_compiled(tmp_path):
     repo = build_tilegym_like_repo(tmp_path)
-    code, data, _ = call(repo, "init", "--kernel", "rms_norm", "--timeout", "60")
+    code, data, _ = call(repo, "init", "--kernel", "rms_norm", "--timeout", "300")
     assert code == 0, data
     cache = repo / "sandbox" / jitcache.CACHE_DIR
     with jitcache.guarded(cache):  # what a loop command's children compiled

@@ -3,6 +3,8 @@ spread over both, a worker killed mid-task (``ray.kill``) has its task re-run an
 Skipped where Ray is not installed (the optional ``ray`` extra: pip install -e '.[ray]')."""
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -21,10 +23,14 @@ TESTS = Path(__file__).resolve().parent
 def cluster():
     """One small local cluster for the whole module: Ray's start-up is the slow part."""
     scripts = TESTS.parent / "scripts"
+    # Ray's sockets live under its temp folder, and a Unix socket path may not exceed 107 bytes:
+    # pytest-xdist's per-worker temp folders made it too long (OSError at ray.init), so a short one.
+    short = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     ray.init(num_cpus=2, num_gpus=2, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": f"{scripts}:{TESTS}"}})
+             runtime_env={"env_vars": {"PYTHONPATH": f"{scripts}:{TESTS}"}}, _temp_dir=short)
     yield ray
     ray.shutdown()
+    shutil.rmtree(short, ignore_errors=True)
 
 
 def _runs(path: Path) -> list[str]:
