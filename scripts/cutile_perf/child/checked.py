@@ -422,6 +422,16 @@ def _replay(torch, timer, args, kwargs, fn, call: dict):
     return timer(*args, **kwargs)
 
 
+def mismatched_inputs(found: list, captured: dict, what: str) -> str | None:
+    """Why the base test's ``found`` (path, tensor) cannot take the captured values in, or None."""
+    if [p for p, _t in found] != list(captured):
+        return f"{what} reads other tensors than the candidate's (different closure)"
+    for (path, t), c in zip(found, captured.values()):
+        if tuple(t.shape) != tuple(c.shape) or t.dtype != c.dtype:
+            return f"{path}: {tuple(c.shape)} {c.dtype} captured where the base test has {tuple(t.shape)} {t.dtype}"
+    return None
+
+
 def tolerance(dtype) -> tuple[float, float]:
     return TOLERANCES.get(str(dtype).removeprefix("torch."), EXACT)
 
@@ -458,13 +468,9 @@ def check_against_base(torch, fn, capture: Path, line: dict) -> dict:
             "l2": line.get("l2"), "method": line.get("method")})
     inputs = tensors_read_by(fn, torch)
     captured = payload["inputs"]
-    if [p for p, _t in inputs] != list(captured):
-        return {"status": "unchecked", "reason": "the base test's timed callable reads other tensors than the "
-                                                 "candidate's (different closure)"}
-    for (path, t), (_p, c) in zip(inputs, captured.items()):
-        if tuple(t.shape) != tuple(c.shape) or t.dtype != c.dtype:
-            return {"status": "unchecked", "reason": f"{path}: {tuple(c.shape)} {c.dtype} captured where the base "
-                                                     f"test has {tuple(t.shape)} {t.dtype}"}
+    why = mismatched_inputs(inputs, captured, "the base test's timed callable")
+    if why:
+        return {"status": "unchecked", "reason": why}
     results = []
     for _ in range(2):  # twice: a base kernel that does not repeat itself cannot judge another
         for (_p, t), c in zip(inputs, captured.values()):

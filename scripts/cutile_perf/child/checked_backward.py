@@ -73,8 +73,8 @@ def check(torch, fn, forward, payload: dict, common: dict) -> dict:
     graph = [(p, t) for p, t in inputs if in_graph(t)]
     others = [(p, t) for p, t in inputs if not in_graph(t)]
     leaves = leaves_of(forward, torch)
-    why = (_mismatched(others, payload["inputs"], "the backward callable") or
-           _mismatched(leaves, payload["leaves"], "the forward callable"))
+    why = (checked.mismatched_inputs(others, payload["inputs"], "the base test's backward callable") or
+           checked.mismatched_inputs(leaves, payload["leaves"], "the base test's forward callable"))
     if why:
         return {**common, "status": "unchecked", "reason": why}
     results = []
@@ -110,15 +110,6 @@ def compare(torch, expected: list, actual: list) -> str | None:
                 ("one" if a is None else "none")
     present = [(e, a) for e, a in zip(expected, actual) if e is not None]
     return checked.compare(torch, [e for e, _a in present], [a for _e, a in present])
-
-
-def _mismatched(found: list, captured: dict, what: str) -> str | None:
-    if [p for p, _t in found] != list(captured):
-        return f"{what} of the base test reads other tensors than the candidate's (different closure)"
-    for (path, t), c in zip(found, captured.values()):
-        if tuple(t.shape) != tuple(c.shape) or t.dtype != c.dtype:
-            return f"{path}: {tuple(c.shape)} {c.dtype} captured where the base test has {tuple(t.shape)} {t.dtype}"
-    return None
 
 
 def _set_at(fn, path: str, value) -> bool:
