@@ -3,7 +3,7 @@
     python benchmarks/settle_replay.py sandbox/experiments.jsonl [settle_sd ...]   # default 3 2.5 2 1.5 1
 
 Each row whose re-check ran at least two pairs is judged again on its first pairs only, by the
-judge's own re-check rules (``verdict.judge_paired`` for a re-check of every case,
+judge's own re-check rules (``recheck.judge_paired`` for a re-check of every case,
 ``judge_partial`` for one of the cases in doubt; the reference the row was judged against; the
 session's frozen thresholds with ``settle_sd`` replaced), so rows whose re-check
 ``forced_recheck.py`` ordered replay too: one line per row and value, the action after each number
@@ -21,7 +21,7 @@ import json
 import sys
 from dataclasses import replace
 
-from cutile_perf.judge import verdict
+from cutile_perf.judge import recheck, verdict
 from cutile_perf.judge.rules import Thresholds
 from cutile_perf.store.history import History
 
@@ -48,9 +48,9 @@ def replayed(rows: list[dict], bands) -> list[tuple[int, str, float, list[str]]]
             for k in range(1, pairs + 1):
                 paired = {c: (s["base"][:k], s["candidate"][:k]) for c, s in confirm.items()}
                 if decision["source"] == "confirm":
-                    outcome = verdict.judge_paired(ref, t, paired, implausible)
+                    outcome = recheck.judge_paired(ref, t, paired, implausible)
                 else:
-                    outcome = verdict.judge_partial(ref, t, single, doubt, paired, implausible)
+                    outcome = recheck.judge_partial(ref, t, single, doubt, paired, implausible)
                 actions.append(outcome.action if outcome is not None else "every case")
             out.append((row["iteration"], "every case" if decision["source"] == "confirm" else
                         f"{len(doubt)} case(s) in doubt", band, actions))

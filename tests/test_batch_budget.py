@@ -138,7 +138,7 @@ def _simulated_session(tmp_path_factory):
     assert main(["init", "--repo", str(repo), "--kernel", "rms_norm"]) == 0
     allow_no_gpu(repo)
     # The simulated op repeats its numbers, so a re-check would mostly settle after its first pair
-    # (``verdict.settled_early``); these tests price the whole re-check that the budget must hold.
+    # (``recheck.settled_early``); these tests price the whole re-check that the budget must hold.
     edit_session(repo, thresholds={"settle_sd": 0.0})
     runs = [BASE, {"a": 1.004, "b": 2.01}, {"a": 0.996, "b": 1.99}]  # a little noise, as measured
     assert baseline(repo=repo, repeats=3, stages=simulated_op(FakeClock(), runs)).exit_code == 0

@@ -62,7 +62,7 @@ def session_repo(tilegym_like_repo, capsys):
 @pytest.fixture
 def session_repo_all_pairs(tilegym_like_repo, capsys):
     """``session_repo`` whose re-checks run every pair: the simulated runs barely vary, so most
-    would settle after their first (``verdict.settled_early``)."""
+    would settle after their first (``recheck.settled_early``)."""
     return start_session(tilegym_like_repo, capsys, thresholds={"settle_sd": 0.0})
 
 

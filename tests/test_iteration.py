@@ -64,7 +64,7 @@ def _template(tmp_path_factory):
 @pytest.fixture(scope="module")
 def _template_all_pairs(tmp_path_factory):
     # The scripted runs repeat the same numbers, so most re-checks would settle after their first
-    # pair (``verdict.settled_early``); the tests of the re-check's own runs need all of them.
+    # pair (``recheck.settled_early``); the tests of the re-check's own runs need all of them.
     return _session_template(tmp_path_factory, settle_sd=0.0)
 
 

@@ -256,7 +256,7 @@ def _slow_tests_session(tmp_path: Path) -> Path:
     edit_kernel(repo, sleep=1.0)
     git(repo, "commit", "-q", "-am", "tests take a second each")
     # The simulated runs barely vary, so most re-checks would settle after their first pair
-    # (``verdict.settled_early``); the tests below are about each of the six runs of a whole one.
+    # (``recheck.settled_early``); the tests below are about each of the six runs of a whole one.
     # A budget well beyond the tries' need: on a loaded 2-CPU machine a try with a whole re-check
     # (eight children, each test sleeping 1 s) ran past 60 s and ended as a timeout crash.
     start_session(repo, repeats=3, timeout="300", thresholds={"settle_sd": 0.0})

@@ -16,6 +16,7 @@ from fixtures_repo import KERNEL_REL, allow_no_gpu, build_tilegym_like_repo
 
 from cutile_perf.cli import main
 from cutile_perf.commands.verify import verify
+from cutile_perf.judge import recheck
 from cutile_perf.judge import verdict as verdict_mod
 from cutile_perf.judge.verdict import Stage
 from cutile_perf.loop.baseline import baseline
@@ -94,7 +95,7 @@ def test_a_keep_won_on_slow_baseline_runs_is_not_verified(repo, monkeypatch):
     records as its medians) was honest, so the old verify, which compared recorded medians,
     agreed. The re-judged verdict on a quiet device is not "faster"."""
     monkeypatch.setattr(verdict_mod, "drifted_pairs", lambda *a, **k: {})  # the loop before the cross-check
-    monkeypatch.setattr(verdict_mod, "unstable", lambda *a, **k: None)  # and before its single run had to agree
+    monkeypatch.setattr(recheck, "unstable", lambda *a, **k: None)  # and before its single run had to agree
     row = kept(repo, "one percent slower", scripted(repo, [perf(scaled(1.01))], [perf(scaled(1.6))]))
     assert row["decision"]["tier"] == "new-baseline" and row["decision"]["geomean_change"] < -0.3
     monkeypatch.undo()

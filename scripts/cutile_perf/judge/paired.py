@@ -4,7 +4,7 @@ When a single run is borderline (``rules.decide`` says "confirm") or claims more
 the harness runs the baseline commit and the candidate in turn, several pairs, and ``confirm``
 decides from those paired samples: a bootstrap interval of the median ratio (``stats.ratio_ci``)
 against the case's gate, and a paired test on the per-pair log ratios for slowdowns smaller than
-any gate. ``completed`` fills the pairs still to come for ``verdict.settled_early``, which stops
+any gate. ``completed`` fills the pairs still to come for ``recheck.settled_early``, which stops
 the re-check once they could not change its verdict. Each rule's derivation is next to it;
 ``tests/test_decide.py`` holds the A/A tests.
 """

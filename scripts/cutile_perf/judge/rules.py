@@ -33,7 +33,7 @@ from cutile_perf.templating import format_change
 IMPROVING_TIERS = ("new-baseline", "keep-lower-priority", "keep-recommend-stop")
 # "baseline-drift": the interleaved re-check's baseline runs kept disagreeing with the baseline's
 # recorded medians (``baseline_disagreement``), so no keep could rest on them.
-# "unstable": the candidate's own runs disagreed beyond the baseline's noise (``verdict.unstable``).
+# "unstable": the candidate's own runs disagreed beyond the baseline's noise (``recheck.unstable``).
 TIERS = (*IMPROVING_TIERS, "no-change", "regression", "missing-shape", "borderline", "baseline-drift", "unstable")
 
 DEFAULT_MIN_NOISE = 0.005
@@ -73,7 +73,7 @@ class Thresholds:
     slower_z: float = 2.75
     # The re-check stops before min_confirm_pairs once the pairs still to come could not change its
     # verdict anywhere within this many per-pair standard deviations of each case's pairs so far
-    # (``paired.completed``, ``verdict.settled_early``). 0: always run min_confirm_pairs.
+    # (``paired.completed``, ``recheck.settled_early``). 0: always run min_confirm_pairs.
     settle_sd: float = 3.0
 
     def __post_init__(self):
@@ -137,7 +137,7 @@ class Decision:
     # others' changes and gates are the single run's.
     rechecked: list = field(default_factory=list)
     # The re-check stopped after this many pairs, short of min_confirm_pairs: the pairs still to come
-    # could not have changed the verdict (``verdict.settled_early``). None: it ran them all.
+    # could not have changed the verdict (``recheck.settled_early``). None: it ran them all.
     settled_after: int | None = None
 
     def to_dict(self) -> dict:

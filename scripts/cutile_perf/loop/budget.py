@@ -169,7 +169,7 @@ def recheck_cost(past: Sequence[PastRecheck], perf_run_s: float, tests_in_doubt:
 
     A run costs a fixed start-up plus its share of the perf run's test time (``perf_run_s``); the
     start-up is what this session's re-check runs took beyond their share (``PastRecheck.start_s``).
-    The pairs are those its decided re-checks needed (``verdict.settled_early`` often stops after
+    The pairs are those its decided re-checks needed (``recheck.settled_early`` often stops after
     one), never fewer than 1 nor more than ``max_pairs``. Both are the slow end of what was seen
     (``high_quantile``). With fewer than ``MIN_RECHECKS_SEEN`` decided re-checks this is
     ``recheck_floor_s``: ``min_pairs`` pairs at the perf run's own speed. An estimate that proves

@@ -1,7 +1,7 @@
 """Ranking what ``screen`` measured: readings, not verdicts (pure; no process, no file).
 
 Each round runs the base once, then every candidate still in the screen, so a candidate's run is
-paired with the base run of its own round (``judge.verdict.paired_samples`` builds the pairs, as
+paired with the base run of its own round (``judge.recheck.paired_samples`` builds the pairs, as
 for the interleaved re-check). From those pairs, per candidate:
 
 * per case, the ratio candidate/base of each round, and its median over the rounds;
