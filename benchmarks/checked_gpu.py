@@ -118,7 +118,8 @@ def outcome(change: str, code: int, data: dict) -> dict:
     else:
         good = decision != "keep"
     return {"change": change, "decision": decision, "alarm": alarmed, "as_promised": good,
-            "checked": data.get("checked", ""), "reason": reason[:200]}
+            "checked": data.get("checked", ""), "unchecked": data.get("unchecked", ""),
+            "timings": data.get("timings", {}), "reason": reason[:200]}
 
 
 def table(rows: list[dict]) -> str:
