@@ -31,7 +31,7 @@ Replay (reference child, ``CUTILE_PERF_CHECK_REPLAY``): the same perf test from 
 (by node id and its ordinal in the test), the callable the base test built reads the same tensors
 (checked by path, shape and dtype); the captured inputs are copied into them, the callable is called
 twice (a base kernel whose two results differ, e.g. dropout's random mask, cannot be checked), and
-both captured results are compared with tolerances by dtype (``TOLERANCES``). No timing runs there:
+both captured results are compared with tolerances by dtype (``compare_results.TOLERANCES``). No timing runs there:
 after the test's last timer call to check, the test is skipped. The verdict per call is a ``check``
 line of the reference child's signed run report.
 
@@ -66,20 +66,12 @@ from pathlib import Path
 
 # checked_backward reads this module's helpers at call time only, so the two may import each other.
 from cutile_perf.child import checked_backward
+from cutile_perf.child.compare_results import compare
 from cutile_perf.child.copy_bandwidth import bandwidth
 
 CAPTURE = "capture"
 REPLAY = "replay"
 _MAX_DEPTH = 3  # closures of closures of closures: deep enough for a test's lambda around an op call
-# Tolerances by dtype name (rtol, atol): TileGym's correctness defaults (tests/common.py,
-# get_dtype_tolerances) widened where a kernel may legitimately reorder a reduction (fp32 by 100x:
-# TF32 or another summation order); integers and booleans must match exactly.
-TOLERANCES = {
-    "float64": (1e-7, 1e-9), "float32": (1e-3, 1e-5), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2),
-    "float8_e4m3fn": (1e-1, 1e-1), "float8_e5m2": (5e-1, 5e-1),
-    "complex64": (1e-3, 1e-5), "complex128": (1e-7, 1e-9),
-}
-EXACT = (0.0, 0.0)
 
 
 class Setup:
@@ -432,32 +424,6 @@ def mismatched_inputs(found: list, captured: dict, what: str) -> str | None:
     return None
 
 
-def tolerance(dtype) -> tuple[float, float]:
-    return TOLERANCES.get(str(dtype).removeprefix("torch."), EXACT)
-
-
-def compare(torch, expected: list, actual: list) -> str | None:
-    """Why ``actual`` is not ``expected`` within the dtype's tolerance, or None when it is."""
-    if len(expected) != len(actual):
-        return f"{len(actual)} result tensor(s) where the base kernel returns {len(expected)}"
-    for i, (e, a) in enumerate(zip(expected, actual)):
-        if e.shape != a.shape or e.dtype != a.dtype:
-            return f"result {i}: {tuple(a.shape)} {a.dtype} where the base kernel returns {tuple(e.shape)} {e.dtype}"
-        rtol, atol = tolerance(e.dtype)
-        if (rtol, atol) == EXACT:
-            bad = e != a
-        else:
-            bad = ~torch.isclose(a.to(torch.float64) if not a.is_complex() else a,
-                                 e.to(torch.float64) if not e.is_complex() else e, rtol=rtol, atol=atol, equal_nan=True)
-        count = int(bad.sum())
-        if count:
-            diff = (a.to(torch.float64) - e.to(torch.float64)).abs() if not a.is_complex() else (a - e).abs()
-            worst = float(diff.nan_to_num(float("inf")).max())
-            return (f"result {i}: {count} of {e.numel()} elements differ (rtol {rtol:g}, atol {atol:g}; "
-                    f"largest difference {worst:.3g})")
-    return None
-
-
 def check_against_base(torch, fn, capture: Path, line: dict) -> dict:
     """The base kernel on the captured inputs, compared with the candidate's sampled and after-timer results."""
     payload = torch.load(capture, map_location="cpu", weights_only=True)
@@ -475,7 +441,7 @@ def check_against_base(torch, fn, capture: Path, line: dict) -> dict:
     for _ in range(2):  # twice: a base kernel that does not repeat itself cannot judge another
         for (_p, t), c in zip(inputs, captured.values()):
             t.data.copy_(c.to(t.device))
-        results.append(_host(tensors_in(fn(), torch)))
+        results.append([t.detach().clone() for t in tensors_in(fn(), torch)])  # compared on the device
         _sync(torch)
     reference, again = results
     bytes_moved = sum(c.numel() * c.element_size() for c in captured.values()) + sum(

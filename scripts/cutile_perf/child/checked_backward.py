@@ -26,7 +26,7 @@ import ast
 import contextlib
 import re
 
-from cutile_perf.child import checked
+from cutile_perf.child import checked, compare_results
 
 _STEP = re.compile(r"\.cell\[(\d+)\]|\[(\d+)\]|\[('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\]|\.(func|args|keywords|__func__|defaults|kwdefaults)")
 
@@ -90,7 +90,8 @@ def check(torch, fn, forward, payload: dict, common: dict) -> dict:
                     "reason": "the base test's backward callable holds its graph where it cannot be rebound"}
         fn()
         checked._sync(torch)
-        results.append([None if t.grad is None else t.grad.detach().to("cpu", copy=True) for _p, t in leaves])
+        # Kept on the device: the comparison runs there (``compare_results``).
+        results.append([None if t.grad is None else t.grad.detach().clone() for _p, t in leaves])
     if compare(torch, results[0], results[1]) is not None:
         return {**common, "status": "unchecked", "reason": "the base kernel's two gradients on the same inputs differ"}
     why = compare(torch, results[0], payload["after"])
@@ -101,7 +102,7 @@ def check(torch, fn, forward, payload: dict, common: dict) -> dict:
 
 
 def compare(torch, expected: list, actual: list) -> str | None:
-    """``checked.compare`` where a leaf may have no gradient at all."""
+    """``compare_results.compare`` where a leaf may have no gradient at all."""
     if len(expected) != len(actual):
         return f"{len(actual)} gradient(s) where the base kernel gives {len(expected)}"
     for i, (e, a) in enumerate(zip(expected, actual)):
@@ -109,7 +110,7 @@ def compare(torch, expected: list, actual: list) -> str | None:
             return f"gradient {i}: " + ("none" if a is None else "one") + " where the base kernel gives " + \
                 ("one" if a is None else "none")
     present = [(e, a) for e, a in zip(expected, actual) if e is not None]
-    return checked.compare(torch, [e for e, _a in present], [a for _e, a in present])
+    return compare_results.compare(torch, [e for e, _a in present], [a for _e, a in present])
 
 
 def _set_at(fn, path: str, value) -> bool:
