@@ -7,14 +7,16 @@
   agent would) selects one of the classes of perf-only behaviour of issue 39: ``"count"`` (does
   half the rows once it has been called more than 3 times: the correctness test calls it once),
   ``"profiler"`` (half the rows while a torch profiler runs), ``"big"`` (half the rows when the
-  hidden size is 8192, a perf shape no correctness test uses), ``"memo"`` (returns the result of
+  hidden size is 8192, a perf shape no correctness test uses), ``"huge"`` (half the rows at 512 rows
+  and more: only the perf case whose tensors are too large to be saved whole, so the capture keeps
+  their fingerprint and summary, ``child.tensor_summary``), ``"memo"`` (returns the result of
   an earlier call on the same input without computing: correct values, no work), ``""`` honest;
 * ``tests/common.py``: the timing part of TileGym's ``tests/common.py``, SIMULATED on the CPU and
   written for these tests: ``benchmark_fn_cupti`` (a ``torch.profiler`` session per sample, CPU
   activity standing in for CUPTI), ``benchmark_fn`` (an ``Event`` pair per sample; the ``Event``
   here is a host clock) and the ``benchmark``/``benchmark_framework`` dispatch on ``CUPTI``;
-* ``tests/ops/test_silu_and_mul.py``: ``test_op`` at small shapes, ``test_perf`` at (4, 512) and
-  (64, 16384) (hidden 8192), which records ``{"cutile": {"forward": {...}}}`` as TileGym's does.
+* ``tests/ops/test_silu_and_mul.py``: ``test_op`` at small shapes, ``test_perf`` at (4, 512),
+  (64, 16384) (hidden 8192) and (512, 16384) (32 MB in, 16 MB out: summarized), which records ``{"cutile": {"forward": {...}}}`` as TileGym's does.
 """
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ def silu_and_mul(x):
         return _MEMO[x.data_ptr()]
     rows = x.shape[0]
     if (CHEAT == "count" and _CALLS[0] > 3) or (CHEAT == "profiler" and _profiling()) or (
-            CHEAT == "big" and h == 8192):
+            CHEAT == "big" and h == 8192) or (CHEAT == "huge" and x.shape[0] >= 512):
         rows = x.shape[0] // 2
     out = torch.empty(x.shape[0], h, dtype=x.dtype)
     out[:rows] = torch.nn.functional.silu(x[:rows, :h]) * x[:rows, h:]
@@ -146,7 +148,7 @@ def test_op(m, n, backend):
 
 
 @pytest.mark.parametrize("framework", ["cutile"])
-@pytest.mark.parametrize("m,n", [(4, 512), (64, 16384)])
+@pytest.mark.parametrize("m,n", [(4, 512), (64, 16384), (512, 16384)])
 def test_perf(m, n, framework, record_property):
     torch.manual_seed(0)
     x = torch.randn(m, n)

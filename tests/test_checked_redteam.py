@@ -31,7 +31,7 @@ def checked_session(tilegym_like_repo, capsys):
     return repo
 
 
-@pytest.mark.parametrize("cheat", ["count", "profiler", "big"])
+@pytest.mark.parametrize("cheat", ["count", "profiler", "big", "huge"])
 def test_perf_only_cheat_is_not_kept_and_names_case_and_call(checked_session, capsys, cheat):
     repo = checked_session
     base = git(repo, "rev-parse", "HEAD").strip()
@@ -41,6 +41,8 @@ def test_perf_only_cheat_is_not_kept_and_names_case_and_call(checked_session, ca
     assert git(repo, "rev-parse", "HEAD").strip() == base
     assert "wrong-when-timed" in json.dumps(data), data
     assert "call" in data.get("reason", "") and "case" in data.get("reason", ""), data
+    if cheat == "huge":  # found through the summary of a result too large to save whole
+        assert "512" in data["reason"] and ("sums differ" in data["reason"] or "sampled" in data["reason"]), data
     # the mismatching calls' inputs stay beside the log as the evidence
     assert list((repo / "sandbox/runs").glob("1-*perf.checked/*")), sorted((repo / "sandbox/runs").iterdir())
 
@@ -54,6 +56,9 @@ def test_honest_change_is_not_flagged(checked_session, capsys):
     # every capture was judged and deleted: timed calls' inputs and outputs can fill a disk
     runs = repo / "sandbox/runs"
     assert list(runs.glob("*-reference.log")), sorted(runs.iterdir())  # the calls were checked
+    # every perf case's call, the summarized 512 x 16384 one too (``child.tensor_summary``)
+    row = json.loads((repo / "sandbox/experiments.jsonl").read_text().strip().splitlines()[-1])
+    assert row["checked"].endswith(" ok, 0 mismatch, 0 unchecked"), row
     assert not list(runs.glob("*.checked")), sorted(runs.glob("*.checked"))
 
 

@@ -65,7 +65,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 # checked_backward reads this module's helpers at call time only, so the two may import each other.
-from cutile_perf.child import checked_backward
+from cutile_perf.child import checked_backward, tensor_summary
 from cutile_perf.child.compare_results import compare
 from cutile_perf.child.copy_bandwidth import bandwidth
 
@@ -269,10 +269,6 @@ def _sync(torch) -> None:
         torch.cuda.synchronize()
 
 
-def _host(tensors) -> list:
-    return [t.detach().to("cpu", copy=True) for t in tensors]
-
-
 def _save_capture(torch, fn, sampled: Sampled, inputs, snapshot, call: dict) -> dict:
     _sync(torch)
     kept = tensors_in(sampled.kept, torch)
@@ -293,7 +289,7 @@ def _save_capture(torch, fn, sampled: Sampled, inputs, snapshot, call: dict) -> 
     changed = [p for (p, t), s in zip(inputs, snapshot) if not torch.equal(t, s)]
     input_ptrs = {t.untyped_storage().data_ptr() for _p, t in inputs}
     aliased = any(t.untyped_storage().data_ptr() in input_ptrs for t in kept)
-    sampled_out = None if (changed or aliased) else _host(kept)
+    sampled_out = None if (changed or aliased) else [tensor_summary.keep_result(torch, t) for t in kept]
     after = _call_after(torch, fn, inputs, snapshot, kept, call["method"])
     line = {**line, "outputs": _describe(kept), "in_place": bool(changed or aliased),
             "bytes": sum(t.numel() * t.element_size() for t in snapshot) + sum(t.numel() * t.element_size() for t in kept)}
@@ -301,10 +297,18 @@ def _save_capture(torch, fn, sampled: Sampled, inputs, snapshot, call: dict) -> 
         line["sampled_note"] = ("the op works in place (" + (f"inputs changed: {', '.join(changed[:3])}" if changed
                                                              else "its result is an input") +
                                 "): only the call after the timer, on restored inputs, is checked")
-    size = line["bytes"] + sum(t.numel() * t.element_size() for t in (sampled_out or []) + (after or []))
-    payload = {"inputs": {p: s.to("cpu") for (p, _t), s in zip(inputs, snapshot)}, "sampled": sampled_out,
-               "after": after, "call": line}
-    return _store(torch, line, payload, size)
+    payload = {"inputs": {p: tensor_summary.keep_input(torch, s) for (p, _t), s in zip(inputs, snapshot)},
+               "sampled": sampled_out, "after": after, "call": line}
+    return _store(torch, line, payload, saved_bytes(payload))
+
+
+def saved_bytes(value) -> int:
+    """The bytes of the tensors in a capture's payload (what counts against ``capture_limit``)."""
+    if isinstance(value, dict):
+        return sum(saved_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(saved_bytes(v) for v in value)
+    return tensor_summary.nbytes(value) if hasattr(value, "element_size") else 0
 
 
 def _save_backward(torch, fn, inputs, snapshot, line: dict, call: dict) -> dict:
@@ -374,7 +378,7 @@ def _call_after(torch, fn, inputs, snapshot, kept, method: str) -> list:
         with _conditions(torch, method):
             result = fn()
     _sync(torch)
-    return _host(tensors_in(result, torch))
+    return [tensor_summary.keep_result(torch, t) for t in tensors_in(result, torch)]
 
 
 # --- replay in the base checkout ---------------------------------------------------------------
@@ -419,9 +423,28 @@ def mismatched_inputs(found: list, captured: dict, what: str) -> str | None:
     if [p for p, _t in found] != list(captured):
         return f"{what} reads other tensors than the candidate's (different closure)"
     for (path, t), c in zip(found, captured.values()):
-        if tuple(t.shape) != tuple(c.shape) or t.dtype != c.dtype:
-            return f"{path}: {tuple(c.shape)} {c.dtype} captured where the base test has {tuple(t.shape)} {t.dtype}"
+        shape, dtype = tensor_summary.shape_and_dtype(c)
+        if tuple(t.shape) != shape or str(t.dtype) != dtype:
+            return f"{path}: {shape} {dtype} captured where the base test has {tuple(t.shape)} {t.dtype}"
     return None
+
+
+def base_inputs(torch, found: list, captured: dict):
+    """How to put the captured inputs into the base test's ``found`` tensors before each base call
+    (a function), or why they cannot be: a fingerprinted input (``tensor_summary``) must be what the
+    base test built itself, and is put back from a copy of it."""
+    originals = {}
+    for (path, t), c in zip(found, captured.values()):
+        if not tensor_summary.is_kept_whole(c):
+            if tensor_summary.fingerprint(torch, t) != c["fingerprint"]:
+                return (f"{path} ({tensor_summary.nbytes(t) >> 20} MB, too large to save whole) is not the tensor "
+                        "the base test builds: only a test whose inputs are seeded can be checked at this size")
+            originals[path] = t.detach().clone()
+
+    def put_back() -> None:
+        for (path, t), c in zip(found, captured.values()):
+            t.data.copy_(originals[path] if path in originals else c.to(t.device))
+    return put_back
 
 
 def check_against_base(torch, fn, capture: Path, line: dict) -> dict:
@@ -437,15 +460,16 @@ def check_against_base(torch, fn, capture: Path, line: dict) -> dict:
     why = mismatched_inputs(inputs, captured, "the base test's timed callable")
     if why:
         return {"status": "unchecked", "reason": why}
+    put_back = base_inputs(torch, inputs, captured)
+    if isinstance(put_back, str):
+        return {"status": "unchecked", "reason": put_back}
     results = []
     for _ in range(2):  # twice: a base kernel that does not repeat itself cannot judge another
-        for (_p, t), c in zip(inputs, captured.values()):
-            t.data.copy_(c.to(t.device))
+        put_back()
         results.append([t.detach().clone() for t in tensors_in(fn(), torch)])  # compared on the device
         _sync(torch)
     reference, again = results
-    bytes_moved = sum(c.numel() * c.element_size() for c in captured.values()) + sum(
-        r.numel() * r.element_size() for r in reference)
+    bytes_moved = sum(tensor_summary.nbytes(t) for _p, t in inputs) + sum(tensor_summary.nbytes(r) for r in reference)
     common = {"bytes": bytes_moved, "calls": line.get("calls"), "index": line.get("index"),
               "in_place": line.get("in_place", False), "l2": line.get("l2"), "method": line.get("method")}
     if compare(torch, reference, again) is not None:

@@ -26,7 +26,7 @@ import ast
 import contextlib
 import re
 
-from cutile_perf.child import checked, compare_results
+from cutile_perf.child import checked, compare_results, tensor_summary
 
 _STEP = re.compile(r"\.cell\[(\d+)\]|\[(\d+)\]|\[('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\]|\.(func|args|keywords|__func__|defaults|kwdefaults)")
 
@@ -56,12 +56,13 @@ def capture(torch, fn, inputs, snapshot, forward, method: str) -> tuple[dict, li
         with checked._conditions(torch, method):
             fn()
         checked._sync(torch)
-        grads = [None if t.grad is None else t.grad.detach().to("cpu", copy=True) for _p, t in leaves]
+        grads = [None if t.grad is None else tensor_summary.keep_result(torch, t.grad) for _p, t in leaves]
     finally:
         for (_p, t), g in zip(leaves, earlier):
             t.grad = g
-    others = {p: s.to("cpu") for (p, t), s in zip(inputs, snapshot) if not in_graph(t)}
-    fields = {"kind": "backward", "inputs": others, "leaves": {p: t.detach().to("cpu", copy=True) for p, t in leaves}}
+    others = {p: tensor_summary.keep_input(torch, s) for (p, t), s in zip(inputs, snapshot) if not in_graph(t)}
+    kept_leaves = {p: tensor_summary.keep_input(torch, t) for p, t in leaves}
+    fields = {"kind": "backward", "inputs": others, "leaves": kept_leaves}
     return fields, grads
 
 
@@ -77,13 +78,17 @@ def check(torch, fn, forward, payload: dict, common: dict) -> dict:
            checked.mismatched_inputs(leaves, payload["leaves"], "the base test's forward callable"))
     if why:
         return {**common, "status": "unchecked", "reason": why}
+    put_back = [checked.base_inputs(torch, leaves, payload["leaves"]),
+                checked.base_inputs(torch, others, payload["inputs"])]
+    refused = next((p for p in put_back if isinstance(p, str)), None)
+    if refused:
+        return {**common, "status": "unchecked", "reason": refused}
     results = []
     for _ in range(2):  # twice: a base that does not repeat itself cannot judge another
-        for (_p, t), c in zip(leaves, payload["leaves"].values()):
-            t.data.copy_(c.to(t.device))
+        for put in put_back:
+            put()
+        for _p, t in leaves:
             t.grad = None
-        for (_p, t), c in zip(others, payload["inputs"].values()):
-            t.data.copy_(c.to(t.device))
         outputs = [t for t in checked.tensors_in(forward(), torch) if in_graph(t)]
         if len(outputs) != len(graph) or not all(_set_at(fn, p, out) for (p, _t), out in zip(graph, outputs)):
             return {**common, "status": "unchecked",

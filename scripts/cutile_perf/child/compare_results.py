@@ -1,9 +1,12 @@
 """Whether a candidate's results are the base kernel's, within the tolerance of their dtype.
 
 Used by the reference child of checked timing (``checked``, ``checked_backward``): the base kernel's
-results stay on its device and the candidate's captured ones are compared there, a chunk at a time.
+results stay on its device and the candidate's captured ones are compared there, a chunk at a time;
+a result too large to have been saved whole is compared by its summary (``tensor_summary``).
 """
 from __future__ import annotations
+
+from cutile_perf.child import tensor_summary
 
 # Tolerances by dtype name (rtol, atol): TileGym's correctness defaults (tests/common.py,
 # get_dtype_tolerances) widened where a kernel may legitimately reorder a reduction (fp32 by 100x:
@@ -31,8 +34,14 @@ def compare(torch, expected: list, actual: list, chunk: int = COMPARE_CHUNK) -> 
     if len(expected) != len(actual):
         return f"{len(actual)} result tensor(s) where the base kernel returns {len(expected)}"
     for i, (e, a) in enumerate(zip(expected, actual)):
-        if e.shape != a.shape or e.dtype != a.dtype:
-            return f"result {i}: {tuple(a.shape)} {a.dtype} where the base kernel returns {tuple(e.shape)} {e.dtype}"
+        shape, dtype = tensor_summary.shape_and_dtype(a)
+        if tuple(e.shape) != shape or str(e.dtype) != dtype:
+            return f"result {i}: {shape} {dtype} where the base kernel returns {tuple(e.shape)} {e.dtype}"
+        if not tensor_summary.is_kept_whole(a):  # a large result, summarized by the capture
+            why = tensor_summary.compare_summary(torch, e, a, tolerance, compare)
+            if why:
+                return f"result {i}: {why}"
+            continue
         rtol, atol = tolerance(e.dtype)
         flat_e, flat_a = e.reshape(-1), a.reshape(-1)
         count, worst = 0, 0.0
