@@ -31,17 +31,30 @@ def test_defaults_and_bad_arguments(script, capsys):
 
 
 @pytest.mark.parametrize("change", ["count", "profiler", "big", "honest"])
-def test_each_change_appends_valid_python_that_wraps_the_op(script, change):
+def test_each_cheat_passes_correctness_and_does_less_work_only_when_timed(script, change):
+    """A cheat that failed the op's correctness tests, or launched no kernel in a timed call, was caught
+    on the H100 by those, not by checked timing: each must look honest until it is timed."""
     import torch
+    from torch.profiler import ProfilerActivity, profile
 
-    source = "import torch\n\ndef op(x):\n    return x * 2\n" + script.change_text(change, "op")
+    source = ("import torch\nROWS = []\n\ndef op(x, scale=2):\n    ROWS.append(x.shape[0])\n    return x * scale\n"
+              + script.change_text(change, "op"))
     namespace: dict = {}
     exec(compile(source, "op.py", "exec"), namespace)  # noqa: S102 - the script's own generated code
-    x = torch.ones(2, 8192)
-    results = [namespace["op"](x) for _ in range(5)]
-    assert torch.equal(results[0], x * 2)  # the first call always computes
-    if change in ("count", "big"):  # their cheat triggers here: the later calls do no work
-        assert namespace["_CALLS"] is not None and "_last" in namespace
+    op, rows = namespace["op"], namespace["ROWS"]
+    for n in (4, 8192, 4):  # correctness tests: a new tensor each, called once or twice
+        x = torch.ones(3, n)
+        assert torch.equal(op(x), x * 2) and torch.equal(op(x, scale=2), x * 2)
+    assert rows == [3] * 6  # every call did the whole work
+    rows.clear()
+    x = torch.ones(5, 16384)  # a perf test: new shapes, one tensor, many calls, under a profiler (CUPTI)
+    with profile(activities=[ProfilerActivity.CPU]):
+        results = [op(x) for _ in range(6)]
+    assert all(r.shape == (5, 16384) for r in results)
+    if change == "honest":
+        assert rows == [5] * 6
+    else:  # the cheat ran the op on one row only, from some call on: less work, still a launch
+        assert 1 in rows and rows[0] == 5, rows
 
 
 def test_outcome_table_and_cost(script):
