@@ -111,7 +111,7 @@ def test_user_edit_outside_the_fence_during_the_run_survives_the_revert(session_
     proc = start_try(repo, "slower")
     wait_for(repo / "sandbox/runs/1-correctness.log")
     (repo / "README.md").write_text("written while pytest ran\n")
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err
     assert (repo / "README.md").read_text() == "written while pytest ran\n"  # reset --hard would wipe it
     assert head(repo) == entries(repo)[0]["commit"] and "SLEEP_S = 0.0" in (repo / KERNEL_REL).read_text()
@@ -125,7 +125,7 @@ def test_kernel_edited_during_the_run_is_not_committed_as_the_measured_change(se
     wait_for(repo / "sandbox/runs/1-perf.log")
     with (repo / KERNEL_REL).open("a") as fh:
         fh.write("\n# written by the user while perf ran\n")
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=300)
     row = entries(repo)[-1]
     assert (proc.returncode, row["status"], row["crash_class"]) == (4, "crash", "changed-during-run"), err
     assert "written by the user" in (repo / row["patch"]).read_text()  # the late edit is saved, not lost
@@ -162,7 +162,7 @@ def test_two_concurrent_tries_one_is_refused_by_the_lock(session_repo):
     wait_for(repo / "sandbox/runs/1-correctness.log")
     second = start_try(repo, "second")
     out2, err2 = second.communicate(timeout=30)
-    out1, err1 = first.communicate(timeout=60)
+    out1, err1 = first.communicate(timeout=300)
     assert second.returncode == 3 and "is running" in json.loads(out2)["error"]
     assert first.returncode == 0, err1
     assert [e["optimization"] for e in entries(repo)] == ["baseline", "first"]
@@ -322,7 +322,7 @@ def test_file_the_user_stages_during_the_run_is_not_swept_into_the_candidate_com
     wait_for(repo / "sandbox/runs/1-correctness.log")
     (repo / "README.md").write_text("staged by the user mid-run\n")
     git(repo, "add", "README.md")
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     assert git(repo, "show", "--name-only", "--format=", "HEAD").split() == [KERNEL_REL]
     assert (repo / "README.md").read_text() == "staged by the user mid-run\n"

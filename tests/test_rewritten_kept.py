@@ -23,7 +23,7 @@ BACKUP = "cutile-perf/rewritten-"
 def kept_repo(tilegym_like_repo, capsys):
     """init, a one-run baseline, and one kept change (the kernel twice as fast)."""
     repo = tilegym_like_repo
-    code, data = cli(capsys, repo, "init", "--kernel", "rms_norm", "--timeout", "60")
+    code, data = cli(capsys, repo, "init", "--kernel", "rms_norm", "--timeout", "300")
     assert code == 0, data
     allow_no_gpu(repo)
     assert cli(capsys, repo, "baseline", "--repeats", "1")[0] == 0
