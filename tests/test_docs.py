@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from cutile_perf import cli, errors, knobs
-from cutile_perf.skill import doccheck, playbook
+import doccheck
+from cutile_perf.skill import playbook
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted(

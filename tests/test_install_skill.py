@@ -251,7 +251,7 @@ def _parse_problems(command: str) -> str | None:
 
 
 def test_installed_copy_has_no_link_outside_itself_and_every_command_parses(tmp_path):
-    from cutile_perf.skill import doccheck
+    import doccheck
 
     out = install_skill(target=tmp_path, agent="claude", force=False)
     dest = Path(out.data["installed"][0]["path"]).resolve()
@@ -291,7 +291,7 @@ def test_skill_starts_with_how_to_get_the_cli():
 
 
 def test_command_mentions_cuts_at_shell_syntax():
-    from cutile_perf.skill import doccheck
+    import doccheck
 
     text = ("Run `cutile-perf example show rms_norm --step 04 > k.py` then\n"
             "```bash\ncutile-perf try \"a -> b\" | tee log  # note\ncutile-perf init --kernel k \\\n"

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from cutile_perf.skill.doccheck import fenced_blocks
+from doccheck import fenced_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cutile_perf.skill.doccheck import split_frontmatter
+from cutile_perf.skill.assets import split_frontmatter
 
 GPU_NOTE = (
     "- This machine has NO GPU. The user's GPU machine is reached only through the command "

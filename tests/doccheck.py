@@ -1,4 +1,4 @@
-"""Pure extraction helpers for the docs check (``tests/test_docs.py``).
+"""Pure extraction helpers for the docs check (``tests/test_docs.py``): test code, not the package's.
 
 Each function takes markdown text and returns what it names: cuTile API names, ``cutile-perf``
 subcommands with their flags, environment variables, local paths and links, python blocks. The test
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import yaml
+from cutile_perf.skill.assets import split_frontmatter  # noqa: F401 - re-exported for the docs tests
 
 _FENCE = re.compile(r"^(```+|~~~+)\s*([\w+-]*)")
 _INLINE_CODE = re.compile(r"`([^`\n]+)`")
@@ -39,19 +39,6 @@ class CodeSpan:
     text: str
     line: int
     lang: str | None
-
-
-def split_frontmatter(text: str) -> tuple[dict, str]:
-    """YAML frontmatter (between leading ``---`` lines) and the body after it."""
-    if not text.startswith("---\n"):
-        return {}, text
-    end = text.find("\n---\n", 4)
-    if end < 0:
-        raise ValueError("frontmatter starts with --- but never ends")
-    meta = yaml.safe_load(text[4:end]) or {}
-    if not isinstance(meta, dict):
-        raise ValueError("frontmatter is not a mapping")
-    return meta, text[end + 5:]
 
 
 def fenced_blocks(text: str) -> list[Block]:
