@@ -371,7 +371,7 @@ def _keep_checked_calls(captured: Path, kept: Path) -> None:
     """A perf child's checked timed calls, kept beside its log for the reference child (child.checkrun).
     Links are copied as links and FIFOs or devices left out: copying must not hang on what the child
     left there, and the digests in its signed report catch any file that is not its own."""
-    if not captured.is_dir():
+    if not captured.is_dir() or not any(captured.iterdir()):  # a spare ended before it ran: nothing captured
         return
     try:  # the same filesystem: moved, not copied (a capture can be gigabytes)
         os.rename(captured, kept)
