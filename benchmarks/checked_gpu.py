@@ -1,6 +1,6 @@
 """GPU red team and cost of checked timed calls (issue 39 items 1-3, 6, 7) on TileGym ops, tests unmodified.
 
-    source .gpu/setup.sh && export PYTHONPATH=$PWD/scripts
+    source .gpu/setup.sh && export PYTHONPATH=$PWD/scripts:$PYTHONPATH   # keeps setup.sh's cuda.tile and GitPython
     bash benchmarks/tilegym_slice.sh /work/tilegym .tg-slice silu_and_mul rms_norm swiglu
     python benchmarks/checked_gpu.py .tg-slice --out $OUT/checked_gpu.json [--budget 420]
 

@@ -1,6 +1,6 @@
 """``cutile-perf screen`` on a TileGym op with candidates of known effect (issue 41 item 1), on a GPU.
 
-    source .gpu/setup.sh && export PYTHONPATH=$PWD/scripts
+    source .gpu/setup.sh && export PYTHONPATH=$PWD/scripts:$PYTHONPATH   # keeps setup.sh's cuda.tile and GitPython
     python benchmarks/screen_gpu.py .tg-slice --op silu_and_mul --seconds 240 --out $OUT/screen_gpu.json
 
 In a fresh git copy of the TileGym folder: ``init`` + ``baseline --repeats 1``; one plain perf run of
