@@ -292,7 +292,7 @@ def _save_capture(torch, fn, sampled: Sampled, inputs, snapshot, call: dict) -> 
     sampled_out = None if (changed or aliased) else [tensor_summary.keep_result(torch, t) for t in kept]
     after = _call_after(torch, fn, inputs, snapshot, kept, call["method"])
     line = {**line, "outputs": _describe(kept), "in_place": bool(changed or aliased),
-            "bytes": sum(t.numel() * t.element_size() for t in snapshot) + sum(t.numel() * t.element_size() for t in kept)}
+            "bytes": sum(tensor_summary.nbytes(t) for t in (*snapshot, *kept))}
     if changed or aliased:
         line["sampled_note"] = ("the op works in place (" + (f"inputs changed: {', '.join(changed[:3])}" if changed
                                                              else "its result is an input") +

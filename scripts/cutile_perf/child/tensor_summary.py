@@ -12,7 +12,7 @@ limit were still unchecked (benchmarks/results/2026-12-06-h100-s34). A tensor up
   A test whose inputs differ there says so: that call is unchecked, never judged on other inputs.
 * a **result**: its ``summary``: the sums along its last dimension (one per row) and over its other
   dimensions (one per column), in float64 (exact int64 for integers), and ``SAMPLE`` elements at
-  positions drawn from ``os.urandom`` after the call. ``compare_summary`` checks the sampled
+  positions drawn from ``os.urandom`` after the call. ``compare_results`` checks the sampled
   elements by the dtype's tolerance and every row and column sum against the bound that elementwise
   tolerance implies (the sum of ``atol + rtol * |base|`` over the row): results that match
   elementwise always pass, and a row or column left unwritten, stale or NaN fails. What it can miss:
@@ -83,12 +83,9 @@ def fingerprint(torch, t) -> list[int]:
 
 
 def _wide(torch, t, absolute: bool):
-    if t.is_complex():
-        return t.to(torch.complex128).abs() if absolute else t.to(torch.complex128)
-    if t.is_floating_point():
-        wide = t.to(torch.float64)
-        return wide.abs() if absolute else wide
-    wide = t.to(torch.int64)
+    """``t`` (or ``|t|``) in the widest type of its kind: complex128, float64 or int64."""
+    kind = torch.complex128 if t.is_complex() else torch.float64 if t.is_floating_point() else torch.int64
+    wide = t.to(kind)
     return wide.abs() if absolute else wide
 
 
@@ -109,40 +106,3 @@ def line_sums(torch, t, absolute: bool):
             cols[c:c + col_step] += part.sum(dim=0)
         rows.append(acc)
     return (torch.cat(rows) if rows else cols[:0]), cols
-
-
-def compare_summary(torch, expected, summary: dict, tolerance, compare) -> str | None:
-    """Why the summarized result does not fit ``expected`` (the base's, on its device), or None.
-    ``tolerance(dtype)`` and ``compare(torch, expected, actual)`` are the whole-tensor rules."""
-    rtol, atol = tolerance(expected.dtype)
-    positions = summary["positions"].to(expected.device)
-    why = compare(torch, [expected.reshape(-1)[positions]], [summary["values"]])
-    if why:
-        return why.replace("result 0:", f"{len(positions)} sampled elements:", 1)
-    rows, cols = line_sums(torch, expected, absolute=False)
-    if (rtol, atol) == (0.0, 0.0):
-        row_bound = col_bound = None
-    else:
-        abs_rows, abs_cols = line_sums(torch, expected, absolute=True)
-        last = expected.shape[-1] if expected.dim() else 1
-        # + 1e-9 of the magnitudes: float64 rounding of sums of up to 2**24 terms, on either side
-        row_bound = atol * last + (rtol + 1e-9) * abs_rows
-        col_bound = atol * (expected.numel() // max(last, 1)) + (rtol + 1e-9) * abs_cols
-    for name, base, got, bound in (("row", rows, summary["rows"], row_bound),
-                                   ("column", cols, summary["cols"], col_bound)):
-        bad = _sums_differ(torch, base, got.to(base.device), bound)
-        if bad:
-            return (f"{bad} of {base.numel()} {name} sums differ beyond what the elements' tolerance allows "
-                    f"(rtol {rtol:g}, atol {atol:g}; the tensor was summarized, {nbytes(expected) >> 20} MB)")
-    return None
-
-
-def _sums_differ(torch, base, got, bound) -> int:
-    """How many of ``got`` differ from ``base`` beyond ``bound`` (exactly, where ``bound`` is None);
-    non-finite sums must be non-finite alike."""
-    if bound is None:
-        return int((base != got).sum())
-    finite = torch.isfinite(base) & torch.isfinite(got)
-    over = finite & ((got - base).abs() > bound)
-    odd = ~finite & ~((torch.isnan(base) & torch.isnan(got)) | (base == got))
-    return int(over.sum()) + int(odd.sum())
