@@ -216,14 +216,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.ab_runs and args.ab_op in args.ops and time.monotonic() - began < args.budget:
         repo, sides = work / args.ab_op, {"unchecked": [], "checked": []}
         for i in range(args.ab_runs):
-            for side in ("unchecked", "checked"):
+            # ABBA order: neither side always runs first (a warmer machine or cache favours the second)
+            for side in ("unchecked", "checked") if i % 2 == 0 else ("checked", "unchecked"):
                 os.environ.pop("CUTILE_PERF_UNCHECKED", None)
                 if side == "unchecked":
                     os.environ["CUTILE_PERF_UNCHECKED"] = "1"
-                _code, _data, seconds = _try(repo, args.ab_op, args.fn.get(args.ab_op, args.ab_op), "honest")
+                _code, data, seconds = _try(repo, args.ab_op, args.fn.get(args.ab_op, args.ab_op), "honest")
                 sides[side].append(round(seconds, 2))
+                result["cost"] = cost_summary(sides["unchecked"], sides["checked"])
+                result.setdefault("ab_tries", []).append({"side": side, "seconds": round(seconds, 2),
+                                                          "decision": data.get("decision"),
+                                                          "timings": data.get("timings", {})})
+                save()  # a run stopped by its time limit still leaves the pairs it finished
         os.environ.pop("CUTILE_PERF_UNCHECKED", None)
-        result["cost"] = cost_summary(sides["unchecked"], sides["checked"])
     result["false_alarms"] = sum(1 for r in rows if r["change"] == "honest" and r["alarm"])
     result["cheats_kept"] = sum(1 for r in rows if r["change"] not in ("honest", "setup") and r["decision"] == "keep")
     save()

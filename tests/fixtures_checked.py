@@ -5,9 +5,9 @@
 * ``src/fakegym/ops/cutile/silu_and_mul.py``: a stand-in kernel file that computes
   ``silu(x[:, :h]) * x[:, h:]`` with torch on the CPU; ``CHEAT`` (a module constant, edited as an
   agent would) selects one of the classes of perf-only behaviour of issue 39: ``"count"`` (does
-  half the rows once it has been called more than 3 times: the correctness test calls it once),
-  ``"profiler"`` (half the rows while a torch profiler runs), ``"big"`` (half the rows when the
-  hidden size is 8192, a perf shape no correctness test uses), ``"huge"`` (half the rows at 512 rows
+  an eighth of the rows once it has been called more than 3 times: the correctness test calls it once),
+  ``"profiler"`` (an eighth of the rows while a torch profiler runs), ``"big"`` (an eighth of the rows when the
+  hidden size is 8192, a perf shape no correctness test uses), ``"huge"`` (an eighth of the rows at 512 rows
   and more: only the perf case whose tensors are too large to be saved whole, so the capture keeps
   their fingerprint and summary, ``child.tensor_summary``), ``"memo"`` (returns the result of
   an earlier call on the same input without computing: correct values, no work), ``""`` honest;
@@ -60,7 +60,7 @@ def silu_and_mul(x):
     rows = x.shape[0]
     if (CHEAT == "count" and _CALLS[0] > 3) or (CHEAT == "profiler" and _profiling()) or (
             CHEAT == "big" and h == 8192) or (CHEAT == "huge" and x.shape[0] >= 512):
-        rows = x.shape[0] // 2
+        rows = x.shape[0] // 8  # an eighth: a gain no loaded CI machine can hide
     out = torch.empty(x.shape[0], h, dtype=x.dtype)
     out[:rows] = torch.nn.functional.silu(x[:rows, :h]) * x[:rows, h:]
     if CHEAT == "memo":
