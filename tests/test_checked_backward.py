@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from cutile_perf.child import checked, checked_backward
+from cutile_perf.child import checked, checked_backward, tensor_summary
 
 torch = pytest.importorskip("torch", reason="checked timed calls capture torch tensors")
 
@@ -59,7 +59,7 @@ def perf_test(op, seed: int) -> None:
     timer(lambda: out.backward(dy, retain_graph=True))
 
 
-def capture_then_replay(tmp_path, monkeypatch, candidate, base) -> tuple[list[dict], list[dict]]:
+def capture_then_replay(tmp_path, monkeypatch, candidate, base, base_seed=2) -> tuple[list[dict], list[dict]]:
     captured, checks = [], []
     monkeypatch.setattr(checked, "SETUP", None)
     checked.configure(checked.CAPTURE, tmp_path / "capture", captured.append)
@@ -72,7 +72,7 @@ def capture_then_replay(tmp_path, monkeypatch, candidate, base) -> tuple[list[di
     (replay / "index.json").write_text(json.dumps(wanted))
     checked.configure(checked.REPLAY, replay, checks.append)
     with pytest.raises(pytest.skip.Exception):  # the reference child skips after the last checked call
-        perf_test(base, seed=2)  # the base test draws other inputs: the captured ones are copied in
+        perf_test(base, seed=base_seed)  # the base test draws other inputs: the captured ones are copied in
     return captured, [c for c in checks if "nodeid" in c]
 
 
@@ -88,6 +88,19 @@ def test_a_backward_that_does_less_work_once_timed_is_a_mismatch(tmp_path, monke
     _captured, checks = capture_then_replay(tmp_path, monkeypatch, square_op(cheat_after=3), square_op())
     assert checks[0]["status"] == "ok"  # its forward is honest
     assert checks[1]["status"] == "mismatch" and "after the timer" in checks[1]["reason"]
+
+
+@pytest.mark.parametrize("cheat_after, status", [(None, "ok"), (3, "mismatch")])
+def test_gradients_too_large_to_save_whole_are_checked_by_their_summary(tmp_path, monkeypatch, cheat_after, status):
+    """Past ``INLINE_BYTES`` the leaves are fingerprinted and the gradients summarized (dicts): on the
+    H200 every TileGym silu_and_mul backward call ended "capture failed: 'dict' object has no attribute
+    'numel'" (session 36) because the capture's size was counted as if each were a tensor."""
+    monkeypatch.setattr(tensor_summary, "INLINE_BYTES", 64)  # the 64 float32 of perf_test: 256 bytes
+    # a fingerprinted input is not copied in: the seeded base test builds the same one, as TileGym's do
+    captured, checks = capture_then_replay(tmp_path, monkeypatch, square_op(cheat_after), square_op(), base_seed=1)
+    assert [line["status"] for line in captured] == ["captured", "captured"], captured
+    assert captured[1]["bytes"] == 3 * 64 * 4  # x, dy and x.grad, moved by the backward (the floor's bytes)
+    assert [c["status"] for c in checks] == ["ok", status], checks
 
 
 def test_the_leaves_gradients_are_put_back_after_the_capture(tmp_path, monkeypatch):

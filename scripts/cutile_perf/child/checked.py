@@ -19,11 +19,10 @@ Capture (perf child, ``CUTILE_PERF_CHECK_DIR``):
 * after the timer has returned (the timed window is over): the kept result is copied to host
   memory, the inputs are compared with the snapshot (changed: the op works in place, and the kept
   result cannot be checked against the snapshot), then one more call is made *placed as the timed
-  ones*: inputs put back to the snapshot, the memory its outputs will likely get filled with NaN
-  first (the caching allocator hands a freed block of the same size to the next request, so a call
-  that skips its work returns NaN, not an earlier call's correct result), under the timer's own
-  conditions (a ``torch.profiler`` session for a CUPTI timer, a CUDA graph replay for a graph
-  timer), after all of the timer's calls. Both results, the snapshot and what was seen are saved
+  ones*: inputs put back to the snapshot, every cached block its outputs could get filled with NaN
+  first (``stale_memory``: a call that skips its work returns NaN, not an earlier call's correct
+  result), under the timer's own conditions (a ``torch.profiler`` session for a CUPTI timer, a CUDA
+  graph replay for a graph timer), after all of the timer's calls. Both results, the snapshot and what was seen are saved
   with ``torch.save`` into the check folder, and the file's digest goes into the signed run report.
 
 Replay (reference child, ``CUTILE_PERF_CHECK_REPLAY``): the same perf test from a checkout of the
@@ -65,7 +64,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 # checked_backward reads this module's helpers at call time only, so the two may import each other.
-from cutile_perf.child import checked_backward, tensor_summary
+from cutile_perf.child import checked_backward, stale_memory, tensor_summary
 from cutile_perf.child.compare_results import compare
 from cutile_perf.child.copy_bandwidth import bandwidth
 
@@ -318,9 +317,11 @@ def _save_backward(torch, fn, inputs, snapshot, line: dict, call: dict) -> dict:
     if isinstance(found, str):
         return {**line, "status": "unchecked", "reason": found}
     fields, grads = found
-    tensors = [*fields["inputs"].values(), *fields["leaves"].values(), *(g for g in grads if g is not None)]
-    size = sum(t.numel() * t.element_size() for t in tensors)
-    line = {**line, "backward": True, "forward_ordinal": forward_ordinal, "bytes": size,
+    # Kept values: tensors, or past tensor_summary.INLINE_BYTES a fingerprint or summary (dicts).
+    kept = [*fields["inputs"].values(), *fields["leaves"].values(), *(g for g in grads if g is not None)]
+    size = saved_bytes(kept)
+    line = {**line, "backward": True, "forward_ordinal": forward_ordinal,
+            "bytes": sum(tensor_summary.kept_nbytes(torch, v) for v in kept),
             "sampled_note": "a backward pass: the timed calls' gradients accumulate, so only the call after the "
                             "timer is checked"}
     return _store(torch, line, {**fields, "sampled": None, "after": grads, "call": line}, size)
@@ -339,17 +340,6 @@ def _store(torch, line: dict, payload: dict, size: int) -> dict:
     return {**line, "status": "captured", "file": name, "sha256": digest}
 
 
-def _poison(torch, like) -> None:
-    """Fill, then free, blocks the size of each output: the next allocation of that size gets NaN
-    (or the dtype's max) instead of an earlier call's correct result."""
-    filled = []
-    for t in like:
-        value = float("nan") if t.is_floating_point() or t.is_complex() else (True if t.dtype == torch.bool
-                                                                             else torch.iinfo(t.dtype).max)
-        filled.append(torch.full(t.shape, value, dtype=t.dtype, device=t.device))
-    del filled
-
-
 @contextlib.contextmanager
 def _conditions(torch, method: str):
     """The timer's own conditions around the call after it: a profiler session for a CUPTI timer."""
@@ -366,7 +356,7 @@ def _conditions(torch, method: str):
 def _call_after(torch, fn, inputs, snapshot, kept, method: str) -> list:
     for (_p, t), s in zip(inputs, snapshot):
         t.data.copy_(s)
-    _poison(torch, kept)
+    stale_memory.poison(torch, kept)
     if method == "cuda-graph" and torch.cuda.is_available() and torch.cuda.is_initialized():
         from cutile_perf import bench  # noqa: PLC0415
 

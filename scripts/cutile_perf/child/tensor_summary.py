@@ -20,6 +20,7 @@ limit were still unchecked (benchmarks/results/2026-12-06-h100-s34). A tensor up
 """
 from __future__ import annotations
 
+import math
 import os
 
 INLINE_BYTES = 8 << 20  # a tensor up to this size is saved whole
@@ -34,6 +35,14 @@ def nbytes(t) -> int:
 
 def is_kept_whole(value) -> bool:
     return not isinstance(value, dict)
+
+
+def kept_nbytes(torch, value) -> int:
+    """The bytes of the tensor a kept value stands for, saved whole, fingerprinted or summarized."""
+    if is_kept_whole(value):
+        return nbytes(value)
+    shape, dtype = shape_and_dtype(value)
+    return math.prod(shape) * getattr(torch, dtype.removeprefix("torch.")).itemsize
 
 
 def keep_input(torch, t):
