@@ -104,6 +104,13 @@ def test_rounds_run_while_a_whole_round_still_fits_the_seconds_given():
     assert [c[2] for c in stages.calls[3:6]] == ["base", "c2", "c1"], "the order rotates per round"
 
 
+def test_timed_calls_are_checked_in_a_candidates_first_round_only():
+    """Later rounds start no reference child (``Request.check``); the base is never checked against itself."""
+    _out, _pairs, stages = run_scripted(seconds=100)
+    assert sorted(stages.unchecked) == ["screen-r2-c1", "screen-r2-c2", "screen-r3-c1", "screen-r3-c2"]
+    assert not any(tag.startswith("screen-r1-") for tag in stages.unchecked)
+
+
 def test_at_least_one_round_runs_whatever_the_seconds():
     out, _pairs, _stages = run_scripted(seconds=0)
     assert out.rounds == 1
@@ -116,3 +123,23 @@ def test_a_candidate_whose_timed_run_crashes_is_dropped_from_the_rounds():
     assert [c[2] for c in stages.calls].count("c2") == 1, "never timed again"
     # Without it a round is 20 s: rounds end at 30, 50, 70, 90.
     assert out.rounds == 4
+
+
+def test_the_runner_starts_no_reference_child_for_a_run_asked_unchecked(monkeypatch):
+    """``StageRunner.run`` with a stand-in pool and clock (no child): ``check=False`` skips
+    ``check_timed_calls``; the captures are discarded either way."""
+    from cutile_perf.child import checkrun
+    from cutile_perf.loop.stages import Request, StageRunner
+
+    stage = perf_stage(BASE, 1.0)
+    runner = StageRunner.__new__(StageRunner)  # only what ``run`` touches
+    runner.pool = type("Pool", (), {"run": staticmethod(lambda request: stage)})()
+    runner.clock = type("Clock", (), {"add_child": staticmethod(lambda seconds, label: None)})()
+    runner.session = None
+    runner._finish_filling = lambda: None
+    checked, discarded = [], []
+    runner.check_timed_calls = lambda result, commit, tag: checked.append(tag) or result
+    monkeypatch.setattr(checkrun, "discard_captures", lambda session, result: discarded.append(result))
+    runner.run(Request("perf", "screen-r1-c1", "c1"))
+    runner.run(Request("perf", "screen-r2-c1", "c1", check=False))
+    assert checked == ["screen-r1-c1"] and len(discarded) == 2

@@ -34,12 +34,15 @@ SPARES_AT_ONCE = 5
 @dataclass(frozen=True)
 class Request:
     """One run of a stage: ``name`` ("correctness" or "perf") of ``commit``, logged under ``tag``;
-    ``cases``: only these, ``{case: pytest node id}`` (a re-check run of the cases in doubt)."""
+    ``cases``: only these, ``{case: pytest node id}`` (a re-check run of the cases in doubt);
+    ``check``: False, a perf run's timed calls are captured as always but not replayed on the
+    reference kernel (``screen``'s rounds after a candidate's first: readings, never verdicts)."""
 
     name: str
     tag: str
     commit: str
     cases: dict[str, str | None] | None = None
+    check: bool = True
 
     @property
     def select(self) -> list[str] | None:

@@ -12,9 +12,9 @@ After a baseline, N candidate files for the fenced file(s), named by a glob or a
 3. rounds on the GPU: each round runs the base (the reference commit ``try`` compares against),
    then every candidate still in, the order rotated per round; each run a fresh child in a pristine
    checkout, its timed calls checked against the base's kernel (``StageRunner.check_timed_calls``)
-   and its records judged by ``judge.verdict.judge`` (a crash class drops the candidate). As many
-   rounds as ``seconds`` allows, at least one: the next starts only if, at the first round's speed
-   per run, it ends in time (``screen_rank.next_round_fits``);
+   in the first round only, and its records judged by ``judge.verdict.judge`` (a crash class drops
+   the candidate). As many rounds as ``seconds`` allows, at least one: the next starts only if,
+   at the first round's speed per run, it ends in time (``screen_rank.next_round_fits``);
 4. ``screen_rank.rank`` orders them.
 
 Nothing is committed to the session branch and nothing is written to the log: ``batch`` decides.
@@ -149,7 +149,10 @@ def run_round(runner: Stages, k: int, ref: Reference, t, commits: dict[str, str]
     number = {name: n for n, name in enumerate(commits, 1)}  # tags name files: the index, never the name
     labels = ["base", *round_order(names, k)]
     order = [Request("perf", f"screen-r{k + 1}-base", ref.commit)]
-    order += [Request("perf", f"screen-r{k + 1}-c{number[name]}", commits[name]) for name in labels[1:]]
+    # Timed calls are checked in the first round only: a reference child per run (about half a perf
+    # run) in every round cost the rounds the screen is for, and batch decides the top K checked.
+    order += [Request("perf", f"screen-r{k + 1}-c{number[name]}", commits[name], check=k == 0)
+              for name in labels[1:]]
     base = None
     for i, (label, request) in enumerate(zip(labels, order)):
         runner.expect(order[i + 1:])  # the runs after it start as spares where the session allows

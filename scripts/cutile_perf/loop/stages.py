@@ -134,7 +134,8 @@ class StageRunner:
         result = self.pool.run(request)
         self.clock.add_child(result.duration_s, f"{request.tag}-{request.name}")
         if request.name == "perf":
-            result = self.check_timed_calls(result, request.commit, request.tag)
+            if request.check:
+                result = self.check_timed_calls(result, request.commit, request.tag)
             checkrun.discard_captures(self.session, result)
         return replace(result, cases=tuple(sorted(request.cases))) if request.cases else result
 
@@ -280,6 +281,7 @@ class ScriptedStages:
     selected: list[tuple[str, ...]] = field(default_factory=list)  # the cases of each run of cases in doubt
     expected: list[tuple[Request, ...]] = field(default_factory=list)  # what each request was told comes next
     on_stage: Callable[[str, str, str], None] | None = None  # called before each stage (a test's side effect)
+    unchecked: list[str] = field(default_factory=list)  # tags of the perf runs asked for with check=False
     # Set by the command that runs it (``try_change``): each scripted ``duration_s`` goes into the
     # row's timings as a child's would, so budget estimates read scripted sessions like real ones.
     clock: Any = None
@@ -291,6 +293,8 @@ class ScriptedStages:
     def run(self, request: Request) -> Stage:
         name, tag, commit, cases = request.name, request.tag, request.commit, request.cases
         self.calls.append((name, tag, commit))
+        if not request.check:
+            self.unchecked.append(tag)
         self.expected.append(self._upcoming)
         self._upcoming = ()
         if self.on_stage is not None:
