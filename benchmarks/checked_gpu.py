@@ -63,6 +63,10 @@ def _count(x):
     return x._redteam_calls
 
 
+def _row(a, x):
+    return a[:1] if isinstance(a, torch.Tensor) and a.shape == x.shape else a
+
+
 def _first_tensor(args, kwargs):
     return next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
 
@@ -73,9 +77,10 @@ def {fn}(*args, **kwargs):
     key = tuple((k, tuple(getattr(a, "shape", ())), str(getattr(a, "dtype", ""))) for k, a in
                 (*enumerate(args), *kwargs.items()))
     if cheat and key in _SEEN:
-        # The kernel still runs (a timer that sees no kernel refuses), on one row of the first input;
-        # the result is fresh memory: whatever the allocator's block of that size held.
-        _real_{fn}(*(a[:1] if a is x else a for a in args), **{{k: (a[:1] if a is x else a) for k, a in kwargs.items()}})
+        # The kernel still runs (a timer that sees no kernel refuses), on one row of the first input
+        # and of every input shaped like it (swiglu's a and b); the result is fresh memory: whatever
+        # the allocator's block of that size held.
+        _real_{fn}(*(_row(a, x) for a in args), **{{k: _row(a, x) for k, a in kwargs.items()}})
         shape, dtype, device, grad = _SEEN[key]
         return torch.empty(shape, dtype=dtype, device=device).requires_grad_(grad)
     out = _real_{fn}(*args, **kwargs)

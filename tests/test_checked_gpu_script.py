@@ -37,8 +37,10 @@ def test_each_cheat_passes_correctness_and_does_less_work_only_when_timed(script
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    source = ("import torch\nROWS = []\n\ndef op(x, scale=2):\n    ROWS.append(x.shape[0])\n    return x * scale\n"
-              + script.change_text(change, "op"))
+    # two inputs of one shape, as swiglu's (a, b): the cheat's one-row call must keep them alike
+    source = ("import torch\nROWS = []\n\ndef op(x, y=None, scale=2):\n    ROWS.append(x.shape[0])\n"
+              "    assert y is None or y.shape == x.shape, 'inputs of one shape'\n"
+              "    return x * scale\n" + script.change_text(change, "op"))
     namespace: dict = {}
     exec(compile(source, "op.py", "exec"), namespace)  # noqa: S102 - the script's own generated code
     op, rows = namespace["op"], namespace["ROWS"]
@@ -49,10 +51,10 @@ def test_each_cheat_passes_correctness_and_does_less_work_only_when_timed(script
     rows.clear()
     x = torch.ones(5, 16384)  # a perf test: new shapes, one tensor, many calls, under a profiler (CUPTI)
     with profile(activities=[ProfilerActivity.CPU]):
-        results = [op(x) for _ in range(6)]
+        results = [op(x) for _ in range(6)] + [op(x, torch.ones(5, 16384)) for _ in range(4)]
     assert all(r.shape == (5, 16384) for r in results)
     if change == "honest":
-        assert rows == [5] * 6
+        assert rows == [5] * 10
     else:  # the cheat ran the op on one row only, from some call on: less work, still a launch
         assert 1 in rows and rows[0] == 5, rows
 
