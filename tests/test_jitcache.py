@@ -244,8 +244,10 @@ def test_children_compile_into_the_guarded_session_cache_from_the_same_paths_and
     assert rows(repo)[-1]["compile_cache_dropped"] == 1  # on the record, for a reviewer
     assert all("compile_cache_dropped" not in row for row in rows(repo)[:-1])
     second = _observed(log)
-    # Same slot, same kernel path: an unchanged kernel has the same cuTile cache key as before.
-    assert {path for _, path in second} == {path for _, path in first}
+    # Same slot, same kernel path: an unchanged kernel has the same cuTile cache key as before. (A
+    # superset: when this try is re-checked, the base, which now holds the observer too, runs from
+    # the next slot; on a loaded 2-core machine it was.)
+    assert {path for _, path in first} <= {path for _, path in second}
 
     code, data, _ = call(repo, "verify")
     assert data.get("verified") is not None, data

@@ -27,7 +27,7 @@ def test_kill_inside_a_window_of_a_reverted_try_is_repaired_by_resume(repo, reap
     tag = uuid.uuid4().hex
     proc = spawn(repo, "try", f"killed inside {window}",
                  env={"CUTILE_PERF_TEST_KILL_AT": window, "CUTILE_PERF_TEST_SIGNAL": "KILL", "REDTEAM_TAG": tag})
-    _out, err = proc.communicate(timeout=120)
+    _out, err = proc.communicate(timeout=300)
     assert killed_by(proc.returncode, "KILL"), f"exit {proc.returncode}, not killed in {window}: {err[-500:]}"
     row = resume_and_check(repo, before, tag, reap, marker="# ATTACK window")
     assert row["status"] == "revert", row
@@ -44,7 +44,7 @@ def test_kill_inside_a_window_of_a_kept_try_keeps_it_once(repo, reap, window):
     edit_kernel(repo, latency=FAST)
     proc = spawn(repo, "try", f"faster, killed inside {window}",
                  env={"CUTILE_PERF_TEST_KILL_AT": window, "CUTILE_PERF_TEST_SIGNAL": "KILL"})
-    proc.communicate(timeout=120)
+    proc.communicate(timeout=300)
     assert killed_by(proc.returncode, "KILL"), proc.returncode
     code, data, _ = call(repo, "resume")
     assert code == 0 and data.get("consistent"), data
