@@ -210,7 +210,6 @@ class StageRunner:
             self._exits.close()  # records the session cache: every child of this command has ended
 
     def __enter__(self) -> StageRunner:
-
         # ``verify`` (a fresh compile cache) trusts nothing it did not build from the commits: its
         # children compile installed code themselves too, so a .pyc planted in the shared folder by
         # a process outside any box is not what verify runs.
