@@ -79,5 +79,7 @@ def test_a_campaign_over_the_simulated_repo_decides_the_best_candidate(campaign,
     assert line["best"] == "fast" and line["speedup"] == pytest.approx(2.0, rel=0.1), line
     assert data["skipped"] == {"layer_norm": "not an op of this repository"}
     table = (out / "campaign.md").read_text()
-    assert "| rms_norm | 1.4142 | fast |" in table and "skipped: not an op" in table
+    # the simulated kernel's latencies carry noise (1.4142 or 1.4143; 1.999x or 2.000x): the values are
+    # checked above, the table only for its line
+    assert "| rms_norm | 1.41" in table and "| fast | " in table and "skipped: not an op" in table
     assert (out / "rms_norm" / "experiments.jsonl").exists() and (out / "rms_norm" / "screen.md").exists()
