@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import sys
@@ -39,6 +38,7 @@ sys.path.insert(0, str(HERE))
 from redteam_gpu import committed_copy, cutile_perf as cli  # noqa: E402
 
 from cutile_perf import knobs, node  # noqa: E402
+from cutile_perf.judge import stats  # noqa: E402
 from cutile_perf.judge.rules import current_baseline  # noqa: E402
 from cutile_perf.store.log import shape_medians  # noqa: E402
 
@@ -92,8 +92,8 @@ def op_row(op: str, rows: list[dict], screened: int) -> dict:
         return {"op": op, "note": "no baseline"}
     first, now = shape_medians(base), shape_medians(current)
     cases = sorted(set(first) & set(now))
-    geomean = math.exp(sum(math.log(first[c]) for c in cases) / len(cases)) if cases else None
-    speedup = math.exp(sum(math.log(first[c] / now[c]) for c in cases) / len(cases)) if cases else None
+    geomean = stats.geomean([first[c] for c in cases]) if cases else None
+    speedup = stats.geomean([first[c] / now[c] for c in cases]) if cases else None
     decided = [r for r in rows if r.get("iteration", 0) > 0 and r.get("status") in ("keep", "revert")]
     best = current.get("optimization") if current is not base else None
     return {"op": op, "base_geomean_ms": geomean, "best": best, "speedup": speedup if best else 1.0,

@@ -22,8 +22,9 @@ Capture (perf child, ``CUTILE_PERF_CHECK_DIR``):
   ones*: inputs put back to the snapshot, every cached block its outputs could get filled with NaN
   first (``stale_memory``: a call that skips its work returns NaN, not an earlier call's correct
   result), under the timer's own conditions (a ``torch.profiler`` session for a CUPTI timer, a CUDA
-  graph replay for a graph timer), after all of the timer's calls. Both results, the snapshot and what was seen are saved
-  with ``torch.save`` into the check folder, and the file's digest goes into the signed run report.
+  graph replay for a graph timer), after all of the timer's calls. Both results, the snapshot and
+  what was seen are saved with ``torch.save`` into the check folder, and the file's digest goes
+  into the signed run report.
 
 Replay (reference child, ``CUTILE_PERF_CHECK_REPLAY``): the same perf test from a checkout of the
 *baseline* commit (the candidate's code is not in it). When the test reaches the same timer call

@@ -12,8 +12,7 @@ One block per result was not enough: a swiglu change that ran its kernel on one 
 its ``empty`` found correct values, so another cached block held them; this rule is not yet re-run
 there). Blocks are now taken until the allocator reserves new memory (then no cached block of that
 size was left) or ``MAX_BLOCKS`` per result; the memory this costs is cached already, plus one new
-segment at most.
-On a CPU (no caching allocator) one block is filled, as before.
+segment at most. On a CPU (no caching allocator) one block is filled, as before.
 """
 from __future__ import annotations
 
@@ -30,11 +29,11 @@ def poison(torch, like) -> int:
     """Fill, then free, the cached blocks that could serve each tensor of ``like``; returns how many."""
     filled = []
     for t in like:
-        cuda = t.device.type == "cuda"
+        cuda, value = t.device.type == "cuda", fill_value(torch, t)
         for _ in range(MAX_BLOCKS if cuda else 1):
             reserved = torch.cuda.memory_reserved(t.device) if cuda else 0
             try:
-                filled.append(torch.full(t.shape, fill_value(torch, t), dtype=t.dtype, device=t.device))
+                filled.append(torch.full(t.shape, value, dtype=t.dtype, device=t.device))
             except torch.cuda.OutOfMemoryError:
                 break  # no cached block was left for it either
             if cuda and torch.cuda.memory_reserved(t.device) > reserved:
