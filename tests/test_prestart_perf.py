@@ -62,6 +62,7 @@ def _slow_warm_up():
     return True
 
 bench.warm_up_profiler = _slow_warm_up
+bench.cuda_host = lambda: True  # the warm-up runs on a GPU host only: this simulates one
 """
 WARM_UP_TEST = """
 import time

@@ -73,13 +73,13 @@ from dataclasses import dataclass
 
 from cutile_perf import knobs
 from cutile_perf.bench.checked_calls import OutputCheck, WrongWhenTimed, clone, compare_checked, fresh_inputs
-from cutile_perf.bench.profiler import (WITNESS_CALLS, device_time_ms, prepare_profiler_without_context,
+from cutile_perf.bench.profiler import (WITNESS_CALLS, cuda_host, device_time_ms, prepare_profiler_without_context,
                                         profiled_samples, warm_up_profiler)
 from cutile_perf.errors import EnvMissing
 from cutile_perf.judge import stats
 
 __all__ = ["CUPTI_MAX_SAMPLES", "MODES", "WITNESS_CALLS", "HiddenDeviceWork", "Measurement", "OutputCheck",
-           "WrongWhenTimed", "bench", "bench_record", "check_mode", "device_time_ms", "flush_bytes", "graph_unroll",
+           "WrongWhenTimed", "bench", "bench_record", "check_mode", "cuda_host", "device_time_ms", "flush_bytes", "graph_unroll",
            "hidden_work", "measure", "plan_counts", "prepare_profiler_without_context", "sample_bounds",
            "warm_up_profiler"]
 

@@ -18,10 +18,23 @@ Torch is passed in (or imported lazily): importing this module needs neither tor
 """
 from __future__ import annotations
 
+import os
+
 from cutile_perf.bench.checked_calls import OutputCheck, clone, compare_checked, fresh_inputs
 from cutile_perf.judge import stats
 
 WITNESS_CALLS = 3  # calls profiled for the device-time witness (median of their device times)
+
+# Every CUDA process on Linux opens the driver's control node, and the box binds it in
+# (``child.boxinit.DEV_PREFIXES``). A host without it has no GPU to profile, so paying the
+# profiler's one-off set-up there buys nothing: on the 2-core CI box it cost each spare perf child
+# 5-16 s of a core (a CPU-only session), beside the run it was started to help.
+NVIDIA_CONTROL_NODE = "/dev/nvidiactl"
+
+
+def cuda_host() -> bool:
+    """Whether a process on this host could use an NVIDIA GPU at all (``NVIDIA_CONTROL_NODE`` exists)."""
+    return os.path.exists(NVIDIA_CONTROL_NODE)
 
 
 def _call_kernels(prof, lead_kernels: int) -> list[tuple[float, float]]:
@@ -129,7 +142,10 @@ def prepare_profiler_without_context() -> bool:
     figures are in ``docs/results/2026-12-02-h200-speed.md``, section 9). It does initialize the CUDA
     driver (``cuInit``, no context; same document, section 12), which is why ``child.warmstart``
     checks its preloads before it. Returns whether
-    the session ran; one that cannot run changes nothing (the first witness pays it)."""
+    the session ran; one that cannot run changes nothing (the first witness pays it). Not run on a
+    host without a GPU (``cuda_host``)."""
+    if not cuda_host():
+        return False
     try:
         import torch  # noqa: PLC0415 - lazy, as everywhere in this module
         from torch import profiler  # noqa: PLC0415

@@ -141,11 +141,14 @@ class Gate:
     section 1) would otherwise be paid
     inside the first record's witness. It runs in a thread from the moment the plugin is configured,
     beside collection (torch's profiler preparation releases the GIL), and the first test waits for
-    it: it runs no test, times nothing, and is over before anything is timed."""
+    it: it runs no test, times nothing, and is over before anything is timed. Not on a host without
+    a GPU (``bench.cuda_host``), where it would import torch for nothing."""
 
     def __init__(self, fd: int):
         self.fd = fd
         self._warm_up: threading.Thread | None = None
+        if not bench.cuda_host():
+            return
         try:
             import torch  # noqa: F401, PLC0415 - in this thread: two threads importing torch at once can deadlock
         except ImportError:
