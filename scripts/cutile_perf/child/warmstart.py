@@ -12,7 +12,7 @@ next run pay that while the current one starts, and nothing more:
    directory, and the harness moves the checkout's own ``PYTHONPATH`` entries (and any empty or
    relative one, which means the working directory) into ``CUTILE_PERF_LATE_PYTHONPATH``.
    So the imports below can only find installed code, which the box keeps read-only.
-2. It imports ``WARM_MODULES``, then the installed modules the baseline's perf runs imported
+2. It imports ``WARM_MODULES`` (``warm_modules``), then the installed modules the baseline's perf runs imported
    besides (``CUTILE_PERF_PRELOAD``, ``installed_imports``: a TileGym test imports triton, sympy,
    transformers and more while it collects, seconds that every fresh child paid after its gate).
    It pays the profiler's one-off set-up with a CPU-only session
@@ -48,6 +48,15 @@ from pathlib import Path
 # Imported before the gate: everything a perf child of any cuTile repository imports first. Not the
 # record plugin: it must load as pytest loads it, after the gate (it takes its descriptors then).
 WARM_MODULES = ("torch", "cuda.tile", "pytest")
+
+
+def warm_modules() -> tuple[str, ...]:
+    """What this host's spares import first: ``WARM_MODULES``, or pytest alone on a host without a
+    GPU (``bench.cuda_host``), where a test that needs torch imports it after the gate and one that
+    does not (the CPU suite's simulated repositories) should not pay seconds of a core for it."""
+    from cutile_perf import bench  # noqa: PLC0415 - this module is the child's entry point: imports stay lazy
+
+    return WARM_MODULES if bench.cuda_host() else ("pytest",)
 CANCELLED = 75  # EX_TEMPFAIL: the run it was started for did not happen
 
 
@@ -300,7 +309,7 @@ def main(args: list[str]) -> int:
     not_found = _NotFound()
     sys.meta_path.append(not_found)
     failed = False
-    for name in WARM_MODULES:
+    for name in warm_modules():
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a fresh child reports it: the plain command runs below
