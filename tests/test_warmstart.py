@@ -212,11 +212,9 @@ def _first_profile_s(env: dict, tmp_path: Path) -> float:
     return float(mark.read_text().split()[0])
 
 
-@pytest.mark.skipif(not bench.cuda_host(), reason=f"no {bench.profiler.NVIDIA_CONTROL_NODE}: the set-up runs on GPU hosts only")
-def test_a_child_started_ahead_has_paid_the_profilers_set_up_without_a_cuda_context(tmp_path):
-    """While it waits, the child runs one CPU-only profiler session (about 4.6 s on the H200 that
-    each run's first witness paid after the gate). Its tests then find the profiler set up, and no
-    CUDA context made. Without that step the test's session costs what a fresh process pays."""
+def _profiling_child_started_ahead(tmp_path: Path) -> tuple[Path, str]:
+    """A child started ahead of a repository whose test profiles once, let go and run to its end:
+    (its mark file, its log)."""
     mark, log = tmp_path / "mark.txt", tmp_path / "child.log"
     repo = _repo(tmp_path, mark)
     (repo / "tests" / "test_repo.py").write_text(PROFILE_TEST)
@@ -225,7 +223,16 @@ def test_a_child_started_ahead_has_paid_the_profilers_set_up_without_a_cuda_cont
     with _started_ahead(repo, mark, log) as (start, done):
         start.open()
     assert done["result"].ok, log.read_text()[-2000:]
-    assert "profiler set up while waiting" in log.read_text()
+    return mark, log.read_text()
+
+
+@pytest.mark.skipif(not bench.cuda_host(), reason=f"no {bench.profiler.NVIDIA_CONTROL_NODE}: the set-up runs on GPU hosts only")
+def test_a_child_started_ahead_has_paid_the_profilers_set_up_without_a_cuda_context(tmp_path):
+    """While it waits, the child runs one CPU-only profiler session (about 4.6 s on the H200 that
+    each run's first witness paid after the gate). Its tests then find the profiler set up, and no
+    CUDA context made. Without that step the test's session costs what a fresh process pays."""
+    mark, log = _profiling_child_started_ahead(tmp_path)
+    assert "profiler set up while waiting" in log
     seconds, cuda = mark.read_text().split()
     assert cuda == "False"
     fresh = _first_profile_s({"PYTHONDONTWRITEBYTECODE": "1"}, tmp_path)
@@ -236,15 +243,8 @@ def test_a_child_started_ahead_has_paid_the_profilers_set_up_without_a_cuda_cont
 def test_a_child_started_ahead_on_a_host_without_a_gpu_skips_the_profilers_set_up(tmp_path):
     """On a host without a GPU the set-up buys nothing (it cost each spare 5-16 s of a core on the
     2-core CI box): the child waits without it, and its run still works."""
-    mark, log = tmp_path / "mark.txt", tmp_path / "child.log"
-    repo = _repo(tmp_path, mark)
-    (repo / "tests" / "test_repo.py").write_text(PROFILE_TEST)
-    (repo / "conftest.py").write_text("")
-    (repo / "src" / "mypkg" / "__init__.py").write_text("")
-    with _started_ahead(repo, mark, log) as (start, done):
-        start.open()
-    assert done["result"].ok, log.read_text()[-2000:]
-    assert "let go after" in log.read_text() and "profiler set up" not in log.read_text()
+    _mark, log = _profiling_child_started_ahead(tmp_path)
+    assert "let go after" in log and "profiler set up" not in log
 
 
 # --- preloading what the baseline's tests imported ---------------------------------------------------
