@@ -13,7 +13,10 @@ registry, so a plain rebinding of the function would never run):
 * ``twice``: the op runs its kernel twice and returns the second result (about 2x slower);
 * ``sleep``: ``torch.cuda._sleep`` before the kernel (slower by a fixed time per call, where the
   op's timer counts every kernel of the timed call);
-* ``wrong``: returns zeros of the right shape (fails correctness: listed, never timed).
+* ``wrong``: returns zeros of the right shape (fails correctness: listed, never timed);
+
+and with ``--hints N``, N more of unknown effect (``benchmarks/tilegym_candidates.py``: the op's
+kernels with other entry hints), so that ``--hints 4`` screens the eight of issue 41's goal.
 
 Then ``cutile-perf screen 'sandbox/cand/*.py' --seconds N --top 2`` and its wall time against the
 plain perf run's. Prints the ranking and one JSON summary; ``--out`` writes it. Exit 1 when the
@@ -32,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from redteam_gpu import committed_copy, cutile_perf as cli, git  # noqa: E402
+from tilegym_candidates import candidates as hint_candidates  # noqa: E402
 
 CANDIDATES = ("comment", "twice", "sleep", "wrong")
 SLEEP_CYCLES = 200_000  # about 0.1 ms at the H100's and H200's ~1.9 GHz: clearly above per-case noise
@@ -70,10 +74,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--op", default="silu_and_mul", help="the op (src/tilegym/ops/cutile/<op>.py)")
     p.add_argument("--fn", help="the public function the module registers (default: the op's name)")
     p.add_argument("--seconds", type=float, default=240.0, help="screen --seconds (default 240)")
+    p.add_argument("--hints", type=int, default=0, help="also this many candidates with other entry hints")
     p.add_argument("--out", type=Path, help="write the JSON summary here")
     args = p.parse_args(argv)
-    if args.seconds < 0:
-        p.error("--seconds must be at least 0")
+    if args.seconds < 0 or args.hints < 0:
+        p.error("--seconds and --hints must be at least 0")
     args.fn = args.fn or args.op.rpartition("/")[2]
     return args
 
@@ -124,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     (repo / "sandbox/cand").mkdir(parents=True, exist_ok=True)
     for name in CANDIDATES:
         (repo / f"sandbox/cand/{name}.py").write_text(module.read_text() + change_text(name, args.fn))
+    for name, text in (hint_candidates(module.read_text(), args.hints) if args.hints else {}).items():
+        (repo / f"sandbox/cand/hint_{name}.py").write_text(text)
     head, rows = git(repo, "rev-parse", "HEAD"), (repo / "sandbox/experiments.jsonl").read_bytes()
     began = time.monotonic()
     code, data, err = cli(repo, "screen", "sandbox/cand/*.py", "--seconds", str(args.seconds), "--top", "2",

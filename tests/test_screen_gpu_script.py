@@ -65,9 +65,11 @@ def test_defaults_and_bad_arguments(script):
     args = script.parse_args(["slice"])
     assert (args.op, args.fn, args.seconds) == ("silu_and_mul", "silu_and_mul", 240.0)
     assert script.parse_args(["s", "--op", "activation/geglu"]).fn == "geglu"
-    with pytest.raises(SystemExit) as exc:
-        script.parse_args(["s", "--seconds", "-1"])
-    assert exc.value.code == 2
+    assert args.hints == 0 and script.parse_args(["s", "--hints", "4"]).hints == 4
+    for bad in (["--seconds", "-1"], ["--hints", "-1"]):
+        with pytest.raises(SystemExit) as exc:
+            script.parse_args(["s", *bad])
+        assert exc.value.code == 2
 
 
 def test_expectations_accept_the_known_order_and_name_each_contradiction(script):
