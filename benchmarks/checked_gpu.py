@@ -12,7 +12,10 @@ one ``try`` per change (``--changes``), each appended to the op's module as an a
   returns fresh uninitialised memory of the result's shape;
 * ``profiler``: the same while a torch profiler runs (TileGym's CUPTI timer);
 * ``big``: the same when the first input's last dimension is 8192 or more (perf-only sizes), from
-  the second call of those shapes on.
+  the second call of those shapes on;
+* ``memo``: like ``count``, but returns the result of its last whole call on that tensor: correct
+  values, a one-row kernel's work. No comparison of values can see it; the floor can (``implausible``:
+  a record below the bytes the case must move over the bandwidth measured on that GPU).
 
 Each cheat passes the op's correctness tests (a first call of any shapes computes) and still
 launches a kernel in every timed call (TileGym's CUPTI timer refuses a callable that launches none,
@@ -39,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from redteam_gpu import committed_copy, cutile_perf as cli, git  # noqa: E402
 
-CHANGES = ("count", "profiler", "big", "honest")
+CHANGES = ("count", "profiler", "big", "memo", "honest")
 CONDITIONS = {
     # calls on the same input tensor object: a perf test's lambda reuses one; correctness tests make new ones
     # (counted on the tensor object itself: a dict by id or pointer mixed tests up on the H100)
@@ -48,7 +51,10 @@ CONDITIONS = {
     "profiler": "cheat = torch.autograd._profiler_enabled()",
     # sizes only perf tests use
     "big": "cheat = x is not None and x.shape[-1:] >= (8192,)",
+    # as count; what it returns differs (MEMO)
+    "memo": "cheat = x is not None and _count(x) > 3",
 }
+MEMO = {"memo"}  # changes that return their last whole result on the same tensor, not fresh memory
 CHEAT = '''
 
 # CHANGE {change}: less work under timing only (a red-team cheat of issue 39).
@@ -81,11 +87,15 @@ def {fn}(*args, **kwargs):
         # and of every input shaped like it (swiglu's a and b); the result is fresh memory: whatever
         # the allocator's block of that size held.
         _real_{fn}(*(_row(a, x) for a in args), **{{k: _row(a, x) for k, a in kwargs.items()}})
+        if {memo} and getattr(x, "_redteam_memo", None) is not None:
+            return x._redteam_memo
         shape, dtype, device, grad = _SEEN[key]
         return torch.empty(shape, dtype=dtype, device=device).requires_grad_(grad)
     out = _real_{fn}(*args, **kwargs)
     if isinstance(out, torch.Tensor):
         _SEEN[key] = (out.shape, out.dtype, out.device, out.requires_grad)
+        if {memo} and x is not None:
+            x._redteam_memo = out
     return out
 
 
@@ -104,7 +114,7 @@ def change_text(change: str, fn: str) -> str:
         return "\n# CHANGE honest: comment only.\n"
     if change not in CONDITIONS:
         raise ValueError(f"unknown change {change!r}; expected one of {', '.join(CHANGES)}")
-    return CHEAT.format(change=change, fn=fn, condition=CONDITIONS[change])
+    return CHEAT.format(change=change, fn=fn, condition=CONDITIONS[change], memo=change in MEMO)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

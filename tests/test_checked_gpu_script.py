@@ -30,7 +30,7 @@ def test_defaults_and_bad_arguments(script, capsys):
         assert exc.value.code == 2
 
 
-@pytest.mark.parametrize("change", ["count", "profiler", "big", "honest"])
+@pytest.mark.parametrize("change", ["count", "profiler", "big", "memo", "honest"])
 def test_each_cheat_passes_correctness_and_does_less_work_only_when_timed(script, change):
     """A cheat that failed the op's correctness tests, or launched no kernel in a timed call, was caught
     on the H100 by those, not by checked timing: each must look honest until it is timed."""
@@ -57,6 +57,8 @@ def test_each_cheat_passes_correctness_and_does_less_work_only_when_timed(script
         assert rows == [5] * 10
     else:  # the cheat ran the op on one row only, from some call on: less work, still a launch
         assert 1 in rows and rows[0] == 5, rows
+    if change == "memo":  # and returned the right values, those of its last whole call
+        assert all(torch.equal(r, x * 2) for r in results[:6]) and results[5] is results[3]
 
 
 def test_outcome_table_and_cost(script):
