@@ -241,8 +241,8 @@ def test_a_child_started_ahead_has_paid_the_profilers_set_up_without_a_cuda_cont
 
 @pytest.mark.skipif(bench.cuda_host(), reason=f"{bench.profiler.NVIDIA_CONTROL_NODE} exists: a GPU host sets the profiler up")
 def test_a_child_started_ahead_on_a_host_without_a_gpu_skips_the_profilers_set_up(tmp_path):
-    """On a host without a GPU the set-up buys nothing (it cost each spare 5-16 s of a core on the
-    2-core CI box): the child waits without it, and its run still works."""
+    """On a host without a GPU the set-up buys nothing but seconds of a core: the child waits
+    without it, and its run still works."""
     _mark, log = _profiling_child_started_ahead(tmp_path)
     assert "let go after" in log and "profiler set up" not in log
 

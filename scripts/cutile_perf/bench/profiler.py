@@ -27,8 +27,8 @@ WITNESS_CALLS = 3  # calls profiled for the device-time witness (median of their
 
 # Every CUDA process on Linux opens the driver's control node, and the box binds it in
 # (``child.boxinit.DEV_PREFIXES``). A host without it has no GPU to profile, so paying the
-# profiler's one-off set-up there buys nothing: on the 2-core CI box it cost each spare perf child
-# 5-16 s of a core (a CPU-only session), beside the run it was started to help.
+# profiler's one-off set-up there buys nothing but seconds of a core beside the run it was meant to
+# help (measured on the CPU suite: docs/design.md, "What a spare does while it waits").
 NVIDIA_CONTROL_NODE = "/dev/nvidiactl"
 
 
