@@ -27,7 +27,7 @@ def cluster():
     # pytest-xdist's per-worker temp folders made it too long (OSError at ray.init), so a short one.
     short = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     ray.init(num_cpus=2, num_gpus=2, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": f"{scripts}:{TESTS}"}}, _temp_dir=short)
+             runtime_env={"env_vars": {"PYTHONPATH": f"{scripts}:{TESTS}:{TESTS.parent}"}}, _temp_dir=short)
     yield ray
     ray.shutdown()
     shutil.rmtree(short, ignore_errors=True)
@@ -45,6 +45,17 @@ def test_tasks_spread_over_two_simulated_gpus_each_actor_seeing_one(cluster, tmp
     assert {v["result"]["device"] for v in out.values()} == {"0", "1"}  # Ray gave each actor one GPU
     assert len({v["worker"] for v in out.values()}) == 2
     assert sorted(_runs(runs)) == [str(i) for i in range(6)]
+
+
+def test_probe_spread_over_the_cluster_ranks_as_one_process_does(cluster):
+    """``probe --engine ray``: each shape on one actor, the fake tunable and timings of
+    tests/test_tune_commands.py imported there by name."""
+    from cutile_perf.commands.probe import probe  # noqa: PLC0415 - only this test needs the tuner
+
+    target, fakes, dims = "tests.test_tune_commands:FAKE_TUNABLE", "tests.test_tune_commands:fakes", ["TILE=64,128"]
+    one = probe(target=target, dims=dims, shapes=None, fakes=fakes)
+    two = probe(target=target, dims=dims, shapes=None, fakes=fakes, gpus="2", engine="ray")
+    assert two.data["ranked"] == one.data["ranked"] and two.data["keep"] == one.data["keep"]
 
 
 def test_a_worker_killed_mid_task_has_its_task_rerun_and_recorded_once(cluster, tmp_path):

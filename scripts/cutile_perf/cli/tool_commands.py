@@ -148,9 +148,13 @@ def _add_probe(subparsers) -> None:
                    help="a dimension to vary (repeatable)")
     p.add_argument("--tolerance", type=float, default=0.05, help="keep-set tolerance vs the best per shape (default 0.05)")
     p.add_argument("--max-configs", type=int, default=100, help="refuse larger probes (default 100)")
+    p.add_argument("--gpus", default="1", metavar="N|all",
+                   help="one worker per GPU, each shape's configs timed on one of them (default 1: this process)")
+    p.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="local (default): workers on this node; ray: a Ray actor per GPU (the ray extra)")
 
     runs(p, "probe", lambda a: dict(target=a.target, dims=a.dims, shapes=a.shapes, tolerance=a.tolerance,
-                                     max_configs=a.max_configs))
+                                     max_configs=a.max_configs, gpus=a.gpus, engine=a.engine))
 
 
 def _add_ab(subparsers) -> None:

@@ -3,10 +3,10 @@ the <= 8 configs worth keeping. It never edits source: copy the kept list into t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from cutile_perf.output import Outcome, say
 from cutile_perf.errors import UsageError
+from cutile_perf.loop import tune_spread
 from cutile_perf.tune import spaces
 from cutile_perf.tune.analysis import keep_set, rank
 from cutile_perf.tune.evaluate import make_tuner, run_shapes, stream_for
@@ -41,18 +41,26 @@ def format_table(ranked, shapes: list[str], limit: int = 30) -> str:
 
 
 def probe(*, target: str, dims: Sequence[str], shapes: Sequence[str] | None, tolerance: float = 0.05,
-          max_configs: int = MAX_PROBE, fakes: dict[str, Any] | None = None) -> Outcome:
+          max_configs: int = MAX_PROBE, gpus: str = "1", engine: str = "local",
+          fakes: tune_spread.Fakes = None) -> Outcome:
+    """``gpus``/``engine``: one worker per GPU, each shape's configs on one of them (``loop.tune_spread``);
+    ``"1"`` on the local engine times everything in this process."""
     tunable = load_target(target)
     shape_list = resolve_shapes(tunable, shapes)
+    spread = not (gpus == "1" and engine == "local")
+    named_fakes, fakes = fakes, tune_spread.resolve_fakes(fakes)
     tuner = make_tuner(tunable, [tunable.fixed], fakes=fakes)
     arch = tuner.device.sm_arch
     configs, notes = probe_space(tunable.fixed, dims, arch)
     if len(configs) > max_configs:
         raise UsageError(f"probe would time {len(configs)} configs (limit {max_configs})",
                          hint="probe fewer dimensions at once, or raise --max-configs")
-    tuner = make_tuner(tunable, configs, fakes=fakes)
-    say(f"probing {len(configs)} configs x {len(shape_list)} shapes of {tunable.name} on {arch}")
-    results = run_shapes(tuner, tunable, shape_list, stream=stream_for(fakes))
+    say(f"probing {len(configs)} configs x {len(shape_list)} shapes of {tunable.name} on {arch}"
+        + (f", shapes spread over --gpus {gpus} ({engine})" if spread else ""))
+    if spread:
+        results = tune_spread.run_spread(target, configs, shape_list, gpus=gpus, engine=engine, fakes=named_fakes)
+    else:
+        results = run_shapes(make_tuner(tunable, configs, fakes=fakes), tunable, shape_list, stream=stream_for(fakes))
     ranked = rank(results)
     keep = keep_set(results, tolerance=tolerance, max_keep=8, must_keep=[tunable.fixed])
     failed = sum(1 for trials in results.values() for t in trials if not t.ok)
