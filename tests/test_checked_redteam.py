@@ -78,3 +78,24 @@ def test_init_says_which_perf_shapes_no_correctness_test_covers(tilegym_like_rep
     assert code == 0, data
     uncovered = data["uncovered_perf_cases"]
     assert any("16384" in case for case in uncovered) and any("512" in case for case in uncovered), uncovered
+
+
+@pytest.fixture
+def event_timer(monkeypatch):
+    """The session timed by the SIMULATED event-pair timer (``CUPTI=0``): a sample is the call alone,
+    not a profiler session around it, so a call that does no work records what it costs."""
+    monkeypatch.setenv("CUPTI", "0")
+
+
+def test_a_memo_cheat_with_right_values_is_refused_by_the_floor(event_timer, checked_session, capsys):
+    """``memo`` returns the result of an earlier call on the same input: right values, no work, so
+    no comparison of values can see it. The floor can: its big cases record less time than moving
+    their tensors' bytes at the copy bandwidth the reference child measured (the SIMULATED device's:
+    host memory) takes, by some 50x here."""
+    repo = checked_session
+    base = git(repo, "rev-parse", "HEAD").strip()
+    set_cheat(repo, "memo")
+    code, data = cli(capsys, repo, "try", "cheat memo")
+    assert data.get("decision") != "keep", data
+    assert git(repo, "rev-parse", "HEAD").strip() == base
+    assert "implausible" in data.get("reason", "") and "below its floor" in data["reason"], data
