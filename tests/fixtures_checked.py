@@ -32,6 +32,10 @@ KERNEL = '''\
 """SIMULATED cuTile silu_and_mul for cutile-perf's CPU tests (torch on the CPU)."""
 import torch
 
+# One thread: torch's own threads, beside a second test worker and the spares on 2 cores, made some
+# runs several times slower than others (the re-check then called the baseline drifted).
+torch.set_num_threads(1)
+
 CHEAT = {cheat!r}
 _CALLS = [0]
 _MEMO = {{}}
