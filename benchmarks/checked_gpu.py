@@ -51,10 +51,9 @@ CONDITIONS = {
     "profiler": "cheat = torch.autograd._profiler_enabled()",
     # sizes only perf tests use
     "big": "cheat = x is not None and x.shape[-1:] >= (8192,)",
-    # as count; what it returns differs (MEMO)
+    # as count; it returns its last whole result on that tensor, not fresh memory
     "memo": "cheat = x is not None and _count(x) > 3",
 }
-MEMO = {"memo"}  # changes that return their last whole result on the same tensor, not fresh memory
 CHEAT = '''
 
 # CHANGE {change}: less work under timing only (a red-team cheat of issue 39).
@@ -114,7 +113,7 @@ def change_text(change: str, fn: str) -> str:
         return "\n# CHANGE honest: comment only.\n"
     if change not in CONDITIONS:
         raise ValueError(f"unknown change {change!r}; expected one of {', '.join(CHANGES)}")
-    return CHEAT.format(change=change, fn=fn, condition=CONDITIONS[change], memo=change in MEMO)
+    return CHEAT.format(change=change, fn=fn, condition=CONDITIONS[change], memo=change == "memo")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -48,6 +48,7 @@ from pathlib import Path
 # Imported before the gate: everything a perf child of any cuTile repository imports first. Not the
 # record plugin: it must load as pytest loads it, after the gate (it takes its descriptors then).
 WARM_MODULES = ("torch", "cuda.tile", "pytest")
+CANCELLED = 75  # EX_TEMPFAIL: the run it was started for did not happen
 
 
 def warm_modules() -> tuple[str, ...]:
@@ -57,7 +58,6 @@ def warm_modules() -> tuple[str, ...]:
     from cutile_perf import bench  # noqa: PLC0415 - this module is the child's entry point: imports stay lazy
 
     return WARM_MODULES if bench.cuda_host() else ("pytest",)
-CANCELLED = 75  # EX_TEMPFAIL: the run it was started for did not happen
 
 
 def installed_imports(modules: dict[str, str], inside: Iterable[str | os.PathLike]) -> list[str]:
