@@ -25,8 +25,11 @@ which caught the first versions of these cheats on the H100, not the harness).
 
 Then the cost A/B: ``--ab-runs`` (default 3) interleaved pairs of ``try`` of comment-only changes,
 unchecked (``CUTILE_PERF_UNCHECKED=1``, the documented knob) and checked; the wall seconds of each.
+``--old-session CHANGE`` (issue 39 item 5): in the first op's session, ``try`` of CHANGE with checked
+timing off (``CUTILE_PERF_UNCHECKED=1``: a session from before it, where the cheat could be kept), then
+``verify --pairs 1`` with it on: a kept cheat must fail ``verify`` (exit 1).
 Prints one markdown table; ``--out`` also writes JSON after every step. Exit 1 when a cheat was kept
-or an honest change was falsely alarmed. GPU memory cost is NOT measured by this script.
+(or slipped through ``verify``) or an honest change was falsely alarmed. GPU memory cost is NOT measured by this script.
 """
 from __future__ import annotations
 
@@ -125,6 +128,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ab-runs", type=int, default=3, help="checked/unchecked try pairs for the cost (0: none)")
     parser.add_argument("--ab-op", default="silu_and_mul", help="the op of the cost A/B")
     parser.add_argument("--budget", type=float, default=420.0, help="seconds; steps past it are skipped and say so")
+    parser.add_argument("--old-session", choices=[c for c in CHANGES if c != "honest"],
+                        help="keep this cheat unchecked, then verify the session with checked timing")
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
     args = parser.parse_args(argv)
     args.ops = [o for o in args.ops.split(",") if o]
@@ -193,6 +198,25 @@ def _try(repo: Path, op: str, fn: str, change: str) -> tuple[int, dict, float]:
     return code, {**row, **data}, time.monotonic() - began
 
 
+def verify_old_session(repo: Path, op: str, fn: str, change: str) -> dict:
+    """A cheat kept with checked timing off (an old session's lie), then ``verify`` with it on."""
+    os.environ["CUTILE_PERF_UNCHECKED"] = "1"
+    try:
+        code, data, seconds = _try(repo, op, fn, change)
+    finally:
+        os.environ.pop("CUTILE_PERF_UNCHECKED", None)
+    row = {"op": op, "change": f"old-session {change}", "kept_unchecked": data.get("decision"),
+           "keep_seconds": round(seconds, 1), "alarm": False, "checked": "", "unchecked": ""}
+    if data.get("decision") != "keep":
+        return {**row, "decision": "not kept unchecked: nothing to verify", "as_promised": True,
+                "reason": str(data.get("reason", ""))[:200]}
+    began = time.monotonic()
+    vcode, vdata, verr = cli(repo, "verify", "--pairs", "1")
+    reason = json.dumps(vdata)[:400] if vdata else verr[-400:]
+    return {**row, "decision": f"verify exit {vcode}", "as_promised": vcode == 1, "verify": vdata,
+            "verify_seconds": round(time.monotonic() - began, 1), "reason": reason}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     began, rows, result = time.monotonic(), [], {}
@@ -227,6 +251,14 @@ def main(argv: list[str] | None = None) -> int:
                 code, data, seconds = -1, {"decision": "error", "reason": f"{type(exc).__name__}: {exc}"}, 0.0
             rows.append({"op": op, **outcome(change, code, data), "seconds": round(seconds, 1)})
             save()
+    if args.old_session and args.ops and (work / args.ops[0]).exists():
+        op = args.ops[0]
+        if time.monotonic() - began > args.budget:
+            rows.append({"op": op, "change": f"old-session {args.old_session}", "decision": "skipped: budget",
+                         "alarm": False, "as_promised": False, "reason": ""})
+        else:
+            rows.append(verify_old_session(work / op, op, args.fn.get(op, op), args.old_session))
+        save()
     if args.ab_runs and args.ab_op in args.ops and time.monotonic() - began < args.budget:
         repo, sides = work / args.ab_op, {"unchecked": [], "checked": []}
         for i in range(args.ab_runs):
@@ -245,10 +277,11 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.pop("CUTILE_PERF_UNCHECKED", None)
     result["false_alarms"] = sum(1 for r in rows if r["change"] == "honest" and r["alarm"])
     result["cheats_kept"] = sum(1 for r in rows if r["change"] not in ("honest", "setup") and r["decision"] == "keep")
+    result["verify_missed"] = sum(1 for r in rows if r["change"].startswith("old-session") and not r["as_promised"])
     save()
     print(table(rows))
     print(json.dumps({k: v for k, v in result.items() if k != "rows"}))
-    return 1 if result["false_alarms"] or result["cheats_kept"] else 0
+    return 1 if result["false_alarms"] or result["cheats_kept"] or result["verify_missed"] else 0
 
 
 if __name__ == "__main__":

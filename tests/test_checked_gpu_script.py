@@ -72,3 +72,30 @@ def test_outcome_table_and_cost(script):
     cost = script.cost_summary([10.0, 12.0, 11.0], [11.0, 13.0, 12.1])
     assert cost["median_ratio"] == pytest.approx(12.1 / 11.0, rel=1e-3)
     assert script.cost_summary([], [1.0]) == {}
+
+
+def test_honest_controls_count_alarms_on_try_rows_only():
+    """benchmarks/honest_controls.py's reading of a demo's log (its GPU run gives the counts)."""
+    spec = importlib.util.spec_from_file_location("honest_controls", BENCH / "honest_controls.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert {"rms_norm", "softmax"} <= set(module.prepared_kernels())
+    rows = [{"iteration": 0, "status": "keep", "reason": "baseline (no code change)"},
+            {"iteration": 1, "optimization": "tile 8", "status": "revert", "reason": "slower: +4 % vs gate 1 %"},
+            {"iteration": 2, "optimization": "tma", "status": "revert", "crash_class": "wrong-when-timed",
+             "reason": "perf wrong-when-timed: case 1"},
+            {"iteration": 3, "optimization": "x", "status": "revert", "reason": "implausible: below the floor"},
+            {"iteration": 4, "optimization": "y", "status": "crash", "crash_class": "tampered", "reason": "replaced"}]
+    lines = module.step_lines("rms_norm", rows)
+    assert [line["false_alarm"] for line in lines] == ["", "wrong-when-timed", "implausible", "tampered"]
+    assert lines[0] == {"kernel": "rms_norm", "step": "tile 8", "decision": "revert", "checked": None,
+                        "false_alarm": "", "reason": "slower: +4 % vs gate 1 %"}
+
+
+def test_old_session_names_a_cheat(script):
+    assert script.parse_args(["s"]).old_session is None
+    assert script.parse_args(["s", "--old-session", "count"]).old_session == "count"
+    for bad in ("honest", "nope"):  # only a cheat can slip into an old session
+        with pytest.raises(SystemExit) as exc:
+            script.parse_args(["s", "--old-session", bad])
+        assert exc.value.code == 2
