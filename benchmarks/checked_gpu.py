@@ -27,7 +27,7 @@ Then the cost A/B: ``--ab-runs`` (default 3) interleaved pairs of ``try`` of com
 unchecked (``CUTILE_PERF_UNCHECKED=1``, the documented knob) and checked; the wall seconds of each.
 ``--old-session CHANGE`` (issue 39 item 5): in the first op's session, ``try`` of CHANGE with checked
 timing off (``CUTILE_PERF_UNCHECKED=1``: a session from before it, where the cheat could be kept), then
-``verify --pairs 1`` with it on: a kept cheat must fail ``verify`` (exit 1).
+``verify`` (3 pairs, its least) with it on: a kept cheat must fail ``verify`` (exit 1).
 Prints one markdown table; ``--out`` also writes JSON after every step. Exit 1 when a cheat was kept
 (or slipped through ``verify``) or an honest change was falsely alarmed. GPU memory cost is NOT measured by this script.
 """
@@ -211,7 +211,7 @@ def verify_old_session(repo: Path, op: str, fn: str, change: str) -> dict:
         return {**row, "decision": "not kept unchecked: nothing to verify", "as_promised": True,
                 "reason": str(data.get("reason", ""))[:200]}
     began = time.monotonic()
-    vcode, vdata, verr = cli(repo, "verify", "--pairs", "1")
+    vcode, vdata, verr = cli(repo, "verify")  # its least, 3 pairs
     reason = json.dumps(vdata)[:400] if vdata else verr[-400:]
     return {**row, "decision": f"verify exit {vcode}", "as_promised": vcode == 1, "verify": vdata,
             "verify_seconds": round(time.monotonic() - began, 1), "reason": reason}
