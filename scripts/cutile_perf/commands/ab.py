@@ -1,56 +1,40 @@
 """``cutile-perf ab``: the autotuned config vs the fixed config, per shape, with confidence intervals.
 
-Per shape: an exhaustive search over the tunable's space picks the winner; then the winner and the
-fixed config are timed again, interleaved (fixed, tuned, fixed, tuned), by one method for both
-(``cutile_perf.bench`` by default). Exit 1 when tuning is slower on any shape.
+Per shape (``tune.evaluate.ab_shape``): an exhaustive search over the tunable's space picks the
+winner; then the winner and the fixed config are timed again, interleaved (fixed, tuned, fixed,
+tuned), by one method for both (``cutile_perf.bench`` by default). Exit 1 when tuning is slower on any shape.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+from cutile_perf.errors import EXIT_OK, EXIT_REJECTED
+from cutile_perf.loop import tune_spread
 from cutile_perf.output import Outcome, say
-from cutile_perf.errors import EXIT_OK, EXIT_REJECTED, IterationCrashed
-from cutile_perf.tune.analysis import ab_row
-from cutile_perf.tune.config import best_trial
-from cutile_perf.tune.evaluate import make_tuner, stream_for
-from cutile_perf.tune.splitbuf import split_buffer
-from cutile_perf.tune.autotuner import TuneReport
-from cutile_perf.tune.timing import BenchTimer, Candidate
+from cutile_perf.tune.evaluate import ab_confirm, ab_shape, make_tuner, stream_for
 from cutile_perf.tune.tunable import load_target, resolve_shapes, shape_label
 
-ROUNDS = 2
 
-
-def ab(*, target: str, shapes: Sequence[str] | None, rep_ms: float = 200.0,
-       fakes: dict[str, Any] | None = None) -> Outcome:
+def ab(*, target: str, shapes: Sequence[str] | None, rep_ms: float = 200.0, gpus: str = "1", engine: str = "local",
+       fakes: tune_spread.Fakes = None) -> Outcome:
+    """``gpus``/``engine``: each shape's search and comparison on one worker of the node's pool
+    (``loop.tune_spread``); ``"1"`` on the local engine runs them in this process."""
     tunable = load_target(target)
     shape_list = resolve_shapes(tunable, shapes)
-    fakes = dict(fakes or {})
-    confirm = fakes.pop("confirm", None) or BenchTimer(warmup_ms=25.0, rep_ms=rep_ms)
-    probe_tuner = make_tuner(tunable, [tunable.fixed], fakes=dict(fakes))
-    arch = probe_tuner.device.sm_arch
-    tuner = make_tuner(tunable, tunable.space_for(arch), fakes=dict(fakes))
-    stream = stream_for(fakes)
-    rows = []
-    for shape in shape_list:
-        label = shape_label(shape)
-        say(f"{tunable.name} {label}: tuning {len(tuner.space)} configs")
-        problem = tunable.problem(shape)
-        args_fn = split_buffer(problem.args_fn, problem.inplace) if problem.inplace else problem.args_fn
-        best = best_trial(tuner.search(stream, problem.grid_fn, args_fn, TuneReport("search")))
-        if best is None:
-            raise IterationCrashed(f"every config of {tunable.name} failed on {label}")
-        pair = [tunable.fixed, best.config]
-        samples: dict = {c: [] for c in pair}
-        for _ in range(ROUNDS):
-            cands = [Candidate(c, tuner.kernel_for(c), tuple(problem.grid_fn(c)), tuple(args_fn(c)), stream,
-                               tuner.launcher) for c in pair]
-            for trial in confirm(cands):
-                if not trial.ok:
-                    raise IterationCrashed(f"{trial.config.label()} failed on {label}: {trial.error} {trial.detail[-200:]}")
-                samples[trial.config].extend(trial.times)
-        rows.append(ab_row(label, best.config, tunable.fixed, samples[best.config], samples[tunable.fixed]))
+    named_fakes, fakes = fakes, dict(tune_spread.resolve_fakes(fakes) or {})
+    confirm = ab_confirm(fakes, rep_ms)
+    arch = make_tuner(tunable, [tunable.fixed], fakes=dict(fakes)).device.sm_arch
+    space = tunable.space_for(arch)
+    if tune_spread.spread(gpus, engine):
+        say(f"{tunable.name}: tuning {len(space)} configs per shape, shapes spread over --gpus {gpus} ({engine})")
+        rows = tune_spread.ab_spread(target, space, shape_list, rep_ms=rep_ms, gpus=gpus, engine=engine,
+                                     fakes=named_fakes)
+    else:
+        tuner = make_tuner(tunable, space, fakes=dict(fakes))
+        rows = []
+        for shape in shape_list:
+            say(f"{tunable.name} {shape_label(shape)}: tuning {len(tuner.space)} configs")
+            rows.append(ab_shape(tuner, tunable, shape, confirm, stream=stream_for(fakes)))
     lines = ["shape  fixed_ms  tuned_ms  tuned/fixed [95% CI]  verdict  tuned config"]
     for r in rows:
         lines.append(f"{r.shape}  {r.fixed_ms:.4f}  {r.tuned_ms:.4f}  {r.ratio:.3f} [{r.low:.3f}, {r.high:.3f}]  "

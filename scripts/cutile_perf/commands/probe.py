@@ -9,7 +9,7 @@ from cutile_perf.errors import UsageError
 from cutile_perf.loop import tune_spread
 from cutile_perf.tune import spaces
 from cutile_perf.tune.analysis import keep_set, rank
-from cutile_perf.tune.evaluate import make_tuner, run_shapes, stream_for
+from cutile_perf.tune.evaluate import make_tuner
 from cutile_perf.tune.tunable import load_target, parse_dim, resolve_shapes
 
 MAX_PROBE = 100
@@ -47,9 +47,8 @@ def probe(*, target: str, dims: Sequence[str], shapes: Sequence[str] | None, tol
     ``"1"`` on the local engine times everything in this process."""
     tunable = load_target(target)
     shape_list = resolve_shapes(tunable, shapes)
-    spread = not (gpus == "1" and engine == "local")
-    named_fakes, fakes = fakes, tune_spread.resolve_fakes(fakes)
-    tuner = make_tuner(tunable, [tunable.fixed], fakes=fakes)
+    spread = tune_spread.spread(gpus, engine)
+    tuner = make_tuner(tunable, [tunable.fixed], fakes=tune_spread.resolve_fakes(fakes))
     arch = tuner.device.sm_arch
     configs, notes = probe_space(tunable.fixed, dims, arch)
     if len(configs) > max_configs:
@@ -57,10 +56,7 @@ def probe(*, target: str, dims: Sequence[str], shapes: Sequence[str] | None, tol
                          hint="probe fewer dimensions at once, or raise --max-configs")
     say(f"probing {len(configs)} configs x {len(shape_list)} shapes of {tunable.name} on {arch}"
         + (f", shapes spread over --gpus {gpus} ({engine})" if spread else ""))
-    if spread:
-        results = tune_spread.run_spread(target, configs, shape_list, gpus=gpus, engine=engine, fakes=named_fakes)
-    else:
-        results = run_shapes(make_tuner(tunable, configs, fakes=fakes), tunable, shape_list, stream=stream_for(fakes))
+    results = tune_spread.time_shapes(target, tunable, configs, shape_list, gpus=gpus, engine=engine, fakes=fakes)
     ranked = rank(results)
     keep = keep_set(results, tolerance=tolerance, max_keep=8, must_keep=[tunable.fixed])
     failed = sum(1 for trials in results.values() for t in trials if not t.ok)

@@ -3,24 +3,24 @@ best) on any tested shape, so the space stays <= 8 per arch."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+from cutile_perf.loop import tune_spread
 from cutile_perf.output import Outcome, say
 from cutile_perf.tune.analysis import prune as prune_rule
-from cutile_perf.tune.evaluate import make_tuner, run_shapes, stream_for
+from cutile_perf.tune.evaluate import make_tuner
 from cutile_perf.tune.tunable import load_target, resolve_shapes
 
 
 def prune(*, target: str, shapes: Sequence[str] | None, tolerance: float = 0.05, max_keep: int = 8,
-          fakes: dict[str, Any] | None = None) -> Outcome:
+          gpus: str = "1", engine: str = "local", fakes: tune_spread.Fakes = None) -> Outcome:
+    """``gpus``/``engine``: each shape's configs timed on one worker of the node's pool (``loop.tune_spread``)."""
     tunable = load_target(target)
     shape_list = resolve_shapes(tunable, shapes)
-    probe_tuner = make_tuner(tunable, [tunable.fixed], fakes=fakes)
-    arch = probe_tuner.device.sm_arch
+    arch = make_tuner(tunable, [tunable.fixed], fakes=tune_spread.resolve_fakes(fakes)).device.sm_arch
     space = tunable.space_for(arch)
-    tuner = make_tuner(tunable, space, fakes=fakes)
-    say(f"timing {len(space)} configs x {len(shape_list)} shapes of {tunable.name} on {arch}")
-    results = run_shapes(tuner, tunable, shape_list, stream=stream_for(fakes))
+    say(f"timing {len(space)} configs x {len(shape_list)} shapes of {tunable.name} on {arch}"
+        + (f", shapes spread over --gpus {gpus} ({engine})" if tune_spread.spread(gpus, engine) else ""))
+    results = tune_spread.time_shapes(target, tunable, space, shape_list, gpus=gpus, engine=engine, fakes=fakes)
     kept, dropped = prune_rule(results, tolerance=tolerance, max_keep=max_keep, must_keep=[tunable.fixed])
     lines = [f"keep {len(kept)} of {len(space)} on {arch}:"] + [f"  {c.label()}" for c in kept]
     lines += [f"drop {len(dropped)}:"] + [f"  {c.label()}  (closest {near:.2f}x of best; {why})" for c, near, why in dropped]

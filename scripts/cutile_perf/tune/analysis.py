@@ -91,6 +91,15 @@ class ABRow:
     low: float
     high: float
 
+    def to_json(self) -> dict:
+        return {"shape": self.shape, "tuned": self.tuned.to_json(), "fixed": self.fixed.to_json(),
+                "tuned_ms": self.tuned_ms, "fixed_ms": self.fixed_ms, "ratio": self.ratio, "ci": [self.low, self.high]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> ABRow:
+        return cls(data["shape"], Config(data["tuned"]), Config(data["fixed"]), data["tuned_ms"], data["fixed_ms"],
+                   data["ratio"], *data["ci"])
+
     @property
     def verdict(self) -> str:
         if self.high < 1.0:
