@@ -75,11 +75,17 @@ def test_without_the_check_the_count_cheat_is_kept(event_timer, checked_session,
     test above fails without the check; and ``verify``, with the check on, refuses the kept row.
     Timed by the event-pair timer: under the simulated CUPTI timer the cheat's samples are mostly a
     profiler session's set-up, whose cost differs from process to process, and the candidate was
-    then rightly called unstable (-88.7 % to -83.9 % on one case, a quiet 2-core machine)."""
+    then rightly called unstable (-88.7 % to -83.9 % on one case, a quiet 2-core machine). Even so,
+    beside another test worker one run in three was reverted for noise: the control retries, as a
+    hostile agent would (a change reverted before needs interleaved evidence to be kept, which the
+    re-check gives), since what it shows is that the cheat *can* be kept without the check."""
     monkeypatch.setenv("CUTILE_PERF_UNCHECKED", "1")
-    set_cheat(checked_session, "count")
-    code, data = cli(capsys, checked_session, "try", "cheat count, unchecked")
-    assert data.get("decision") == "keep", data
+    for attempt in range(3):  # as an agent would retry; a busy 2-core machine may call one run unstable
+        set_cheat(checked_session, "count")
+        code, data = cli(capsys, checked_session, "try", f"cheat count, unchecked, attempt {attempt + 1}")
+        if data.get("decision") == "keep":
+            break
+    assert data.get("decision") == "keep", data.get("reason")
     # what slipped into an old session: ``verify`` re-judges it with checked timing on
     monkeypatch.delenv("CUTILE_PERF_UNCHECKED")
     code, data = cli(capsys, checked_session, "verify")
