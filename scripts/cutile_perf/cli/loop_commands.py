@@ -174,7 +174,14 @@ def _add_screen(subparsers) -> None:
                    help="time for the whole screen; a round starts only if it can end in time (default 0: one round)")
     p.add_argument("--top", type=int, metavar="K", help="write sandbox/screen-plan.yaml with the K best, for batch")
 
-    runs(p, "screen", lambda a: dict(repo=a.repo, candidates=a.candidates, seconds=a.seconds, top=a.top))
+    p.add_argument("--gpus", default="1", metavar="N|all",
+                   help="the rounds spread over a worker per GPU, each candidate compared with the base on one GPU "
+                        "(default 1: this process)")
+    p.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="workers on this node (local, default) or a Ray actor per GPU of a Ray cluster (the ray extra)")
+
+    runs(p, "screen", lambda a: dict(repo=a.repo, candidates=a.candidates, seconds=a.seconds, top=a.top,
+                                      gpus=a.gpus, engine=a.engine))
 
 
 def _add_verify(subparsers) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cutile_perf.errors import EXIT_OK, EXIT_REJECTED
+from cutile_perf import node
 from cutile_perf.loop import tune_spread
 from cutile_perf.output import Outcome, say
 from cutile_perf.tune.evaluate import ab_confirm, ab_shape, make_tuner, stream_for
@@ -25,7 +26,7 @@ def ab(*, target: str, shapes: Sequence[str] | None, rep_ms: float = 200.0, gpus
     confirm = ab_confirm(fakes, rep_ms)
     arch = make_tuner(tunable, [tunable.fixed], fakes=dict(fakes)).device.sm_arch
     space = tunable.space_for(arch)
-    if tune_spread.spread(gpus, engine):
+    if node.spreads(gpus, engine):
         say(f"{tunable.name}: tuning {len(space)} configs per shape, shapes spread over --gpus {gpus} ({engine})")
         rows = tune_spread.ab_spread(target, space, shape_list, rep_ms=rep_ms, gpus=gpus, engine=engine,
                                      fakes=named_fakes)

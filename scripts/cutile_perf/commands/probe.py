@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from cutile_perf.output import Outcome, say
 from cutile_perf.errors import UsageError
+from cutile_perf import node
 from cutile_perf.loop import tune_spread
 from cutile_perf.tune import spaces
 from cutile_perf.tune.analysis import keep_set, rank
@@ -47,7 +48,7 @@ def probe(*, target: str, dims: Sequence[str], shapes: Sequence[str] | None, tol
     ``"1"`` on the local engine times everything in this process."""
     tunable = load_target(target)
     shape_list = resolve_shapes(tunable, shapes)
-    spread = tune_spread.spread(gpus, engine)
+    spread = node.spreads(gpus, engine)
     tuner = make_tuner(tunable, [tunable.fixed], fakes=tune_spread.resolve_fakes(fakes))
     arch = tuner.device.sm_arch
     configs, notes = probe_space(tunable.fixed, dims, arch)

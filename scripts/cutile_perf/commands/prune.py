@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from cutile_perf import node
 from cutile_perf.loop import tune_spread
 from cutile_perf.output import Outcome, say
 from cutile_perf.tune.analysis import prune as prune_rule
@@ -19,7 +20,7 @@ def prune(*, target: str, shapes: Sequence[str] | None, tolerance: float = 0.05,
     arch = make_tuner(tunable, [tunable.fixed], fakes=tune_spread.resolve_fakes(fakes)).device.sm_arch
     space = tunable.space_for(arch)
     say(f"timing {len(space)} configs x {len(shape_list)} shapes of {tunable.name} on {arch}"
-        + (f", shapes spread over --gpus {gpus} ({engine})" if tune_spread.spread(gpus, engine) else ""))
+        + (f", shapes spread over --gpus {gpus} ({engine})" if node.spreads(gpus, engine) else ""))
     results = tune_spread.time_shapes(target, tunable, space, shape_list, gpus=gpus, engine=engine, fakes=fakes)
     kept, dropped = prune_rule(results, tolerance=tolerance, max_keep=max_keep, must_keep=[tunable.fixed])
     lines = [f"keep {len(kept)} of {len(space)} on {arch}:"] + [f"  {c.label()}" for c in kept]

@@ -95,13 +95,15 @@ def compile_candidates(repo: Path, entries: Sequence[plan.PlannedTry]) -> dict[s
 
 
 def screen(*, repo: Path, candidates: str, seconds: float, top: int | None, stages: Stages | None = None,
-           compile_check=compile_candidates) -> Outcome:
-    """``stages``/``compile_check``: what runs the tests and the compile-checks (tests may pass their own)."""
+           compile_check=compile_candidates, gpus: str = "1", engine: str = "local") -> Outcome:
+    """``stages``/``compile_check``: what runs the tests and the compile-checks (tests may pass their own);
+    ``gpus``/``engine``: the rounds over a worker per GPU (``loop.screen_spread``)."""
     if seconds < 0:
         raise UsageError(f"--seconds must be at least 0, not {seconds:g}", "e.g. --seconds 240")
     if top is not None and top < 1:
         raise UsageError(f"--top must be at least 1, not {top}")
-    out = run_screen(repo=repo, source=candidates, seconds=seconds, compile_check=compile_check, stages=stages)
+    out = run_screen(repo=repo, source=candidates, seconds=seconds, compile_check=compile_check, stages=stages,
+                     gpus=gpus, engine=engine)
     session = session_mod.load(repo)
     g = git_ops.open_repo(session.repo)
     text = screen_report.render(out, git_ops.short(g, out.base))

@@ -27,11 +27,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cutile_perf import knobs, node
 from cutile_perf.child import measure
 from cutile_perf.errors import UsageError
 from cutile_perf.judge.verdict import Evidence, Reference, Stage, judge, judge_correctness, judge_records, paired_samples
 from cutile_perf.kernel import probes
-from cutile_perf.loop import guards, plan, row, screen_commits, screen_rank
+from cutile_perf.loop import guards, plan, row, screen_commits, screen_rank, screen_spread
 from cutile_perf.loop.stages import Request, StageRunner, Stages
 from cutile_perf.output import say
 from cutile_perf.store.session import Session
@@ -58,6 +59,8 @@ class ScreenResult:
     stopped: str = ""  # why the rounds ended early (the base's run crashed), or ""
     seconds: float = 0.0
     commits: dict[str, str] = field(default_factory=dict)
+    tag_prefix: str = ""  # before each round's tags: a worker of ``screen --gpus`` names its runs apart
+    workers: dict[str, str] = field(default_factory=dict)  # name -> the worker (GPU) that timed it, when spread
 
 
 # --- the candidates ----------------------------------------------------------------------------------
@@ -148,10 +151,11 @@ def run_round(runner: Stages, k: int, ref: Reference, t, commits: dict[str, str]
     pairs nothing and no further round starts)."""
     number = {name: n for n, name in enumerate(commits, 1)}  # tags name files: the index, never the name
     labels = ["base", *round_order(names, k)]
-    order = [Request("perf", f"screen-r{k + 1}-base", ref.commit)]
+    tag = f"screen-{out.tag_prefix}r{k + 1}"
+    order = [Request("perf", f"{tag}-base", ref.commit)]
     # Timed calls are checked in the first round only: a reference child per run (about half a perf
     # run) in every round cost the rounds the screen is for, and batch decides the top K checked.
-    order += [Request("perf", f"screen-r{k + 1}-c{number[name]}", commits[name], check=k == 0)
+    order += [Request("perf", f"{tag}-c{number[name]}", commits[name], check=k == 0)
               for name in labels[1:]]
     base = None
     for i, (label, request) in enumerate(zip(labels, order)):
@@ -197,10 +201,14 @@ def run_rounds(runner: Stages, ref: Reference, t, commits: dict[str, str], names
 
 
 def screen(*, repo: Path, source: str, seconds: float, compile_check: CompileCheck, stages: Stages | None = None,
-           now: Callable[[], float] = time.monotonic) -> ScreenResult:
+           now: Callable[[], float] = time.monotonic, gpus: str = "1", engine: str = "local") -> ScreenResult:
     """Screen the candidates ``source`` names (module docstring). ``stages``/``now``: what runs the
-    tests and the clock (tests pass scripted ones)."""
+    tests and the clock (tests pass scripted ones). ``gpus``/``engine``: the rounds spread over a
+    worker per GPU, a group of candidates each (``screen_spread``); correctness runs here first."""
     began = now()
+    spread = node.spreads(gpus, engine)
+    # Before any child: a --gpus the node cannot give is a one-line refusal, not a failure after correctness.
+    workers = node.worker_count(engine=engine, wanted=gpus, visible=knobs.visible_devices()) if spread else 1
     with guards.measuring(repo, "screen") as (session, g, history):
         entries = candidates_from(session, source)
         ref, t = history.reference(), session.thresholds
@@ -220,8 +228,13 @@ def screen(*, repo: Path, source: str, seconds: float, compile_check: CompileChe
                 preload=history.preload())
             with runner:
                 names = run_correctness(runner, ref, commits, out)
-                pairs = run_rounds(runner, ref, t, commits, names, seconds, began, now, out)
-        cases = sorted(ref.medians)
-        out.ranked = screen_rank.rank({name: paired_samples(p, cases) for name, p in pairs.items()})
+                pairs = {} if spread else run_rounds(runner, ref, t, commits, names, seconds, began, now, out)
+            samples = {name: paired_samples(p, sorted(ref.medians)) for name, p in pairs.items()}
+            if spread and names:  # the runner above has ended its children: the workers have the GPUs
+                samples, dropped, out.workers, out.rounds, out.stopped = screen_spread.spread_rounds(
+                    session.repo, dict(commits), names, max(0.0, seconds - (now() - began)), workers=workers,
+                    gpus=gpus, engine=engine)
+                out.dropped.update(dropped)
+        out.ranked = screen_rank.rank(samples)
     out.seconds = now() - began
     return out

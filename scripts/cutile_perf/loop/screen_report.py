@@ -70,4 +70,4 @@ def to_data(out: ScreenResult) -> dict:
             "seconds": round(out.seconds, 1), "ranked": [r.to_dict() for r in out.ranked],
             "not_ranked": {name: {"state": s, "why": why} for name, (s, why) in out.dropped.items()},
             "compile_check": {name: {"state": s, "detail": d} for name, (s, d) in out.compiled.items()},
-            "stopped": out.stopped or None}
+            "stopped": out.stopped or None, **({"workers": out.workers} if out.workers else {})}

@@ -59,11 +59,12 @@ class StageRunner:
     """
 
     def __init__(self, session: Session, g, deadline, clock, on_start=None, fresh_compile_cache: bool = False,
-                 preload: Sequence[str] = ()):
+                 preload: Sequence[str] = (), slot_base: int = 0):
         """``fresh_compile_cache``: compile everything in an empty cache of this runner's own
-        (``verify``) instead of the session's guarded one; only with ``jit_cache`` on. ``preload``:
-        the installed modules every spare imports while it waits (the baseline row's ``preload``,
-        ``History.preload``)."""
+        (``verify``, a worker of ``screen --gpus``) instead of the session's guarded one; only with
+        ``jit_cache`` on. ``preload``: the installed modules every spare imports while it waits (the
+        baseline row's ``preload``, ``History.preload``). ``slot_base``: where this runner's stable
+        checkout paths start (runners of one session at once each need their own)."""
         self.session, self.g, self.deadline, self.clock, self.on_start = session, g, deadline, clock, on_start
         self.tracked = git_ops.tracked_files(g)
         self.checkouts: dict = {}
@@ -77,7 +78,7 @@ class StageRunner:
         self._filling: tuple | None = None  # (began, pool, future): its preloads, compiled beside the first children
         self.dropped_compiled: list[str] = []  # cache entries no earlier command recorded, dropped on entry
         self._exits = contextlib.ExitStack()
-        self._slots = itertools.count()
+        self._slots = itertools.count(slot_base)
         self._said_no_spare = False
         self.pool = Pool(self._launch, self._may_park, lambda: min(SPARE_READY_S, max(self.deadline.left(), 0.0)),
                          on_start)

@@ -36,11 +36,6 @@ def resolve_fakes(fakes: Fakes) -> dict[str, Any] | None:
     return getattr(importlib.import_module(module), function)()
 
 
-def spread(gpus: str, engine: str) -> bool:
-    """Whether the work goes to a worker pool: ``--gpus 1`` on the local engine runs in this process."""
-    return not (gpus == "1" and engine == "local")
-
-
 def shape_task(payload: dict) -> dict:
     """Every config on one shape, in this worker: the task function every engine runs."""
     tunable = load_target(payload["target"])
@@ -89,7 +84,7 @@ def run_spread(target: str, configs: Sequence[Config], shapes: Sequence[dict[str
 def time_shapes(target: str, tunable: Tunable, configs: Sequence[Config], shapes: Sequence[dict[str, int]], *,
                 gpus: str, engine: str, fakes: Fakes = None) -> dict[str, list[Trial]]:
     """Every config on every shape: in this process, or spread (``spread``)."""
-    if spread(gpus, engine):
+    if node.spreads(gpus, engine):
         return run_spread(target, configs, shapes, gpus=gpus, engine=engine, fakes=fakes)
     resolved = resolve_fakes(fakes)
     return run_shapes(make_tuner(tunable, configs, fakes=resolved), tunable, shapes, stream=stream_for(resolved))

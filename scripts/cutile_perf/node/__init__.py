@@ -18,6 +18,24 @@ from cutile_perf.node.local import run_local
 ENGINES = ("local", "ray")
 
 
+def spreads(gpus: str, engine: str) -> bool:
+    """Whether work goes to a worker pool: ``--gpus 1`` on the local engine runs in this process."""
+    return not (gpus == "1" and engine == "local")
+
+
+def worker_count(*, engine: str, wanted: str, visible: str | None = None, listing: str | None = None) -> int:
+    """How many workers ``run_tasks`` would start for ``--gpus wanted``: work can be dealt into that many."""
+    if engine == "local":
+        listing = gpus_mod.smi_listing() if listing is None else listing
+        return len(gpus_mod.pick(gpus_mod.discover(visible, listing), wanted))
+    if engine == "ray":
+        ray = ray_engine.import_ray()
+        if not ray.is_initialized():
+            ray.init(namespace=ray_engine.NAMESPACE)
+        return ray_engine.cluster_gpus(ray.cluster_resources(), wanted)
+    raise UsageError(f"--engine is one of {', '.join(ENGINES)}, not {engine!r}")
+
+
 def run_tasks(*, engine: str, spec: str, tasks: Mapping[str, dict], wanted: str, root: Path,
               visible: str | None = None, listing: str | None = None) -> dict[str, dict]:
     """Every task run once on one worker of ``engine`` (``--gpus`` is ``wanted``); ``visible`` and
