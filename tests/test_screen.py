@@ -43,15 +43,21 @@ def user_state(repo: Path) -> dict:
             "refs": git("for-each-ref"), "all": git("log", "--all", "--format=%H %s"), "status": git("status", "-z")}
 
 
-@pytest.fixture(scope="module")
-def screened(tmp_path_factory):
-    repo = build_tilegym_like_repo(tmp_path_factory.mktemp("screen"))
+def baselined_with_candidates(folder: Path, latency: dict) -> tuple[Path, Path]:
+    """A baselined simulated repo and ``sandbox/cand/``: a candidate of each ``latency``, and a wrong one."""
+    repo = build_tilegym_like_repo(folder)
     start_session(repo)
     cand = repo / "sandbox/cand"
     cand.mkdir(parents=True)
-    for name, latency in LATENCY.items():
-        (cand / f"{name}.py").write_text(kernel_source(latency))
+    for name, times in latency.items():
+        (cand / f"{name}.py").write_text(kernel_source(times))
     (cand / "wrong.py").write_text(kernel_source(behaviour="wrong"))
+    return repo, cand
+
+
+@pytest.fixture(scope="module")
+def screened(tmp_path_factory):
+    repo, cand = baselined_with_candidates(tmp_path_factory.mktemp("screen"), LATENCY)
     (cand / "broken.py").write_text(kernel_source() + "\ndef oops(:\n")
     # Asks whether it is being measured: try refuses it, so screen never runs it either.
     (cand / "probe.py").write_text(kernel_source() + '\nimport os\nMEASURED = os.environ.get("PYTEST_CURRENT_TEST")\n')

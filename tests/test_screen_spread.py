@@ -4,8 +4,10 @@ its own with the base on its one GPU, and the ranking is what one process gives 
 from __future__ import annotations
 
 import pytest
-from fixtures_repo import build_tilegym_like_repo, kernel_source
-from redteam_helpers import call, start_session
+from fixtures_repo import build_tilegym_like_repo
+from redteam_helpers import call
+
+from test_screen import baselined_with_candidates
 
 from cutile_perf.loop.screen_spread import deal
 
@@ -21,13 +23,7 @@ def test_candidates_are_dealt_round_robin_and_no_group_is_empty():
 
 def test_rounds_spread_over_two_gpus_rank_as_one_process(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    repo = build_tilegym_like_repo(tmp_path)
-    start_session(repo)
-    cand = repo / "sandbox/cand"
-    cand.mkdir(parents=True)
-    for name, latency in LATENCY.items():
-        (cand / f"{name}.py").write_text(kernel_source(latency))
-    (cand / "wrong.py").write_text(kernel_source(behaviour="wrong"))
+    repo, _cand = baselined_with_candidates(tmp_path, LATENCY)
     code, data, text = call(repo, "screen", "sandbox/cand/*.py", "--gpus", "2")
     assert code == 0, text
     assert [r["name"] for r in data["ranked"]] == ["fast", "slow"]
@@ -40,11 +36,8 @@ def test_rounds_spread_over_two_gpus_rank_as_one_process(tmp_path, monkeypatch):
     assert any(n.startswith("screen-w0-") for n in runs) and any(n.startswith("screen-w1-") for n in runs), runs
 
 
-def test_more_gpus_than_the_node_offers_is_one_line(tmp_path, monkeypatch):
+def test_more_gpus_than_the_node_offers_is_one_line_before_anything_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    repo = build_tilegym_like_repo(tmp_path)
-    start_session(repo)
-    (repo / "sandbox/cand").mkdir(parents=True)
-    (repo / "sandbox/cand/fast.py").write_text(kernel_source(LATENCY["fast"]))
+    repo = build_tilegym_like_repo(tmp_path)  # no session even: --gpus is checked first
     code, data, _text = call(repo, "screen", "sandbox/cand/*.py", "--gpus", "3")
     assert code == 2 and "this node offers 1 GPU" in data["error"], data
