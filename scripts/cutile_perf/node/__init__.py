@@ -23,30 +23,34 @@ def spreads(gpus: str, engine: str) -> bool:
     return not (gpus == "1" and engine == "local")
 
 
+def _local_gpus(wanted: str, visible: str | None, listing: str | None) -> list:
+    listing = gpus_mod.smi_listing() if listing is None else listing
+    return gpus_mod.pick(gpus_mod.discover(visible, listing), wanted)
+
+
+def _ray_actors(wanted: str) -> int:
+    ray = ray_engine.import_ray()  # only here: the extra is optional
+    if not ray.is_initialized():
+        ray.init(namespace=ray_engine.NAMESPACE)
+    return ray_engine.cluster_gpus(ray.cluster_resources(), wanted)
+
+
+def _check_engine(engine: str) -> None:
+    if engine not in ENGINES:
+        raise UsageError(f"--engine is one of {', '.join(ENGINES)}, not {engine!r}")
+
+
 def worker_count(*, engine: str, wanted: str, visible: str | None = None, listing: str | None = None) -> int:
     """How many workers ``run_tasks`` would start for ``--gpus wanted``: work can be dealt into that many."""
-    if engine == "local":
-        listing = gpus_mod.smi_listing() if listing is None else listing
-        return len(gpus_mod.pick(gpus_mod.discover(visible, listing), wanted))
-    if engine == "ray":
-        ray = ray_engine.import_ray()
-        if not ray.is_initialized():
-            ray.init(namespace=ray_engine.NAMESPACE)
-        return ray_engine.cluster_gpus(ray.cluster_resources(), wanted)
-    raise UsageError(f"--engine is one of {', '.join(ENGINES)}, not {engine!r}")
+    _check_engine(engine)
+    return len(_local_gpus(wanted, visible, listing)) if engine == "local" else _ray_actors(wanted)
 
 
 def run_tasks(*, engine: str, spec: str, tasks: Mapping[str, dict], wanted: str, root: Path,
               visible: str | None = None, listing: str | None = None) -> dict[str, dict]:
     """Every task run once on one worker of ``engine`` (``--gpus`` is ``wanted``); ``visible`` and
     ``listing`` (CUDA_VISIBLE_DEVICES, nvidia-smi's listing) are the local engine's view of the node."""
+    _check_engine(engine)
     if engine == "local":
-        listing = gpus_mod.smi_listing() if listing is None else listing
-        chosen = gpus_mod.pick(gpus_mod.discover(visible, listing), wanted)
-        return run_local(tasks, spec, chosen, root)
-    if engine == "ray":
-        ray = ray_engine.import_ray()  # only here: the extra is optional
-        if not ray.is_initialized():
-            ray.init(namespace=ray_engine.NAMESPACE)
-        return ray_engine.run_ray(tasks, spec, ray_engine.cluster_gpus(ray.cluster_resources(), wanted), root)
-    raise UsageError(f"--engine is one of {', '.join(ENGINES)}, not {engine!r}")
+        return run_local(tasks, spec, _local_gpus(wanted, visible, listing), root)
+    return ray_engine.run_ray(tasks, spec, _ray_actors(wanted), root)
