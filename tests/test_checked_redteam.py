@@ -62,6 +62,10 @@ def test_honest_change_is_not_flagged(checked_session, capsys):
     assert not list(runs.glob("*.checked")), sorted(runs.glob("*.checked"))
 
 
+# Verdicts about the machine, not the change: the control cannot show a keep through them.
+MACHINE_NOISE = ("baseline-drift", "unstable")
+
+
 @pytest.fixture
 def event_timer(monkeypatch):
     """The session timed by the SIMULATED event-pair timer (``CUPTI=0``): a sample is the call alone,
@@ -78,14 +82,23 @@ def test_without_the_check_the_count_cheat_is_kept(event_timer, checked_session,
     then rightly called unstable (-88.7 % to -83.9 % on one case, a quiet 2-core machine). Even so,
     beside another test worker one run in three was reverted for noise: the control retries, as a
     hostile agent would (a change reverted before needs interleaved evidence to be kept, which the
-    re-check gives), since what it shows is that the cheat *can* be kept without the check."""
+    re-check gives), since what it shows is that the cheat *can* be kept without the check. In a
+    full fresh-clone run (-n auto, 2 cores) all three were once reverted as baseline-drift; then the
+    test skips, saying so, and fails on any other reason."""
     monkeypatch.setenv("CUTILE_PERF_UNCHECKED", "1")
+    noise = []
     for attempt in range(3):  # as an agent would retry; a busy 2-core machine may call one run unstable
         set_cheat(checked_session, "count")
         code, data = cli(capsys, checked_session, "try", f"cheat count, unchecked, attempt {attempt + 1}")
         if data.get("decision") == "keep":
             break
-    assert data.get("decision") == "keep", data.get("reason")
+        reason = str(data.get("reason", ""))
+        assert reason.startswith(MACHINE_NOISE), reason  # reverted for anything but noise: the control fails
+        noise.append(reason)
+    else:
+        # The judge refused every attempt for the machine's noise (a baseline recorded under other
+        # load drifts, as in a full -n auto run on 2 cores): no keep to show, and no keep to verify.
+        pytest.skip(f"too noisy here to show the control: {noise[-1][:300]}")
     # what slipped into an old session: ``verify`` re-judges it with checked timing on
     monkeypatch.delenv("CUTILE_PERF_UNCHECKED")
     code, data = cli(capsys, checked_session, "verify")
