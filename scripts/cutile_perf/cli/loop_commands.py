@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cutile_perf.cli.subcommand import runs, subcommand
+from cutile_perf.cli.subcommand import add_spread_flags, runs, subcommand
 
 JOB_SECONDS_HELP = ("the seconds the GPU job gives this command: the budget is that less a reserve (5 %%, at least "
                     "15 s), and every test child's timeout ends with it; a try cut short is settled as interrupted")
@@ -81,10 +81,7 @@ def _add_survey(subparsers) -> None:
     p.add_argument("--markdown", action="store_true", help="print the table as markdown")
     p.add_argument("--logs", type=Path, help="keep the pytest logs in this folder (default: a temporary one)")
     p.add_argument("--budget", type=float, help="seconds for the whole survey; ops reached later are listed as not done")
-    p.add_argument("--gpus", default="1", metavar="N|all",
-                   help="ops spread over a worker per GPU, each seeing one GPU (default 1: this process, --jobs threads)")
-    p.add_argument("--engine", choices=("local", "ray"), default="local",
-                   help="workers on this node (local, default) or a Ray actor per GPU of a Ray cluster (the ray extra)")
+    add_spread_flags(p, "the ops spread over them; with 1, --jobs threads")
 
     runs(p, "survey", lambda a: dict(repo=a.repo, run=a.run, timeout_s=a.timeout, sample=a.sample, jobs=a.jobs,
                                       under=a.under, markdown=a.markdown, logs=a.logs, budget_s=a.budget,
@@ -174,11 +171,7 @@ def _add_screen(subparsers) -> None:
                    help="time for the whole screen; a round starts only if it can end in time (default 0: one round)")
     p.add_argument("--top", type=int, metavar="K", help="write sandbox/screen-plan.yaml with the K best, for batch")
 
-    p.add_argument("--gpus", default="1", metavar="N|all",
-                   help="the rounds spread over a worker per GPU, each candidate compared with the base on one GPU "
-                        "(default 1: this process)")
-    p.add_argument("--engine", choices=("local", "ray"), default="local",
-                   help="workers on this node (local, default) or a Ray actor per GPU of a Ray cluster (the ray extra)")
+    add_spread_flags(p, "each comparing its candidates with the base on its one GPU")
 
     runs(p, "screen", lambda a: dict(repo=a.repo, candidates=a.candidates, seconds=a.seconds, top=a.top,
                                       gpus=a.gpus, engine=a.engine))

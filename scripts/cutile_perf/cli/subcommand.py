@@ -32,6 +32,15 @@ def subcommand(subparsers, name: str, help_text: str, epilog: str = "") -> argpa
     return parser
 
 
+def add_spread_flags(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--gpus`` and ``--engine`` of the commands that spread work over a node's GPUs (``node``);
+    ``what``: what each worker gets, for the help."""
+    parser.add_argument("--gpus", default="1", metavar="N|all",
+                        help=f"one worker per GPU, {what} (default 1: this process)")
+    parser.add_argument("--engine", choices=("local", "ray"), default="local",
+                        help="workers on this node (local, default) or a Ray actor per GPU of a Ray cluster (the ray extra)")
+
+
 def runs(parser: argparse.ArgumentParser, command: str, keywords: Callable[[argparse.Namespace], dict]) -> None:
     """What ``parser``'s subcommand does: call ``cutile_perf.commands.<command>.<command>`` with
     ``keywords(args)``. Only the name is held here: the module loads when the command runs."""

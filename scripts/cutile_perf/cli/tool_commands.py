@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cutile_perf.cli.subcommand import runs, subcommand
+from cutile_perf.cli.subcommand import add_spread_flags, runs, subcommand
 
 def _add_install_skill(subparsers) -> None:
     p = subcommand(subparsers, "install-skill",
@@ -137,13 +137,6 @@ def _add_tune_target(p) -> None:
                    help="a problem shape (repeatable; default: the tunable's shapes)")
 
 
-def _add_spread(p) -> None:
-    p.add_argument("--gpus", default="1", metavar="N|all",
-                   help="one worker per GPU, each shape timed on one of them (default 1: this process)")
-    p.add_argument("--engine", choices=("local", "ray"), default="local",
-                   help="local (default): workers on this node; ray: a Ray actor per GPU (the ray extra)")
-
-
 def _add_probe(subparsers) -> None:
     p = subcommand(subparsers, "probe",
              "directional exploration (<= ~100 configs over the dimensions you name): ranked table + the <= 8 to keep",
@@ -155,7 +148,7 @@ def _add_probe(subparsers) -> None:
                    help="a dimension to vary (repeatable)")
     p.add_argument("--tolerance", type=float, default=0.05, help="keep-set tolerance vs the best per shape (default 0.05)")
     p.add_argument("--max-configs", type=int, default=100, help="refuse larger probes (default 100)")
-    _add_spread(p)
+    add_spread_flags(p, "each shape timed on one of them")
 
     runs(p, "probe", lambda a: dict(target=a.target, dims=a.dims, shapes=a.shapes, tolerance=a.tolerance,
                                      max_configs=a.max_configs, gpus=a.gpus, engine=a.engine))
@@ -167,7 +160,7 @@ def _add_ab(subparsers) -> None:
              "Exit 1 when the tuned config is slower than the fixed one on any shape.\n\n" + TARGET_EPILOG)
     _add_tune_target(p)
     p.add_argument("--rep-ms", type=float, default=200.0, help="timing budget per side and round in ms (default 200)")
-    _add_spread(p)
+    add_spread_flags(p, "each shape timed on one of them")
 
     runs(p, "ab", lambda a: dict(target=a.target, shapes=a.shapes, rep_ms=a.rep_ms, gpus=a.gpus, engine=a.engine))
 
@@ -178,7 +171,7 @@ def _add_prune(subparsers) -> None:
     _add_tune_target(p)
     p.add_argument("--tolerance", type=float, default=0.05, help="a config within this of the best on a shape is useful (default 0.05)")
     p.add_argument("--max-keep", type=int, default=8, help="largest space to keep (default 8)")
-    _add_spread(p)
+    add_spread_flags(p, "each shape timed on one of them")
 
     runs(p, "prune", lambda a: dict(target=a.target, shapes=a.shapes, tolerance=a.tolerance, max_keep=a.max_keep,
                                      gpus=a.gpus, engine=a.engine))

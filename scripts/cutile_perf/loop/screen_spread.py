@@ -66,7 +66,7 @@ def spread_rounds(repo: Path, commits: dict[str, str], names: Sequence[str], sec
     with remove_tree.temporary_folder("cutile-perf-screen-pool-") as tmp:
         results = node.run_tasks(engine=engine, spec=TASK, tasks=tasks, wanted=gpus, root=Path(tmp) / "pool",
                                  visible=knobs.visible_devices())
-    samples, dropped, workers, rounds, stopped = {}, {}, {}, [], ""
+    samples, dropped, worker_of, rounds, stopped = {}, {}, {}, [], ""
     for task_id, task in tasks.items():
         result = results[task_id]
         if result["status"] != "ok":
@@ -75,7 +75,7 @@ def spread_rounds(repo: Path, commits: dict[str, str], names: Sequence[str], sec
         found = result["result"]
         samples.update({n: {c: (list(b), list(v)) for c, (b, v) in per.items()} for n, per in found["samples"].items()})
         dropped.update({n: tuple(v) for n, v in found["dropped"].items()})
-        workers.update({n: result.get("worker", "") for n in task["commits"]})
+        worker_of.update({n: result.get("worker", "") for n in task["commits"]})
         rounds.append(found["rounds"])
         stopped = stopped or found["stopped"]
-    return samples, dropped, workers, min(rounds, default=0), stopped
+    return samples, dropped, worker_of, min(rounds, default=0), stopped

@@ -3,8 +3,9 @@
 Each shape is one task: every config timed on that shape by one worker, which sees one GPU only
 (``node``), so the configs a shape's ranking (or ``ab``'s comparison) compares were timed on the
 same card, and the shapes run at once. The trials (``Trial.to_json``) or ``ab``'s rows come back as
-data and are ranked or reported here as one process's would be. ``fakes`` is the tests' timer, launcher and device (``evaluate.make_tuner``); across a
-process it travels by name, as ``"module:function"`` of a factory that returns them.
+data and are ranked or reported here as one process's would be. ``fakes`` is the tests' timer,
+launcher and device (``evaluate.make_tuner``); across a process it travels by name, as
+``"module:function"`` of a factory that returns them.
 """
 from __future__ import annotations
 
@@ -14,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from cutile_perf import knobs, node
-from cutile_perf.errors import UsageError
+from cutile_perf.errors import IterationCrashed, UsageError
 from cutile_perf.store import remove_tree
-from cutile_perf.errors import IterationCrashed
 from cutile_perf.tune.analysis import ABRow
 from cutile_perf.tune.config import Config, Trial
 from cutile_perf.tune.evaluate import ab_confirm, ab_shape, make_tuner, run_shapes, stream_for
