@@ -1,5 +1,5 @@
 """node.ray_engine on a local Ray cluster that declares two simulated GPUs (no GPU needed): tasks
-spread over both, a worker killed mid-task (``ray.kill``) has its task re-run and recorded once.
+spread over both (probe and screen among them), a worker killed mid-task (``ray.kill``) has its task re-run and recorded once.
 Skipped where Ray is not installed (the optional ``ray`` extra: pip install -e '.[ray]')."""
 from __future__ import annotations
 
@@ -87,3 +87,22 @@ def test_cluster_gpus_refuses_mixed_models_and_counts_past_the_cluster():
         cluster_gpus({"CPU": 8}, "all")
     assert cluster_gpus({"GPU": 8.0, "accelerator_type:H100": 1}, "all") == 8
     assert cluster_gpus({"GPU": 8.0}, "3") == 3
+
+
+def test_screen_spread_over_the_cluster_ranks_as_one_process_does(cluster, tmp_path):
+    """``screen --engine ray``: each group of candidates on one actor (its one simulated GPU), the
+    ranking that of one process (tests/test_screen_spread.py)."""
+    from redteam_helpers import call  # noqa: PLC0415 - the simulated repo's helpers, only here
+    from test_screen import baselined_with_candidates  # noqa: PLC0415
+    from test_screen_spread import EXPECTED_RATIO, LATENCY  # noqa: PLC0415
+
+    repo, _cand = baselined_with_candidates(tmp_path, LATENCY)
+    code, data, text = call(repo, "screen", "sandbox/cand/*.py", "--gpus", "2", "--engine", "ray")
+    assert code == 0, text
+    assert [r["name"] for r in data["ranked"]] == ["fast", "slow"]
+    for reading in data["ranked"]:
+        assert reading["geomean"] == pytest.approx(EXPECTED_RATIO[reading["name"]], rel=0.05)
+    workers = data["workers"]
+    assert sorted(workers) == ["fast", "slow"] and len(set(workers.values())) == 2, workers
+    assert all(w.startswith("cutile-perf-") for w in workers.values()), workers  # Ray's actors (_Actors.new)
+    assert data["not_ranked"]["wrong"]["state"] == "fails correctness"
