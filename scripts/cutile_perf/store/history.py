@@ -82,14 +82,13 @@ class History:
     """The log of one session, in memory. Open it once per command with ``History.open``."""
 
     def __init__(self, rows, *, session: Session | None = None, g=None, head: str = log.GENESIS,
-                 broken: str | None = None, unanchored_tail: bool = False):
+                 broken: str | None = None):
         """``rows`` as logged; ``session`` and ``g`` are needed only to ``record`` (and for the
         session's base commit and thresholds): ``History(rows)`` answers questions about any rows."""
         self.session, self.g = session, g
         self._head = head  # the hash the next row's ``prev`` carries
         self.entries: list[Entry] = [Entry(dict(r)) for r in rows]
         self.broken = broken  # where the chain or anchor breaks (opened with strict=False), else None
-        self._unanchored_tail = unanchored_tail  # our own last row, written before a kill moved the anchor
 
     # -- opening ------------------------------------------------------------------------------------
 
@@ -103,13 +102,11 @@ class History:
         anchor = log.Anchor.read(anchor_path(g, session))
         rows = snapshot.contents.entries
         broken = log.check_lines(snapshot.lines, anchor)
-        unanchored = False
         if broken and pending_row is not None and anchor is not None and len(snapshot.lines) == anchor.rows + 1 \
                 and log.check_lines(snapshot.lines[:-1], anchor) is None and log.check_lines(snapshot.lines) is None \
                 and rows and canonical(rows[-1]) == canonical(pending_row):
-            broken, unanchored = None, True
-        history = cls(rows, session=session, g=g, head=snapshot.anchor().head, broken=broken,
-                      unanchored_tail=unanchored)
+            broken = None  # our own row: the kill fell between the append and the anchor move
+        history = cls(rows, session=session, g=g, head=snapshot.anchor().head, broken=broken)
         if strict:
             history._refuse_if_altered()
         return history
@@ -147,7 +144,6 @@ class History:
             knobs.kill_point("record:appended")
         log.anchor_of(path).write(anchor_path(self.g, self.session))
         knobs.kill_point("record:anchored")
-        self._unanchored_tail = False
         return digest
 
     # -- questions ------------------------------------------------------------------------------------
