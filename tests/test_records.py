@@ -9,16 +9,13 @@ from cutile_perf.child.records import (
     RecordError,
     ShapeRecord,
     format_print_record_line,
+    literal_value,
     parse_benchmark,
-    parse_print_record_line,
-    read_junit_xml,
     read_records_file,
     select,
     select_by_shape,
     shape_id,
 )
-
-pytest_plugins = ["pytester"]
 
 # Verbatim from the TileGym improve-perf skill (the documented --print-record line).
 SKILL_SAMPLE_LINE = (
@@ -40,29 +37,13 @@ H200_RECORD = {
 RMS_ID = "tests/ops/test_rms_norm.py::Test_RMSNorm::test_perf[cutile-static_persistent-262144-1024-float16]"
 
 
-def test_print_record_line_from_the_tilegym_skill():
-    framework, body = parse_print_record_line(SKILL_SAMPLE_LINE)
-    assert framework == "cutile"
-    assert body["forward"]["median"] == pytest.approx(3.789880999999999)
-    assert body["forward"]["nrep"] == 13
-
-
-def test_print_record_line_round_trips_and_tolerates_a_prefix():
+def test_print_record_line_has_the_tilegym_skill_shape():
+    """The plugin's ``--print-record`` line reads as the documented one does (framework capitalized)."""
     line = format_print_record_line("cutile", H200_RECORD["cutile"])
     assert line.startswith("Cutile: {'forward': ") and line.endswith("}} ms")
-    assert parse_print_record_line(f"{RMS_ID} {line}") == ("cutile", H200_RECORD["cutile"])
-    assert parse_print_record_line("   " + line + "  \n")[0] == "cutile"
-
-
-@pytest.mark.parametrize("line", [
-    "PASSED",
-    "Cutile: {'forward': {...}} ms",
-    "Cutile: {'forward': __import__('os').system('true')} ms",  # never evaluated
-    "Cutile: [1, 2] ms",
-])
-def test_print_record_line_rejects_non_records(line):
-    with pytest.raises(RecordError):
-        parse_print_record_line(line)
+    assert literal_value(line[len("Cutile: "):-len(" ms")]) == H200_RECORD["cutile"]
+    sample = literal_value(SKILL_SAMPLE_LINE[len("Cutile: "):-len(" ms")])
+    assert sample["forward"]["median"] == pytest.approx(3.789880999999999) and sample["forward"]["nrep"] == 13
 
 
 def test_parse_benchmark_flattens_frameworks_and_directions():
@@ -139,41 +120,16 @@ def test_select_by_shape_refuses_colliding_shape_ids():
         select_by_shape(records)
 
 
-def test_read_junit_xml_from_a_real_pytest_run(pytester):
-    # TileGym writes xunit1 JUnit XML; record_property values land as Python reprs.
-    pytester.makeini("[pytest]\njunit_family = xunit1\n")
-    pytester.mkpydir("tests")
-    pytester.path.joinpath("tests", "test_rms_norm.py").write_text(
-        "import pytest\n"
-        "class Test_RMSNorm:\n"
-        "    @pytest.mark.parametrize('m, n', [(262144, 1024), (262144, 2048)])\n"
-        "    @pytest.mark.parametrize('framework', ['cutile', 'pytorch'])\n"
-        "    def test_perf(self, m, n, framework, record_property):\n"
-        f"        value = {H200_RECORD['cutile']!r}\n"
-        "        value = {framework: {'forward': dict(value['forward'], median=n / 4096)}}\n"
-        "        record_property('benchmark', value)\n"
-        "        assert not (framework == 'pytorch' and n == 2048)\n"
-    )
-    pytester.runpytest_subprocess("-p", "no:cutile_perf", "--junitxml=out.xml", "tests")
-    records = read_junit_xml(pytester.path / "out.xml")
-    assert {r.test_id for r in records} == {
-        f"tests/test_rms_norm.py::Test_RMSNorm::test_perf[{fw}-262144-{n}]" for fw in ("cutile", "pytorch")
-        for n in (1024, 2048)}
+def test_select_by_shape_keys_passed_cutile_records_by_shape():
+    records = []
+    for framework in ("cutile", "pytorch"):
+        for n in (1024, 2048):
+            value = {framework: {"forward": dict(H200_RECORD["cutile"]["forward"], median=n / 4096)}}
+            failed = framework == "pytorch" and n == 2048
+            records += parse_benchmark(RMS_ID.replace("262144-1024", f"262144-{n}").replace("cutile-", f"{framework}-"),
+                                       value, outcome="failed" if failed else "passed")
     cutile = select_by_shape(records)
-    assert {k: v.median for k, v in cutile.items()} == {"262144-1024": 0.25, "262144-2048": 0.5}
-    assert cutile["262144-1024"].stats["kernel_times"][0]["count"] == 1
+    assert {k: v.median for k, v in cutile.items()} == {"static_persistent-262144-1024-float16": 0.25,
+                                                         "static_persistent-262144-2048-float16": 0.5}
+    assert cutile["static_persistent-262144-1024-float16"].stats["kernel_times"][0]["count"] == 1
     assert len(select(records, "pytorch")) == 1  # the failed pytorch case is left out
-
-
-def test_read_junit_xml_without_file_attribute_and_bad_xml(tmp_path):
-    path = tmp_path / "x.xml"
-    path.write_text(
-        '<testsuites><testsuite><testcase classname="tests.ops.test_rms_norm.Test_RMSNorm" name="test_perf[cutile-4]">'
-        '<properties><property name="benchmark" value="{&apos;cutile&apos;: {&apos;forward&apos;: '
-        '{&apos;median&apos;: np.float64(0.5)}}}"/></properties></testcase></testsuite></testsuites>'
-    )
-    (record,) = read_junit_xml(path)
-    assert record.test_id == "tests.ops.test_rms_norm.Test_RMSNorm::test_perf[cutile-4]" and record.median == 0.5
-    path.write_text("<testsuites>")
-    with pytest.raises(RecordError, match="cannot read JUnit XML"):
-        read_junit_xml(path)

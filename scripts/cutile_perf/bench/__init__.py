@@ -59,9 +59,8 @@ Why it is done this way:
   last timed sample run on fresh inputs and their results are compared with a reference
   (``WrongWhenTimed`` when they differ).
 * **Raw samples, median downstream.** Timings have a long right tail (preemption, clock changes),
-  so decisions use the median and its confidence interval (``stats.median_ci``/``ratio_ci``); the
-  mean is reported only because TileGym's record has it. With >= 10 samples the median's 95 %
-  interval is bounded by order statistics, which is why ``min_reps`` defaults to 10.
+  so decisions use the median (and ``stats.ratio_ci`` for a ratio of two); the mean is reported
+  only because TileGym's record has it. ``min_reps`` defaults to 10 samples.
 
 Torch is imported lazily: the pure planning functions run on machines without torch or a GPU.
 """

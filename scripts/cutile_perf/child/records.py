@@ -1,17 +1,15 @@
-"""Benchmark records of TileGym-shaped perf tests, read from wherever they landed.
+"""Benchmark records of TileGym-shaped perf tests.
 
 A perf test calls ``record_property("benchmark", result)`` with ``result`` shaped
 ``{framework: {direction: stats}}``, for example
 ``{"cutile": {"forward": {"mean": ..., "median": ..., "rel_std": ..., "nrep": 160, ...}}}``.
-Times are milliseconds and ``rel_std`` is a percentage. This module reads that dict from three
-places, all into the same flat list of ``ShapeRecord``:
+Times are milliseconds and ``rel_std`` is a percentage. This module reads that dict from the
+JSON-lines file our pytest plugin appends to (``read_records_file``) into a flat list of
+``ShapeRecord``; the plugin prints TileGym's ``--print-record`` line (``format_print_record_line``).
 
-* the JSON-lines file our pytest plugin appends to (``read_records_file``; the harness uses this),
-* JUnit XML ``<property name="benchmark" value="{...}">`` (``read_junit_xml``; value is a Python repr),
-* ``Cutile: {'forward': {...}} ms`` lines printed with ``--print-record`` (``parse_print_record_line``).
-
-Python reprs are parsed by a small literal reader, never ``eval``: besides plain literals it accepts
-``inf``/``nan`` and numpy scalar reprs such as ``np.float64(0.27)``, which numpy 2 prints.
+A value given as a Python repr is parsed by a small literal reader, never ``eval``: besides plain
+literals it accepts ``inf``/``nan`` and numpy scalar reprs such as ``np.float64(0.27)``, which
+numpy 2 prints.
 """
 from __future__ import annotations
 
@@ -19,7 +17,6 @@ import ast
 import json
 import math
 import re
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,21 +113,6 @@ def parse_benchmark(test_id: str, value: Any, *, outcome: str = "passed") -> lis
     return records
 
 
-# `Cutile: {'forward': {...}} ms`, possibly after a node id or pytest's progress text.
-_PRINT_RECORD = re.compile(r"(?P<framework>[A-Za-z][\w.-]*): (?P<body>\{.*\})\s*ms\s*$")
-
-
-def parse_print_record_line(line: str) -> tuple[str, dict]:
-    """``("cutile", {"forward": {...}})`` from one ``--print-record`` line; RecordError otherwise."""
-    match = _PRINT_RECORD.search(line)
-    if not match:
-        raise RecordError(f"not a print-record line: {line.strip()[:80]!r}")
-    body = literal_value(match.group("body"))
-    if not isinstance(body, dict):
-        raise RecordError(f"print-record body is not a dict: {line.strip()[:80]!r}")
-    return match.group("framework").lower(), body
-
-
 def format_print_record_line(framework: str, directions: dict) -> str:
     """The line the plugin prints, in TileGym's documented shape (framework capitalized)."""
     return f"{framework.capitalize()}: {directions!r} ms"
@@ -163,33 +145,6 @@ def read_records_file(path: str | Path) -> list[ShapeRecord]:
             raise RecordError(f"{path}:{number}: expected an object with nodeid and benchmark")
         records.extend(parse_benchmark(row["nodeid"], row["benchmark"], outcome=row.get("outcome", "passed")))
     return records
-
-
-def read_junit_xml(path: str | Path) -> list[ShapeRecord]:
-    """Records from ``pytest --junitxml``: every testcase with a ``benchmark`` property."""
-    try:
-        root = ET.parse(path).getroot()
-    except (ET.ParseError, OSError) as exc:
-        raise RecordError(f"cannot read JUnit XML {path}: {exc}") from None
-    records = []
-    for case in root.iter("testcase"):
-        for prop in case.iter("property"):
-            if prop.get("name") == BENCHMARK_PROPERTY:
-                outcome = "failed" if case.find("failure") is not None or case.find("error") is not None else "passed"
-                records.extend(parse_benchmark(_junit_test_id(case), prop.get("value", ""), outcome=outcome))
-    return records
-
-
-def _junit_test_id(case: ET.Element) -> str:
-    """A pytest node id rebuilt from a testcase; ``classname::name`` when the file is unknown."""
-    classname, name, file = case.get("classname", ""), case.get("name", ""), case.get("file")
-    if file:  # xunit1 (TileGym's junit_family) records the file: module part of classname is known
-        module = file[:-3].replace("/", ".").replace("\\", ".") if file.endswith(".py") else file
-        if classname == module:
-            return f"{file}::{name}"
-        if classname.startswith(module + "."):
-            return "::".join([file, *classname[len(module) + 1 :].split("."), name])
-    return f"{classname}::{name}" if classname else name
 
 
 # --- selection ----------------------------------------------------------------------------------

@@ -53,14 +53,6 @@ def rel_std_percent(values: Sequence[float]) -> float:
     return 100.0 * std(values) / m if m else 0.0
 
 
-def trimmed_mean(values: Sequence[float], fraction: float = 0.1) -> float:
-    """Mean after dropping ``fraction`` of the values at each end."""
-    data = sorted(_require(values, "trimmed_mean"))
-    cut = int(len(data) * fraction)
-    kept = data[cut : len(data) - cut] or data
-    return mean(kept)
-
-
 def geomean(values: Sequence[float]) -> float:
     data = _require(values, "geomean")
     if any(v <= 0 for v in data):
@@ -99,23 +91,6 @@ def relative_spread(values: Sequence[float]) -> float:
     return (max(data) - min(data)) / mid if mid else 0.0
 
 
-def median_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
-    """Distribution-free confidence interval of the median from order statistics.
-
-    Timings are skewed (a long tail of slow samples), so a normal-theory interval would be wrong.
-    With fewer than 6 samples the interval is simply (min, max).
-    """
-    data = sorted(_require(values, "median_ci"))
-    n = len(data)
-    if n < 6:
-        return data[0], data[-1]
-    z = _z_value(confidence)
-    half = z * math.sqrt(n) / 2.0
-    lo = max(0, int(math.floor(n / 2.0 - half)) - 1)
-    hi = min(n - 1, int(math.ceil(n / 2.0 + half)))
-    return data[lo], data[hi]
-
-
 def ratio_ci(
     reference: Sequence[float],
     candidate: Sequence[float],
@@ -139,12 +114,3 @@ def ratio_ci(
         ratios.append(c / r)
     alpha = (1.0 - confidence) / 2.0
     return median(cand) / median(ref), quantile(ratios, alpha), quantile(ratios, 1.0 - alpha)
-
-
-def _z_value(confidence: float) -> float:
-    """Two-sided standard-normal quantile for common confidence levels (no scipy needed)."""
-    table = {0.8: 1.2816, 0.9: 1.6449, 0.95: 1.9600, 0.98: 2.3263, 0.99: 2.5758}
-    try:
-        return table[round(confidence, 2)]
-    except KeyError:
-        raise ValueError(f"confidence {confidence} not supported; use one of {sorted(table)}") from None

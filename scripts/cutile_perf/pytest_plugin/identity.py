@@ -79,7 +79,7 @@ WATCHED: dict[str, tuple[str, ...]] = {
                                    "compare_checked", "stats"),
     "cutile_perf.bench.checked_calls": ("OutputCheck", "OutputCheck.refresh", "WrongWhenTimed", "clone",
                                         "fresh_inputs", "compare_checked"),
-    "cutile_perf.judge.stats": ("median", "mean", "std", "quantile", "summarize", "rel_std_percent", "trimmed_mean"),
+    "cutile_perf.judge.stats": ("median", "mean", "std", "quantile", "summarize", "rel_std_percent"),
     "cutile_perf.child.runreport": ("Writer", "Writer.write", "_sign", "outcome_of", "ids_digest", "OUTCOME_RANK"),
     "cutile_perf.child.records": ("parse_benchmark", "format_print_record_line", "BENCHMARK_PROPERTY"),
     PLUGIN: ("RunReporter", "RunReporter.pytest_runtest_logreport", "RunReporter.pytest_sessionfinish",
