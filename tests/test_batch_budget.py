@@ -23,7 +23,7 @@ from cutile_perf.loop.batch import batch
 from cutile_perf.loop.budget import Budget, Timed, estimate, high_quantile
 from cutile_perf.store.history import History
 from cutile_perf.loop.iteration_state import State, state_key
-from cutile_perf.loop.stages import ScriptedStages
+from scripted_stages import ScriptedStages
 from cutile_perf.store import git_ops
 from cutile_perf.store import session as session_mod
 

@@ -23,7 +23,8 @@ from cutile_perf.store.history import History, anchor_path
 from cutile_perf.loop.iteration import resume_interrupted, try_change
 from cutile_perf.loop.iteration_state import State, state_key
 from cutile_perf.loop.row import patch_name
-from cutile_perf.loop.stages import Request, ScriptedStages
+from cutile_perf.child.pool import Request
+from scripted_stages import ScriptedStages
 from cutile_perf.store import git_ops, log
 from cutile_perf.store import session as session_mod
 

@@ -8,7 +8,7 @@ from cutile_perf.judge.crash import CrashClass
 from cutile_perf.judge.rules import Thresholds
 from cutile_perf.judge.verdict import Reference, Stage, paired_samples
 from cutile_perf.loop import screen, screen_rank
-from cutile_perf.loop.stages import ScriptedStages
+from scripted_stages import ScriptedStages
 
 CASES = ("a", "b")
 BASE = {"a": 1.0, "b": 2.0}

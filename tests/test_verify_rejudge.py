@@ -22,7 +22,7 @@ from cutile_perf.judge.verdict import Stage
 from cutile_perf.loop.baseline import baseline
 from cutile_perf.store.history import History
 from cutile_perf.loop.iteration import try_change
-from cutile_perf.loop.stages import ScriptedStages
+from scripted_stages import ScriptedStages
 from cutile_perf.store import git_ops
 from cutile_perf.store import session as session_mod
 
