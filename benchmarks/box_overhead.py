@@ -8,9 +8,36 @@ Prints one line per command with both medians and the difference (the added wall
 from __future__ import annotations
 
 import argparse
+import statistics
+import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
 
+from cutile_perf import knobs
 from cutile_perf.child import box
+
+
+def startup_cost(code: str = "pass", runs: int = 20) -> tuple[float, float]:
+    """Median wall seconds of ``python -c <code>`` unboxed and in a box (``runs`` each, interleaved):
+    what the box adds to every child (also ``tests/test_box.py``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        checkout, private = root / "checkout", root / "private"
+        checkout.mkdir()
+        private.mkdir()
+        b = box.for_stage(root / "repo", checkout, private, None)
+        plain: list[float] = []
+        boxed: list[float] = []
+        for _ in range(runs):
+            for argv, env, out in (([sys.executable, "-c", code], knobs.child_env(), plain),
+                                   (b.wrap([sys.executable, "-c", code], checkout), b.env(knobs.allowed_child_env()),
+                                    boxed)):
+                start = time.perf_counter()
+                subprocess.run(argv, env=env, cwd=checkout, check=True)
+                out.append(time.perf_counter() - start)
+        return statistics.median(plain), statistics.median(boxed)
 
 
 def main() -> int:
@@ -22,7 +49,7 @@ def main() -> int:
     if why_not is not None:
         return 1
     for code in ("pass", "import torch; torch.cuda.is_available() and torch.cuda.init()"):
-        plain, boxed = box.startup_cost(code, args.runs)
+        plain, boxed = startup_cost(code, args.runs)
         print(f"python -c {code!r}: unboxed {plain * 1e3:.1f} ms, boxed {boxed * 1e3:.1f} ms, "
               f"added {(boxed - plain) * 1e3:.1f} ms (medians of {args.runs}, interleaved)")
     return 0

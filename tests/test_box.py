@@ -12,12 +12,12 @@ had (unprivileged user namespaces disabled, no ``unshare``).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import signal
 import site
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -69,10 +69,11 @@ MOUNTINFO = """\
 """
 
 
-def test_mount_plan_binds_from_descriptors_hides_then_remounts_everything_else_read_only():
+def test_box_plan_binds_from_descriptors_hides_then_remounts_everything_else_read_only():
     devices = boxinit.device_names(["vda", "kvm", "null", "nvidia0", "nvidia-caps", "tty", "loop0", "shm"])
     assert devices == ["null", "nvidia-caps", "nvidia0", "tty"]  # only what a child needs
-    plan = box.mount_plan(SPEC, MOUNTINFO, devices)
+    plan = [*boxinit.setup_plan(SPEC, devices),
+            *(("remount-ro", point, flags) for point, flags in boxinit.remount_plan(SPEC, MOUNTINFO))]
     setup = [op for op in plan if op[0] != "remount-ro"]
     assert setup == [
         ("private", "/"),
@@ -432,6 +433,10 @@ def test_try_and_verify_children_see_the_same_fixed_checkout_path(repo):
 
 @needs_box
 def test_the_box_costs_little_per_child(tmp_path):
-    plain, boxed = box.startup_cost(runs=5)
+    spec = importlib.util.spec_from_file_location(
+        "box_overhead", Path(__file__).resolve().parents[1] / "benchmarks" / "box_overhead.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)  # the benchmark's own measurement, run small
+    plain, boxed = bench.startup_cost(runs=5)
     print(f"python -c pass: {plain * 1e3:.1f} ms unboxed, {boxed * 1e3:.1f} ms boxed")
     assert boxed - plain < 2.0  # generous: a shared CI machine; the figure is in the final report

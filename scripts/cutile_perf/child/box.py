@@ -34,11 +34,9 @@ import functools
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -207,14 +205,6 @@ def _unshare() -> str:
     return shutil.which("unshare") or "unshare"
 
 
-def mount_plan(spec: dict, mountinfo: str = "", devices: list[str] = ()) -> list[tuple]:
-    """The mount operations ``boxinit`` performs for ``spec``: the set-up (``devices``: the
-    ``/dev`` names bound in), then the read-only remounts of ``mountinfo`` (the mount table as it
-    stands after the set-up)."""
-    return [*boxinit.setup_plan(spec, devices), *(("remount-ro", point, flags)
-                                                  for point, flags in boxinit.remount_plan(spec, mountinfo))]
-
-
 @functools.lru_cache(maxsize=1)
 def available() -> str | None:
     """Why no child can run in a box on this machine, or None when it can (probed once: a trivial
@@ -272,24 +262,3 @@ def returncode(code: int | None) -> int | None:
     if code is not None and 128 < code < 128 + 65:
         return -(code - 128)
     return code
-
-
-def startup_cost(code: str = "pass", runs: int = 20) -> tuple[float, float]:
-    """Median wall seconds of ``python -c <code>`` unboxed and in a box (``runs`` each, interleaved):
-    what the box adds to every child (``benchmarks/box_overhead.py``, ``tests/test_box.py``)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        checkout, private = root / "checkout", root / "private"
-        checkout.mkdir()
-        private.mkdir()
-        b = for_stage(root / "repo", checkout, private, None)
-        plain: list[float] = []
-        boxed: list[float] = []
-        for _ in range(runs):
-            for argv, env, out in (([sys.executable, "-c", code], knobs.child_env(), plain),
-                                   (b.wrap([sys.executable, "-c", code], checkout), b.env(knobs.allowed_child_env()),
-                                    boxed)):
-                start = time.perf_counter()
-                subprocess.run(argv, env=env, cwd=checkout, check=True)
-                out.append(time.perf_counter() - start)
-        return statistics.median(plain), statistics.median(boxed)
