@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from cutile_perf.skill.assets import split_frontmatter  # noqa: F401 - re-exported for the docs tests
 
@@ -21,6 +22,69 @@ _ENV_ASSIGN = re.compile(r"(?<![\w.])([A-Z][A-Z0-9]*_[A-Z0-9_]*[A-Z0-9])=")
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 _LOCAL_PATH = re.compile(r"^(?:scripts|templates|examples|benchmarks|references|evals)/[\w./-]*$")
 SHELL_LANGS = {"", "bash", "sh", "shell", "console", "text"}
+
+# The variables cutile-perf reads whose names do not start with CUTILE_PERF_ (knobs.autotune_disabled).
+OWN_UNPREFIXED_ENV_VARS = {
+    "DISABLE_AUTOTUNE": "cutile_perf.tune launches its fixed config without searching",
+    "TILEGYM_DISABLE_AUTOTUNE": "TileGym's name for the same switch, honoured alike",
+}
+
+# A `CUTILE_PERF_*` word under scripts/ that names no environment variable, with why.
+NOT_KNOBS = {
+    "CUTILE_PERF_VERIFY_RESULT": "the prefix of the result line tileir/verify_child.py prints on stdout",
+}
+
+# `\b` keeps identifiers that merely contain the prefix (`_CUTILE_PERF_TILEIR_VARIANTS`, a name in
+# generated code) out.
+_KNOB_WORD = re.compile(r"\bCUTILE_PERF_[A-Z_]+\b")
+
+
+def env_vars_named_in(folder: Path) -> set[str]:
+    """Every `CUTILE_PERF_*` word in the Python files under ``folder``, less the known non-knobs."""
+    found = set()
+    for path in folder.rglob("*.py"):
+        found |= set(_KNOB_WORD.findall(path.read_text(encoding="utf-8")))
+    return found - set(NOT_KNOBS)
+
+
+# Read by cuda-tile 1.7, tileiras, TileGym or the Triton TileIR backend (never by us, except
+# where noted): the docs may name them.
+FOREIGN_ENV_VARS: dict[str, str] = {
+    "CUDA_TILE_CACHE_DIR": "cuda-tile: disk cache directory (0/off/none disables it); the harness sets it for its pytest children to sandbox/jit-cache/ (verify: an empty folder of its own) when session.yaml has jit_cache: true",
+    "CUDA_TILE_CACHE_SIZE": "cuda-tile: disk cache size limit in bytes",
+    "CUDA_TILE_COMPILER_TIMEOUT_SEC": "cuda-tile: tileiras timeout",
+    "CUDA_TILE_TEMP_DIR": "cuda-tile: temporary files",
+    "CUDA_TILE_LOGS": "cuda-tile: CUTILEIR and/or TILEIR dumps to stderr",
+    "CUDA_TILE_DUMP_TILEIR": "cuda-tile: directory for .tileir MLIR text",
+    "CUDA_TILE_DUMP_BYTECODE": "cuda-tile: directory for .tileirbc bytecode",
+    "CUDA_TILE_ENABLE_CRASH_DUMP": "cuda-tile: crash bundle on a tileiras error",
+    "EXPERIMENTAL_CUDA_TILE_DEBUG_BUILD": "cuda-tile: -O0 --device-debug builds",
+    "CUDA_HOME": "tileiras: toolkit root (must be unset or match tileiras)",
+    "CUDA_PATH": "tileiras: toolkit root (Windows name, also read on Linux)",
+    "CUDA_ROOT": "tileiras: toolkit root, checked first",
+    "XDG_CACHE_HOME": "cuda-tile and cutile-perf: base cache directory",
+    "PATH": "cuda-tile: tileiras lookup",
+    "LD_LIBRARY_PATH": "tileiras: shared libraries",
+    "CUTILE_MAX_LAUNCH_TIMEOUT_SEC": "TileGym tests: tuning watchdog budget",
+    "TILEGYM_DISABLE_CUTILE": "TileGym: hide the cutile backend",
+    "CUPTI": "TileGym tests: 0 switches timing from CUPTI to CUDA events",
+    "CUDAGRAPH": "TileGym tests: 1 times with CUDA graphs (with CUPTI=0)",
+    "ENABLE_TILE": "Triton TileIR backend: 1 selects the TileIR backend",
+    "TILEIR_ENABLE_APPROX": "Triton TileIR backend: approximate math",
+    "TILEIR_ENABLE_FTZ": "Triton TileIR backend: flush denormals to zero",
+    "TRITON_INTERPRET": "triton: 1 runs kernels in the CPU interpreter",
+    "TRITON_TILEIRAS_PATH": "Triton TileIR backend: directory holding tileiras (also read by cutile-perf tileir-check)",
+    "TILEIR_ENABLE_AUTOGEN_ALIAS_MEM_TOKEN": "Triton TileIR backend: auto memory tokens for aliasing accesses (default on)",
+    "TILE_IR_DISABLE_FMAD": "Triton TileIR backend: 1 disables FMA contraction",
+    "PYTHONPATH": "python: module search path",
+    "CUDA_VISIBLE_DEVICES": "CUDA: which GPUs a process sees (passed into the sandbox)",
+    "PYTEST_ADDOPTS": "pytest: extra command-line options (never passed into the sandbox)",
+    "PYTEST_PLUGINS": "pytest: plugins to load (never passed into the sandbox)",
+    "PYTEST_CURRENT_TEST": "pytest: the node id of the test now running (set by pytest inside the test process)",
+    "LD_PRELOAD": "the dynamic loader: libraries loaded first (never passed into the sandbox)",
+    "CUDA_MPS_PIPE_DIRECTORY": "CUDA: where an MPS client finds the MPS daemon's pipes (default under /tmp, which the sandbox hides)",
+    "TORCH_LOGS": "torch: output_code prints the Triton code torch.compile generates (benchmarks/profile_gap.py)",
+}
 
 
 @dataclass(frozen=True)

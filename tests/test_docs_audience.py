@@ -12,7 +12,8 @@ import dataclasses
 import re
 from pathlib import Path
 
-from cutile_perf import knobs
+from doccheck import OWN_UNPREFIXED_ENV_VARS, env_vars_named_in
+
 from cutile_perf.judge.rules import Thresholds
 from cutile_perf.store.session import Session
 
@@ -22,16 +23,6 @@ DESIGN = ROOT / "docs" / "design.md"
 
 # About 6k tokens, counted as characters / 4; the bound leaves a little room for a table row.
 HARNESS_MAX_TOKENS = 6500
-
-# A `CUTILE_PERF_*` word under scripts/ that names no environment variable, with why.
-NOT_KNOBS = {
-    "CUTILE_PERF_VERIFY_RESULT": "the prefix of the result line tileir/verify_child.py prints on stdout",
-}
-
-# `\b` keeps identifiers that merely contain the prefix (`_CUTILE_PERF_TILEIR_VARIANTS`, a name in
-# generated code) out.
-_KNOB_WORD = re.compile(r"\bCUTILE_PERF_[A-Z_]+\b")
-
 
 def knob_table_names(text: str) -> list[str]:
     """The first cell's name of every row between the knobs markers of design.md."""
@@ -43,14 +34,6 @@ def knob_table_names(text: str) -> list[str]:
         if match:
             names.append(match.group(1))
     return names
-
-
-def env_vars_named_in(folder: Path) -> set[str]:
-    """Every `CUTILE_PERF_*` word in the Python files under ``folder``, less the known non-knobs."""
-    found = set()
-    for path in folder.rglob("*.py"):
-        found |= set(_KNOB_WORD.findall(path.read_text(encoding="utf-8")))
-    return found - set(NOT_KNOBS)
 
 
 def session_settings() -> set[str]:
@@ -78,7 +61,7 @@ def test_design_describes_the_internals_harness_md_left_out():
 
 def test_every_env_var_and_setting_the_code_reads_is_in_the_knob_table():
     table = set(knob_table_names(DESIGN.read_text(encoding="utf-8")))
-    wanted = env_vars_named_in(ROOT / "scripts") | set(knobs.OWN_ENV_VARS) | session_settings()
+    wanted = env_vars_named_in(ROOT / "scripts") | set(OWN_UNPREFIXED_ENV_VARS) | session_settings()
     missing = sorted(wanted - table)
     assert not missing, f"docs/design.md's knob table lacks {missing}: add a row saying why each exists"
 
@@ -86,7 +69,7 @@ def test_every_env_var_and_setting_the_code_reads_is_in_the_knob_table():
 def test_the_knob_table_names_nothing_the_code_no_longer_reads():
     table = knob_table_names(DESIGN.read_text(encoding="utf-8"))
     assert len(table) == len(set(table)), "a knob has two rows"
-    known = env_vars_named_in(ROOT / "scripts") | set(knobs.OWN_ENV_VARS) | session_settings()
+    known = env_vars_named_in(ROOT / "scripts") | set(OWN_UNPREFIXED_ENV_VARS) | session_settings()
     stale = sorted(set(table) - known)
     assert not stale, f"docs/design.md's knob table names {stale}, which the code no longer reads: delete the rows"
 
@@ -154,3 +137,8 @@ def test_dated_measurements_on_a_sample():
               "x = 1  # measured 2026-11-30\n"
               "# The H200's L2 is 60 MB\n")
     assert [p.split(":")[0] for p in dated_measurements(source)] == ["3", "6", "7"]
+
+
+def test_the_unprefixed_variables_listed_as_ours_are_read_by_the_code():
+    code = (ROOT / "scripts" / "cutile_perf" / "knobs.py").read_text(encoding="utf-8")
+    assert all(f'"{name}"' in code for name in OWN_UNPREFIXED_ENV_VARS), "a listed variable is no longer read"

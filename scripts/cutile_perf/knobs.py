@@ -1,8 +1,8 @@
 """The only module that reads ``os.environ``.
 
-Every environment variable that cutile-perf reads is declared in ``OWN_ENV_VARS``; the variables
-that other tools read and that our docs may mention are in ``FOREIGN_ENV_VARS`` with the tool that
-reads them. ``tests/test_docs.py`` rejects any other ``UPPER_CASE`` variable named in the docs.
+Every environment variable that cutile-perf reads has a row, with why it exists, in the knob table
+of ``docs/design.md`` (``tests/test_docs_audience.py`` keeps the table and the code in step); the
+docs may name other tools' variables too (``tests/doccheck.py``'s ``FOREIGN_ENV_VARS``).
 """
 from __future__ import annotations
 
@@ -11,73 +11,6 @@ import os
 from pathlib import Path
 
 from cutile_perf.errors import BadEnvValue
-
-OWN_ENV_VARS: dict[str, str] = {
-    "CUTILE_PERF_RECORDS": "file the pytest plugin appends benchmark records to (JSON lines); set by the harness",
-    "CUTILE_PERF_REPORT": "file the pytest plugin writes its signed run report to (test outcomes, records, module files, end marker); set by the harness",
-    "CUTILE_PERF_RECORD_LAUNCHES": "file the pytest plugin appends each distinct ct.launch signature to (JSON lines); set by compile-check --record",
-    "CUTILE_PERF_WITHHOLD_EXAMPLES": "comma-separated bundled ops whose prepared steps example show and demo do not show (set by the eval runner for the op under test)",
-    "CUTILE_PERF_SHARD": "INDEX/COUNT: the pytest plugin keeps one share of the selected tests (every COUNT-th in node-id order, from INDEX); set by the harness when session.yaml has correctness_jobs > 1",
-    "CUTILE_PERF_SELECT": "JSON list of pytest node ids: the pytest plugin runs only these of the tests the command selects; set by the harness for an interleaved re-check run of the cases in doubt",
-    "CUTILE_PERF_GATE_FD": "file descriptor a perf child waits on before its first test while a spare child starts beside it (one byte: go; end of file: cancelled); set by the harness",
-    "CUTILE_PERF_START_FD": "file descriptor a perf child started ahead of its turn (cutile_perf.child.warmstart) waits on before it runs any code of the repository (the byte 1: go, then the CUTILE_PERF_SELECT value of a run whose cases were not known when it started; end of file first: cancelled); set by the harness",
-    "CUTILE_PERF_READY_FD": "file descriptor a perf child started ahead of its turn writes one byte to once its early imports are done and it waits; set by the harness",
-    "CUTILE_PERF_LATE_PYTHONPATH": "the whole PYTHONPATH of a perf child started ahead of its turn, restored when it is let go (it starts without the checkout's entries); set by the harness",
-    "CUTILE_PERF_LATE_CWD": "the checkout a perf child started ahead of its turn moves to when let go (it starts in /); set by the harness",
-    "CUTILE_PERF_PRELOAD": "JSON list of installed top-level modules a perf child started ahead of its turn imports while it waits (those the baseline's perf runs imported from outside their checkout, baseline row field preload); set by the harness",
-    "CUTILE_PERF_KEY_FD": "file descriptor the pytest plugin reads the run report's signing key from, once; set by the harness",
-    "CUTILE_PERF_TUNE_CACHE_DIR": "directory of the persistent tuning cache (default: the user cache dir)",
-    "CUTILE_PERF_BENCH_MODE": "timing mode of cutile_perf.bench in perf tests: cold (default), warm, graph, graph-warm, cupti or cupti-warm",
-    "CUTILE_PERF_CHECK_DIR": "folder a perf child saves its checked timed calls to (child/checked.py: inputs, a sampled timed call's result, the call after the timer); set by the harness",
-    "CUTILE_PERF_UNCHECKED": "1: perf children do not check their timed calls (child/checked.py); for measuring what checking costs, never for real decisions",
-    "CUTILE_PERF_CHECK_REPLAY": "folder of captured timed calls a reference child (the baseline's checkout) replays the base kernel on and compares (child/checked.py); set by the harness",
-    "CUTILE_PERF_DEFENCE": "1: the bundled suite's tests run their red-team defence checks (test_defence; also --defence); set by the harness when session.yaml says defence: true",
-    "DISABLE_AUTOTUNE": "1: cutile_perf.tune launches the fixed config without searching",
-    "CUTILE_PERF_TEST_KILL_AT": "tests only: the loop sends itself a signal at this kill point (a persisted step or a window inside one, knobs.kill_point)",
-    "CUTILE_PERF_TEST_SIGNAL": "tests only: the signal of CUTILE_PERF_TEST_KILL_AT (KILL, INT or TERM; default KILL)",
-    "TILEGYM_DISABLE_AUTOTUNE": "TileGym's switch, honoured like DISABLE_AUTOTUNE",
-    "CUTILE_PERF_INSTALLED_BYTECODE": "0: boxed test children compile installed code (torch, cuda.tile, pytest) from source as before, instead of reading the bytecode the harness compiled once per interpreter (child/bytecode.py); 1 or unset: read it",
-    "CUTILE_PERF_SANDBOX": "off: this harness process runs its test children without the sandbox (the stage then records 'none: off (CUTILE_PERF_SANDBOX)'); auto or unset: as the session says (sandbox: auto, the default)",
-}
-
-# Read by cuda-tile 1.7, tileiras, TileGym or the Triton TileIR backend (never by us, except
-# where noted): the docs may name them.
-FOREIGN_ENV_VARS: dict[str, str] = {
-    "CUDA_TILE_CACHE_DIR": "cuda-tile: disk cache directory (0/off/none disables it); the harness sets it for its pytest children to sandbox/jit-cache/ (verify: an empty folder of its own) when session.yaml has jit_cache: true",
-    "CUDA_TILE_CACHE_SIZE": "cuda-tile: disk cache size limit in bytes",
-    "CUDA_TILE_COMPILER_TIMEOUT_SEC": "cuda-tile: tileiras timeout",
-    "CUDA_TILE_TEMP_DIR": "cuda-tile: temporary files",
-    "CUDA_TILE_LOGS": "cuda-tile: CUTILEIR and/or TILEIR dumps to stderr",
-    "CUDA_TILE_DUMP_TILEIR": "cuda-tile: directory for .tileir MLIR text",
-    "CUDA_TILE_DUMP_BYTECODE": "cuda-tile: directory for .tileirbc bytecode",
-    "CUDA_TILE_ENABLE_CRASH_DUMP": "cuda-tile: crash bundle on a tileiras error",
-    "EXPERIMENTAL_CUDA_TILE_DEBUG_BUILD": "cuda-tile: -O0 --device-debug builds",
-    "CUDA_HOME": "tileiras: toolkit root (must be unset or match tileiras)",
-    "CUDA_PATH": "tileiras: toolkit root (Windows name, also read on Linux)",
-    "CUDA_ROOT": "tileiras: toolkit root, checked first",
-    "XDG_CACHE_HOME": "cuda-tile and cutile-perf: base cache directory",
-    "PATH": "cuda-tile: tileiras lookup",
-    "LD_LIBRARY_PATH": "tileiras: shared libraries",
-    "CUTILE_MAX_LAUNCH_TIMEOUT_SEC": "TileGym tests: tuning watchdog budget",
-    "TILEGYM_DISABLE_CUTILE": "TileGym: hide the cutile backend",
-    "CUPTI": "TileGym tests: 0 switches timing from CUPTI to CUDA events",
-    "CUDAGRAPH": "TileGym tests: 1 times with CUDA graphs (with CUPTI=0)",
-    "ENABLE_TILE": "Triton TileIR backend: 1 selects the TileIR backend",
-    "TILEIR_ENABLE_APPROX": "Triton TileIR backend: approximate math",
-    "TILEIR_ENABLE_FTZ": "Triton TileIR backend: flush denormals to zero",
-    "TRITON_INTERPRET": "triton: 1 runs kernels in the CPU interpreter",
-    "TRITON_TILEIRAS_PATH": "Triton TileIR backend: directory holding tileiras (also read by cutile-perf tileir-check)",
-    "TILEIR_ENABLE_AUTOGEN_ALIAS_MEM_TOKEN": "Triton TileIR backend: auto memory tokens for aliasing accesses (default on)",
-    "TILE_IR_DISABLE_FMAD": "Triton TileIR backend: 1 disables FMA contraction",
-    "PYTHONPATH": "python: module search path",
-    "CUDA_VISIBLE_DEVICES": "CUDA: which GPUs a process sees (passed into the sandbox)",
-    "PYTEST_ADDOPTS": "pytest: extra command-line options (never passed into the sandbox)",
-    "PYTEST_PLUGINS": "pytest: plugins to load (never passed into the sandbox)",
-    "PYTEST_CURRENT_TEST": "pytest: the node id of the test now running (set by pytest inside the test process)",
-    "LD_PRELOAD": "the dynamic loader: libraries loaded first (never passed into the sandbox)",
-    "CUDA_MPS_PIPE_DIRECTORY": "CUDA: where an MPS client finds the MPS daemon's pipes (default under /tmp, which the sandbox hides)",
-    "TORCH_LOGS": "torch: output_code prints the Triton code torch.compile generates (benchmarks/profile_gap.py)",
-}
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"", "0", "false", "no", "off"}
