@@ -312,6 +312,12 @@ def measurement_env() -> dict[str, str]:
             if (k in MEASUREMENT_ENV_NAMES or k.startswith(MEASUREMENT_ENV_PREFIXES)) and k != "CUDA_TILE_CACHE_DIR"}
 
 
+def timed_calls_unchecked() -> bool:
+    """CUTILE_PERF_UNCHECKED=1: perf children do not check their timed calls (the A/B of what checking
+    costs, and the red team's control; never for real decisions)."""
+    return os.environ.get("CUTILE_PERF_UNCHECKED") == "1"
+
+
 def sandbox_override() -> str | None:
     """``"off"`` when CUTILE_PERF_SANDBOX says so; None when unset or ``auto``."""
     value = os.environ.get("CUTILE_PERF_SANDBOX", "").strip().lower()

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from cutile_perf import knobs
 from cutile_perf.store import jitcache
 from cutile_perf.child import box, pristine, protected, records, runner, runreport, warmstart
 from cutile_perf.judge import rules
@@ -203,8 +204,8 @@ def _run_child(session, name, deadline, checkout, fenced_files, on_start, output
     report_file = private / "report.jsonl"
     key = runreport.new_key()
     overrides = {"CUTILE_PERF_REPORT": str(report_file), **(extra_env or {})}
-    # checked timed calls (child.checked); CUTILE_PERF_UNCHECKED=1 switches them off (the A/B of their cost)
-    if name == "perf" and shard is None and not extra_env and os.environ.get("CUTILE_PERF_UNCHECKED") != "1":
+    # checked timed calls (child.checked), unless switched off to measure what they cost
+    if name == "perf" and shard is None and not extra_env and not knobs.timed_calls_unchecked():
         (private / CHECK_FOLDER).mkdir(exist_ok=True)
         overrides["CUTILE_PERF_CHECK_DIR"] = str(private / CHECK_FOLDER)
     if session.defence:
