@@ -16,8 +16,11 @@ candidates screen them and decide the best with ``batch``, one op per GPU of the
    ``batch sandbox/screen-plan.yaml``, which decides the top K as ``try`` does (every check);
 3. one table from each op's log (``op_row``): the baseline's geomean time, the best kept change
    (the row the session now compares with), its speedup over the baseline (geomean over cases),
-   how many candidates were screened and decided. % of roofline: not known to the harness (its rows
-   carry no bytes moved), so not given.
+   its % of the copy roofline where known, how many candidates were screened and decided. The copy
+   roofline of a case is the time its tensors take to move once at the copy bandwidth measured on
+   that GPU (a row's ``copy_floor_ms``, from checked timed calls: the same for every candidate of
+   the case); the column is its geomean ratio to the best row's medians over the cases that have
+   one, a bound that only memory-bound ops come near ("-" where no row of the op had one).
 
 Writes ``OUT/campaign.md`` and ``OUT/campaign.json`` (and each op's log and tables under ``OUT/<op>/``).
 ``--no-gpu`` sets ``require_gpu: false`` after ``init``: only for the CPU test's SIMULATED repository.
@@ -42,7 +45,8 @@ from cutile_perf.judge import stats  # noqa: E402
 from cutile_perf.judge.rules import current_baseline  # noqa: E402
 from cutile_perf.store.log import shape_medians  # noqa: E402
 
-COLUMNS = ("op", "base geomean (ms)", "best verified", "speedup", "screened", "decided", "note")
+COLUMNS = ("op", "base geomean (ms)", "best verified", "speedup", "% of copy roofline", "screened", "decided",
+           "note")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -97,7 +101,15 @@ def op_row(op: str, rows: list[dict], screened: int) -> dict:
     decided = [r for r in rows if r.get("iteration", 0) > 0 and r.get("status") in ("keep", "revert")]
     best = current.get("optimization") if current is not base else None
     return {"op": op, "base_geomean_ms": geomean, "best": best, "speedup": speedup if best else 1.0,
-            "screened": screened, "decided": len(decided), "note": ""}
+            "roofline": roofline_share(rows, now), "screened": screened, "decided": len(decided), "note": ""}
+
+
+def roofline_share(rows: list[dict], medians: dict) -> float | None:
+    """Geomean of (copy floor / median) over the cases a row of the log gave a floor (the last such
+    row's), or None (pure)."""
+    floors = next((r["copy_floor_ms"] for r in reversed(rows) if r.get("copy_floor_ms")), {})
+    shares = [floors[c] / medians[c] for c in sorted(floors) if medians.get(c)]
+    return stats.geomean(shares) if shares else None
 
 
 def render(lines: list[dict], skipped: dict[str, str]) -> str:
@@ -105,9 +117,10 @@ def render(lines: list[dict], skipped: dict[str, str]) -> str:
     for r in lines:
         base = f"{r['base_geomean_ms']:.4f}" if r.get("base_geomean_ms") else "-"
         speed = f"{r['speedup']:.3f}x" if r.get("speedup") else "-"
-        out.append(f"| {r['op']} | {base} | {r.get('best') or 'none (baseline kept)'} | {speed} | "
+        roof = f"{100 * r['roofline']:.0f} %" if r.get("roofline") else "-"
+        out.append(f"| {r['op']} | {base} | {r.get('best') or 'none (baseline kept)'} | {speed} | {roof} | "
                    f"{r.get('screened', '-')} | {r.get('decided', '-')} | {r.get('note', '')} |")
-    out += [f"| {op} | - | - | - | - | - | skipped: {why} |" for op, why in sorted(skipped.items())]
+    out += [f"| {op} | - | - | - | - | - | - | skipped: {why} |" for op, why in sorted(skipped.items())]
     return "\n".join(out)
 
 

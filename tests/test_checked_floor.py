@@ -77,6 +77,7 @@ def test_unchecked_calls_are_said_on_the_row_and_in_status():
     assert fields["unchecked"] == [{"case": "64x16384", "call": 9, "timer": "benchmark_fn",
                                     "why": "the base kernel's two results on the same inputs differ (random output, "
                                            "e.g. dropout)"}]
+    assert "copy_floor_ms" not in fields  # the ok call carried no bytes
     assert row_fields([Stage(name="perf")]) == {}
     from cutile_perf.loop.render import summarize_session
 
@@ -94,3 +95,14 @@ def test_uncovered_perf_cases_by_test_id_parameters():
     assert uncovered_perf_cases(correctness, perf) == ["t.py::test_perf[cutile-4-512]"]
     assert uncovered_perf_cases([], ["t.py::test_perf[float16-8192]"]) == ["t.py::test_perf[float16-8192]"]
     assert uncovered_perf_cases(["t.py::test_op[1e-3-8]"], ["t.py::test_perf[8]"]) == []
+
+
+def test_the_row_carries_each_case_s_copy_floor_from_its_checked_calls():
+    from cutile_perf.child.checkrun import row_fields
+    from cutile_perf.judge.verdict import Stage
+
+    calls = ({"case": "64x16384", "status": "ok", "bytes": 6 * 10**9, "gbps": 3000.0},  # 2 ms
+             {"case": "64x16384", "status": "ok", "bytes": 6 * 10**9, "gbps": 4000.0},  # 1.5 ms: the most kept
+             {"case": "4x512", "status": "ok", "bytes": 0, "gbps": 3000.0},  # no bytes: no floor
+             {"case": "8x512", "status": "mismatch", "bytes": 10**9, "gbps": 3000.0})
+    assert row_fields([Stage(name="perf", checks=calls)])["copy_floor_ms"] == {"64x16384": 2.0}

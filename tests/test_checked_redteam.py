@@ -59,6 +59,8 @@ def test_honest_change_is_not_flagged(checked_session, capsys):
     # every perf case's call, the summarized 512 x 16384 one too (``child.tensor_summary``)
     row = json.loads((repo / "sandbox/experiments.jsonl").read_text().strip().splitlines()[-1])
     assert row["checked"].endswith(" ok, 0 mismatch, 0 unchecked"), row
+    # each case's copy roofline, for a report's "% of roofline" (benchmarks/tilegym_campaign.py)
+    assert set(row["copy_floor_ms"]) == set(row["shapes"]) and all(v > 0 for v in row["copy_floor_ms"].values()), row
     assert not list(runs.glob("*.checked")), sorted(runs.glob("*.checked"))
 
 

@@ -38,6 +38,16 @@ def test_a_table_line_names_the_kept_change_the_session_now_compares_with(campai
     assert line["best"] == "fast" and line["speedup"] == pytest.approx(2.0) and line["decided"] == 3
     assert line["base_geomean_ms"] == pytest.approx(2.0)
     assert campaign.op_row("op", rows[:1], 0)["best"] is None and campaign.op_row("op", [], 0)["note"] == "no baseline"
+    assert line["roofline"] is None  # no row had checked calls
+
+
+def test_the_copy_roofline_share_is_the_floors_over_the_best_row_s_medians(campaign):
+    rows = [row(0, "keep", {"a": 1.0, "b": 4.0}),
+            {**row(1, "keep", {"a": 0.5, "b": 2.0}, "fast", moved=True), "copy_floor_ms": {"a": 0.4, "b": 0.4}},
+            row(2, "revert", {"a": 2.0, "b": 8.0}, "slow")]  # a revert: the floors of row 1 still hold
+    line = campaign.op_row("op", rows, screened=2)
+    assert line["roofline"] == pytest.approx((0.8 * 0.2) ** 0.5)  # geomean of 0.4/0.5 and 0.4/2.0
+    assert "| 40 % |" in campaign.render([line], {})
 
 
 def test_plan_runs_drivable_ops_with_candidates_and_says_why_not_for_the_rest(campaign, tmp_path):

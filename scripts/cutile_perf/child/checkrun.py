@@ -28,6 +28,7 @@ from pathlib import Path
 
 from cutile_perf.child import records
 from cutile_perf.judge.crash import CrashClass
+from cutile_perf.judge.floor import floor_ms
 from cutile_perf.judge.verdict import Stage
 from cutile_perf.store import atomic, remove_tree
 
@@ -145,15 +146,29 @@ def _reason_kind(reason: str) -> str:
 
 
 def row_fields(stages) -> dict:
-    """The row's ``checked`` (``summary``) and ``unchecked`` (each timed call no check could judge:
-    case, call, why) over every perf run of an iteration; {} when none was checked. A case that
-    cannot be checked is said on the row and in ``status``, never silently."""
+    """The row's ``checked`` (``summary``), ``unchecked`` (each timed call no check could judge:
+    case, call, why) and ``copy_floor_ms`` (``copy_floors``) over every perf run of an iteration; {}
+    when none was checked. A case that cannot be checked is said on the row and in ``status``, never
+    silently."""
     checks = [c for s in stages if s is not None for c in getattr(s, "checks", ())]
     if not checks:
         return {}
     unchecked = [{"case": c.get("case"), "call": c.get("ordinal"), "timer": c.get("timer"), "why": c.get("reason")}
                  for c in checks if c.get("status") == "unchecked"]
-    return {"checked": summary(checks), **({"unchecked": unchecked} if unchecked else {})}
+    floors = copy_floors(checks)
+    return {"checked": summary(checks), **({"unchecked": unchecked} if unchecked else {}),
+            **({"copy_floor_ms": floors} if floors else {})}
+
+
+def copy_floors(checks) -> dict[str, float]:
+    """Case -> the time its checked calls' tensors take to move once at the copy bandwidth measured
+    on this GPU (ms; the most of its calls): the copy roofline a report compares a memory-bound
+    case's median with (pure)."""
+    floors: dict[str, float] = {}
+    for c in checks:
+        if c.get("status") == "ok" and c.get("case") and (c.get("bytes") or 0) > 0 and (c.get("gbps") or 0) > 0:
+            floors[c["case"]] = max(floors.get(c["case"], 0.0), round(floor_ms(int(c["bytes"]), float(c["gbps"])), 6))
+    return floors
 
 
 def _sizes(node_id: str) -> frozenset[int]:
