@@ -11,7 +11,8 @@
 #   mkdir .old && git archive <commit> scripts | tar -x -C .old
 # and kept out of git with .git/info/exclude). A version may end in +jobsN: that run's demo has
 # --correctness-jobs N (e.g. "new new+jobs3"); in +nobytecode: its boxed children compile installed
-# code from source (CUTILE_PERF_INSTALLED_BYTECODE=0, child/bytecode.py). Each run's demo is stopped
+# code from source (CUTILE_PERF_INSTALLED_BYTECODE=0, child/bytecode.py); in +nospares: its perf runs
+# start fresh in their turn, no spare beside the run before (demo --no-prestart-perf). Each run's demo is stopped
 # after DEMO_TIMEOUT seconds (default 190).
 set -u
 out=$1; order=$2; old=$(cd "${3:-.old}" 2>/dev/null && pwd || true)
@@ -27,6 +28,7 @@ for version in $order; do
   case $version in
     *+jobs*) args=(--correctness-jobs "${version##*+jobs}") ;;
     *+nobytecode) bytecode=0 ;;
+    *+nospares) args=(--no-prestart-perf) ;;
   esac
   case ${version%%+*} in
     new) path=$here/scripts ;;

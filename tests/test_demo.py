@@ -80,6 +80,21 @@ def test_demo_correctness_jobs_reach_the_demo_session(torch_sees_no_gpu, monkeyp
     assert asked == [2, demo_mod.DEMO_CORRECTNESS_JOBS]
 
 
+def test_demo_prestart_perf_reaches_the_demo_session(torch_sees_no_gpu, monkeypatch, tmp_path):
+    """``demo --no-prestart-perf`` (the spares' A/B, benchmarks/demo_ab.sh) is init's setting for the
+    demo's session; on by default, as init's."""
+    asked, real = [], demo_mod.init
+
+    def init(**kw):
+        asked.append(kw["prestart_perf"])
+        return real(**kw)
+
+    monkeypatch.setattr(demo_mod, "init", init)
+    for argv in (["demo", "--no-prestart-perf"], ["demo"]):
+        assert main(argv) == EnvMissing.exit_code
+    assert asked == [False, True]
+
+
 def test_the_demo_help_gives_its_default_correctness_jobs(capsys):
     with pytest.raises(SystemExit):
         main(["demo", "--help"])

@@ -75,3 +75,14 @@ def test_a_version_ending_in_nobytecode_switches_the_installed_bytecode_off(tmp_
     assert done.returncode == 0, done.stderr
     assert "(CUTILE_PERF_INSTALLED_BYTECODE=0)" in (out / "1-new-nobytecode" / "demo.txt").read_text()
     assert "(CUTILE_PERF_INSTALLED_BYTECODE=1)" in (out / "2-new" / "demo.txt").read_text()
+
+
+def test_a_version_ending_in_nospares_runs_its_demo_without_spare_perf_children(tmp_path):
+    """``new+nospares``: that run's demo gets --no-prestart-perf (a demo argument, parsed before the
+    GPU check, so a machine without a GPU still shows it in the log)."""
+    out = tmp_path / "out"
+    done = _run(tmp_path, str(out), "new+nospares")
+    assert done.returncode == 0, done.stderr
+    log = (out / "1-new-nospares" / "demo.txt").read_text()
+    assert "demo arguments: --kernel rmsnorm --no-prestart-perf (" in log
+    assert "unrecognized arguments" not in log

@@ -29,10 +29,9 @@ def _add_init(subparsers) -> None:
                    help="run the correctness tests in N pytest children at once, each on one share of them "
                         "(default 1; correctness is not timed, the perf command always runs alone)")
     p.add_argument("--prestart-perf", action=argparse.BooleanOptionalAction, default=True,
-                   help="try starts the perf child during the correctness run and holds it before its first "
-                        "test, so its start-up overlaps correctness (default on; done where the children run in "
-                        "the sandbox; --no-prestart-perf when the correctness tests need nearly all GPU memory: "
-                        "the held child may hold a CUDA context)")
+                   help="start each expected perf run as a spare beside the run before it, parked before any "
+                        "code of the repository, so its start-up overlaps that run (default on; only where the "
+                        "children run in the sandbox)")
     p.add_argument("--no-sandbox", action="store_true",
                    help="run the test children without the isolation this machine offers (session.yaml "
                         "sandbox_mode: off; default auto)")
@@ -238,8 +237,11 @@ def _add_demo(subparsers) -> None:
     p.add_argument("--correctness-jobs", type=int, default=None, metavar="N",  # None: loop.demo's default
                    help="the demo session's correctness tests in N pytest children at once, as init "
                         "--correctness-jobs (default 3: a demo step is mostly its correctness run)")
+    p.add_argument("--prestart-perf", action=argparse.BooleanOptionalAction, default=True,
+                   help="start the expected perf runs as parked spares, as init --prestart-perf (default on)")
 
-    runs(p, "demo", lambda a: dict(kernel=a.kernel, correctness_jobs=a.correctness_jobs))
+    runs(p, "demo", lambda a: dict(kernel=a.kernel, correctness_jobs=a.correctness_jobs,
+                                   prestart_perf=a.prestart_perf))
 
 
 # In the order --help lists them.

@@ -134,9 +134,11 @@ def step_line(number: int, step: Step, decision_text: str, stop: str | None, *, 
 DEMO_CORRECTNESS_JOBS = 3
 
 
-def demo(*, kernel: str, dest: Path | None = None, correctness_jobs: int | None = None) -> Outcome:
+def demo(*, kernel: str, dest: Path | None = None, correctness_jobs: int | None = None,
+         prestart_perf: bool = True) -> Outcome:
     """``correctness_jobs``: the session's ``correctness_jobs`` (``init --correctness-jobs``; None:
-    ``DEMO_CORRECTNESS_JOBS``)."""
+    ``DEMO_CORRECTNESS_JOBS``); ``prestart_perf``: the session's (``init --no-prestart-perf``), which
+    the spares' A/B turns off (``benchmarks/demo_ab.sh``)."""
     correctness_jobs = DEMO_CORRECTNESS_JOBS if correctness_jobs is None else correctness_jobs
     session_mod.parse_correctness_jobs(correctness_jobs)  # before the GPU check: a usage error
     suite = assets.kernel_suite()  # package data (a wheel) or the checkout's examples/kernels
@@ -154,7 +156,7 @@ def demo(*, kernel: str, dest: Path | None = None, correctness_jobs: int | None 
         _fresh_copy(suite, dest)
         try:
             lines = [init(repo=dest, kernel=op, test=None, branch=None, allow=[], timeout_s=600,
-                          correctness_jobs=correctness_jobs).text.splitlines()[0]]
+                          correctness_jobs=correctness_jobs, prestart_perf=prestart_perf).text.splitlines()[0]]
             _require_gpu(torch_view.result())
         except EnvMissing:
             shutil.rmtree(dest, ignore_errors=True)
