@@ -35,6 +35,7 @@ and runs the set-up (copy, git, init, session edit), then prints the commands it
 from __future__ import annotations
 
 import argparse
+import collections
 import io
 import importlib.util
 import json
@@ -43,6 +44,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,18 +135,42 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
 
 
-def cutile_perf(repo: Path, *args: str, timeout: float = 600) -> tuple[int, dict, str]:
-    """Run the CLI as a child process; (exit code, its JSON line, stderr tail)."""
-    proc = subprocess.run([sys.executable, "-m", "cutile_perf", args[0], "--repo", str(repo), "--json", *args[1:]],
-                          cwd=repo, env=_env(), capture_output=True, text=True, timeout=timeout)
-    data = {}
-    for line in reversed(proc.stdout.strip().splitlines()):
+def cutile_perf(repo: Path, *args: str, timeout: float = 600, log: Path | None = None) -> tuple[int, dict, str]:
+    """Run the CLI as a child process; (exit code, its JSON line, stderr tail). With ``log``, each
+    stderr line is appended there as it comes, after the seconds since the start, so a GPU call cut
+    off by its time limit still leaves where the time went."""
+    cmd = [sys.executable, "-m", "cutile_perf", args[0], "--repo", str(repo), "--json", *args[1:]]
+    if log is None:
+        proc = subprocess.run(cmd, cwd=repo, env=_env(), capture_output=True, text=True, timeout=timeout)
+        return proc.returncode, last_json_line(proc.stdout), proc.stderr[-2000:]
+    with tempfile.TemporaryFile("w+") as out, open(log, "a") as sink:
+        sink.write(f"$ cutile-perf {' '.join(args)}\n")
+        child = subprocess.Popen(cmd, cwd=repo, env=_env(), stdout=out, stderr=subprocess.PIPE, text=True)
+        killer = threading.Timer(timeout, child.kill)
+        killer.start()
+        began, tail = time.monotonic(), collections.deque(maxlen=40)
         try:
-            data = json.loads(line)
-            break
+            for line in child.stderr:
+                sink.write(f"{time.monotonic() - began:7.1f} {line}")
+                sink.flush()
+                tail.append(line)
+            child.wait()
+        finally:
+            killer.cancel()
+        if time.monotonic() - began >= timeout:
+            raise subprocess.TimeoutExpired(cmd, timeout)
+        out.seek(0)
+        return child.returncode, last_json_line(out.read()), "".join(tail)[-2000:]
+
+
+def last_json_line(stdout: str) -> dict:
+    """The last line of ``stdout`` that is JSON (the CLI's ``--json`` answer), or {}."""
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            return json.loads(line)
         except ValueError:
             continue
-    return proc.returncode, data, proc.stderr[-2000:]
+    return {}
 
 
 def committed_copy(source: Path, repo: Path, message: str, *skipped: str) -> Path:
@@ -293,7 +320,6 @@ def caught(attack: str, outcome: str, landed: list[str]) -> bool | None:
 
 
 def run_attack(base_repo: Path, attack: Path, workdir: Path, timeout: float) -> dict:
-    import time
 
     repo = workdir / attack.stem / "tilesuite"
     shutil.copytree(base_repo, repo, symlinks=True)
@@ -359,7 +385,6 @@ def markdown(results: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import time
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="no GPU: compile the attacks for sm_90, set up, print")

@@ -119,12 +119,22 @@ def plain_perf_s(repo: Path, op: str) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="screen-gpu-"))
+    # Each CLI command's stderr, line by line with its seconds, and each phase's time as it ends:
+    # a GPU call cut off by its limit still says where the time went.
+    log = args.out.with_suffix(".log") if args.out else work / "screen_gpu.log"
+    began = time.monotonic()
+
+    def phase(what: str) -> None:
+        print(f"screen_gpu: {what} at {time.monotonic() - began:.1f} s", flush=True)
+
     repo = committed_copy(args.tilegym, work / args.op.replace("/", "_"), "TileGym slice")
     for step in (("init", "--kernel", args.op), ("baseline", "--repeats", "1")):
-        code, data, err = cli(repo, *step, timeout=1200)
+        code, data, err = cli(repo, *step, timeout=1200, log=log)
         if code != 0:
             raise SystemExit(f"{' '.join(step)}: exit {code}: {data.get('error') or err[-300:]}")
+        phase(f"{step[0]} done")
     plain = plain_perf_s(repo, args.op)
+    phase(f"plain perf runs done ({plain[0]} s cold, {plain[1]} s warm)")
     module = repo / f"src/tilegym/ops/cutile/{args.op}.py"
     (repo / "sandbox/cand").mkdir(parents=True, exist_ok=True)
     for name in CANDIDATES:
@@ -132,10 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, text in (hint_candidates(module.read_text(), args.hints) if args.hints else {}).items():
         (repo / f"sandbox/cand/hint_{name}.py").write_text(text)
     head, rows = git(repo, "rev-parse", "HEAD"), (repo / "sandbox/experiments.jsonl").read_bytes()
-    began = time.monotonic()
+    phase(f"screen of {len(list((repo / 'sandbox/cand').glob('*.py')))} candidates starts (log: {log})")
+    started = time.monotonic()
     code, data, err = cli(repo, "screen", "sandbox/cand/*.py", "--seconds", str(args.seconds), "--top", "2",
-                          timeout=args.seconds + 1800)
-    wall = round(time.monotonic() - began, 1)
+                          timeout=args.seconds + 1800, log=log)
+    wall = round(time.monotonic() - started, 1)
     untouched = git(repo, "rev-parse", "HEAD") == head and (repo / "sandbox/experiments.jsonl").read_bytes() == rows \
         and not git(repo, "status", "--porcelain").strip()
     problems = expectations(data) + ([] if untouched else ["the session branch, the log or the tree changed"])

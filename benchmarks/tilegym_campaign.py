@@ -126,7 +126,7 @@ def render(lines: list[dict], skipped: dict[str, str]) -> str:
 
 def _step(repo: Path, out: Path, name: str, *args: str, timeout: float) -> dict:
     """One command in the op's copy; its exit, JSON and stderr tail saved as ``OUT/<op>/<name>.json``."""
-    code, data, err = cli(repo, *args, timeout=timeout)
+    code, data, err = cli(repo, *args, timeout=timeout, log=out / "commands.log")  # stderr as it comes
     (out / f"{name}.json").write_text(json.dumps({"exit": code, "data": data, "stderr": err}, indent=1))
     if code not in (0, 1):  # 1: a check said no (a revert is still a decided try)
         raise RuntimeError(f"{repo.name}: {name} exited {code}: {data.get('error') or err[-300:]}")

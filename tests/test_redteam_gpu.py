@@ -3,6 +3,7 @@ and the suite's float64 check tells fp32 math from fp16/bf16 math. The GPU run i
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -124,3 +125,22 @@ def test_float64_check_accepts_fp32_math_and_rejects_half_math_and_zeros(dtype_n
     for bad in (_half_math_softmax(x, dtype), torch.zeros_like(x)):
         with pytest.raises(AssertionError, match="correctly rounded float64"):
             common.assert_matches_float64(bad, ref, dtype, "attack")
+
+
+def test_the_cli_driver_streams_stderr_to_a_log_with_seconds(tmp_path):
+    """``cutile_perf(..., log=)``: each stderr line lands in the log as it comes, after its seconds, so
+    a GPU call cut off by its limit still says where the time went; the answer is as without a log."""
+    rt = script()
+    log = tmp_path / "commands.log"
+    plain = rt.cutile_perf(tmp_path, "status", "--no-such-flag")  # argparse's error: stderr, exit 2
+    logged = rt.cutile_perf(tmp_path, "status", "--no-such-flag", log=log)
+    assert logged[0] == plain[0] != 0 and logged[1] == plain[1] and logged[2].strip() == plain[2].strip()
+    lines = log.read_text().splitlines()
+    assert lines[0] == "$ cutile-perf status --no-such-flag" and len(lines) == 1 + len(plain[2].strip().splitlines())
+    assert all(float(line[:7]) >= 0 for line in lines[1:])
+    assert [line[8:] for line in lines[1:]] == plain[2].strip("\n").splitlines()
+
+
+def test_the_cli_driver_with_a_log_still_stops_at_its_timeout(tmp_path):
+    with pytest.raises(subprocess.TimeoutExpired):
+        script().cutile_perf(tmp_path, "status", timeout=0.01, log=tmp_path / "commands.log")
