@@ -85,6 +85,17 @@ def test_screen_ranks_candidates_in_the_order_of_their_latency(screened):
     assert "readings, not verdicts" in table and "| 1 | fast |" in table
 
 
+def test_screen_says_where_its_seconds_went(screened):
+    """Compile-check, correctness and rounds, each timed once, in order, within the whole screen's
+    seconds; screen.md gives them beside the total."""
+    repo, _before, _code, data, _text = screened
+    phases = data["phases"]
+    assert list(phases) == ["compile-check", "correctness", "rounds"]
+    assert all(s >= 0 for s in phases.values()) and phases["correctness"] > 0 and phases["rounds"] > 0
+    assert sum(phases.values()) <= data["seconds"] + 0.3  # each rounded to 0.1 s
+    assert f"correctness {phases['correctness']:.0f} s" in (repo / "sandbox/screen.md").read_text()
+
+
 def test_a_failing_candidate_is_listed_and_not_timed(screened):
     repo, _before, _code, data, _text = screened
     assert data["not_ranked"]["wrong"]["state"] == "fails correctness"

@@ -58,6 +58,9 @@ class ScreenResult:
     rounds: int = 0
     stopped: str = ""  # why the rounds ended early (the base's run crashed), or ""
     seconds: float = 0.0
+    # Where the seconds went, by phase ("compile-check", "correctness", "rounds"): what a user weighs
+    # against a plain perf run, and what a GPU benchmark cut off by its limit cannot reconstruct.
+    phases: dict[str, float] = field(default_factory=dict)
     commits: dict[str, str] = field(default_factory=dict)
     tag_prefix: str = ""  # before each round's tags: a worker of ``screen --gpus`` names its runs apart
     workers: dict[str, str] = field(default_factory=dict)  # name -> the worker (GPU) that timed it, when spread
@@ -216,7 +219,9 @@ def screen(*, repo: Path, source: str, seconds: float, compile_check: CompileChe
         kept = history.kept_commit()
         refused = {e.optimization: why for e in entries if (why := probe_refusal(g, kept, session.repo, e))}
         out.dropped = {name: (REFUSED, why) for name, why in refused.items()}
+        mark = now()
         out.compiled = compile_check(session.repo, [e for e in entries if e.optimization not in refused])
+        mark = _phase(out, "compile-check", mark, now)
         out.dropped.update({n: v for n, v in out.compiled.items() if v[0] == NOT_COMPILED})
         runnable = [(e.optimization, [(tgt, session.repo / c) for tgt, c in e.files])
                     for e in entries if e.optimization not in out.dropped]
@@ -228,6 +233,7 @@ def screen(*, repo: Path, source: str, seconds: float, compile_check: CompileChe
                 preload=history.preload())
             with runner:
                 names = run_correctness(runner, ref, commits, out)
+                mark = _phase(out, "correctness", mark, now)
                 pairs = {} if spread else run_rounds(runner, ref, t, commits, names, seconds, began, now, out)
             samples = {name: paired_samples(p, sorted(ref.medians)) for name, p in pairs.items()}
             if spread and names:  # the runner above has ended its children: the workers have the GPUs
@@ -235,6 +241,14 @@ def screen(*, repo: Path, source: str, seconds: float, compile_check: CompileChe
                     session.repo, dict(commits), names, max(0.0, seconds - (now() - began)), workers=workers,
                     gpus=gpus, engine=engine)
                 out.dropped.update(dropped)
+            _phase(out, "rounds", mark, now)
         out.ranked = screen_rank.rank(samples)
     out.seconds = now() - began
     return out
+
+
+def _phase(out: ScreenResult, name: str, since: float, now: Callable[[], float]) -> float:
+    """Record the seconds of phase ``name`` since ``since``; returns the time it ended."""
+    ended = now()
+    out.phases[name] = ended - since
+    return ended

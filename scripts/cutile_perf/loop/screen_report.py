@@ -42,7 +42,8 @@ def render(out: ScreenResult, base_short: str) -> str:
     lines = [f"# cutile-perf screen: {LABEL}", "",
              f"Latency ratio candidate/base (< 1 is faster), paired within each round against the base "
              f"{base_short} (the commit try compares against); geomean over cases of each case's median ratio; "
-             f"interval: {screen_rank.INTERVAL_KIND}; {out.rounds} round(s) in {out.seconds:.0f} s.",
+             f"interval: {screen_rank.INTERVAL_KIND}; {out.rounds} round(s) in {out.seconds:.0f} s"
+             + (" (" + ", ".join(f"{name} {s:.0f} s" for name, s in out.phases.items()) + ")." if out.phases else "."),
              "Nothing was committed and nothing was recorded in the log: decide with `cutile-perf batch` "
              "(`--top K` writes its plan).", ""]
     lines += ranked_rows(out) or ["No candidate could be ranked."]
@@ -67,7 +68,8 @@ def top_plan(out: ScreenResult, k: int) -> str:
 
 def to_data(out: ScreenResult) -> dict:
     return {"label": LABEL, "base": out.base, "rounds": out.rounds, "interval": screen_rank.INTERVAL_KIND,
-            "seconds": round(out.seconds, 1), "ranked": [r.to_dict() for r in out.ranked],
+            "seconds": round(out.seconds, 1), "phases": {name: round(s, 1) for name, s in out.phases.items()},
+            "ranked": [r.to_dict() for r in out.ranked],
             "not_ranked": {name: {"state": s, "why": why} for name, (s, why) in out.dropped.items()},
             "compile_check": {name: {"state": s, "detail": d} for name, (s, d) in out.compiled.items()},
             "stopped": out.stopped or None, **({"workers": out.workers} if out.workers else {})}
