@@ -199,3 +199,16 @@ def test_throwaway_refs_go_even_when_the_screen_fails(tilegym_like_repo):
         raise RuntimeError("the screen failed")
     assert screen_commits.screen_refs(g) == []
     assert (repo / ".git/index").read_bytes() == index and git_ops.head(g) == head
+
+
+def test_candidates_that_cannot_be_ranked_in_the_seconds_given_are_not_screened(tilegym_like_repo):
+    """At this session's stage times (the baseline's), ``--seconds 1`` fits the first ranking of one
+    candidate: it is ranked, the others are listed as not screened and no child of theirs runs."""
+    repo, _cand = baselined_with_candidates(tilegym_like_repo.parent / "short", LATENCY)
+    code, data, _text = call(repo, "screen", "sandbox/cand/*.py", "--seconds", "1")
+    assert code == 0, data
+    ranked, skipped = [r["name"] for r in data["ranked"]], data["not_ranked"]
+    assert ranked == ["fast"], data  # the first in the glob's order
+    assert {name for name, v in skipped.items() if v["state"] == "not screened"} == {"mid", "slow", "wrong"}
+    assert "give more --seconds" in skipped["mid"]["why"]
+    assert len(list((repo / "sandbox/runs").glob("screen-c*-correctness.log"))) == 1

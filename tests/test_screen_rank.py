@@ -143,3 +143,32 @@ def test_the_runner_starts_no_reference_child_for_a_run_asked_unchecked(monkeypa
     runner.run(Request("perf", "screen-r1-c1", "c1"))
     runner.run(Request("perf", "screen-r2-c1", "c1", check=False))
     assert checked == ["screen-r1-c1"] and len(discarded) == 2
+
+
+# --- what a screen can rank within the time given ----------------------------------------------------
+
+
+def test_the_first_ranking_costs_every_correctness_run_and_one_round_with_its_reference_checks():
+    from cutile_perf.loop import budget
+
+    cost = budget.ScreenCost(correctness_s=12.0, perf_s=18.0, reference_s=9.0)
+    # 8 candidates: 8 correctness runs, the base and 8 timed runs, 8 reference checks.
+    assert cost.first_ranking_s(8) == 8 * 12 + 9 * 18 + 8 * 9
+    # Over 2 workers each times the base and its 4 candidates, side by side.
+    assert cost.first_ranking_s(8, workers=2) == 8 * 12 + 5 * 18 + 4 * 9
+    assert cost.fitting(8, seconds=cost.first_ranking_s(3)) == 3
+    assert cost.fitting(8, seconds=cost.first_ranking_s(3) - 1) == 2
+    assert cost.fitting(8, seconds=10_000) == 8 and cost.fitting(8, seconds=0) == 1  # at least one
+
+
+def test_the_screen_cost_comes_from_the_logs_stage_times():
+    from cutile_perf.loop import budget
+
+    baseline = {"iteration": 0, "timings": {"stages": [["0-correctness", 12.0], ["0-perf", 18.0], ["0-perf", 20.0]]}}
+    assert budget.screen_cost([]) is None
+    before_any_try = budget.screen_cost([baseline])
+    assert (before_any_try.correctness_s, before_any_try.perf_s) == (12.0, 20.0)  # the slower run
+    assert before_any_try.reference_s == 20.0, "no reference check timed yet: priced as a perf run"
+    tried = {"iteration": 1, "status": "keep", "timings": {"stages": [["1-correctness", 13.0], ["1-perf", 19.0],
+                                                                     ["1-reference", 9.0]]}}
+    assert budget.screen_cost([baseline, tried]).reference_s == 9.0

@@ -167,7 +167,9 @@ def _add_screen(subparsers) -> None:
              "one round. The table goes to sandbox/screen.md; --top K writes sandbox/screen-plan.yaml for batch.")
     p.add_argument("candidates", help="a glob of candidate files for the fenced kernel file (quoted), or a batch plan")
     p.add_argument("--seconds", type=float, default=0.0,
-                   help="time for the whole screen; a round starts only if it can end in time (default 0: one round)")
+                   help="time for the whole screen: candidates whose first ranking cannot end in time (at this "
+                        "session's stage times) are listed as not screened, and a further round starts only if it "
+                        "can end in time (default 0: one round of every candidate)")
     p.add_argument("--top", type=int, metavar="K", help="write sandbox/screen-plan.yaml with the K best, for batch")
 
     add_spread_flags(p, "each comparing its candidates with the base on its one GPU")

@@ -324,6 +324,40 @@ def try_estimate(rows: Sequence[dict], thresholds: Thresholds) -> Estimate | Non
     return estimate(timed(rows), thresholds.min_confirm_pairs, thresholds.max_confirm_pairs)
 
 
+@dataclass(frozen=True)
+class ScreenCost:
+    """What ``screen`` spends before it can rank anything, from this session's stage times: each
+    candidate's correctness run, then one round (the base's timed run and each candidate's, the
+    latter with its reference check)."""
+
+    correctness_s: float
+    perf_s: float
+    reference_s: float
+
+    def first_ranking_s(self, candidates: int, workers: int = 1) -> float:
+        each = math.ceil(candidates / workers)  # a spread screen deals the round's runs to its workers
+        return candidates * self.correctness_s + (each + 1) * self.perf_s + each * self.reference_s
+
+    def fitting(self, candidates: int, seconds: float, workers: int = 1) -> int:
+        """How many of the candidates (at least one) can be ranked within ``seconds``."""
+        k = candidates
+        while k > 1 and self.first_ranking_s(k, workers) > seconds:
+            k -= 1
+        return k
+
+
+def screen_cost(rows: Sequence[dict]) -> ScreenCost | None:
+    """``ScreenCost`` at the high quantile of the log's stage times; a reference check not timed yet
+    is priced as a perf run (on TileGym it took 0.5-1.4 of one); None before the baseline."""
+    t = timed(rows)
+    if not t.correctness or not t.perf:
+        return None
+    reference = [float(s) for row in rows for n, s in (row.get("timings") or {}).get("stages") or ()
+                 if str(n).endswith("-reference") and isinstance(s, (int, float)) and not isinstance(s, bool)]
+    perf = high_quantile(t.perf)
+    return ScreenCost(high_quantile(t.correctness), perf, high_quantile(reference) if reference else perf)
+
+
 def job_reserve(job_s: float) -> float:
     return max(RESERVE_MIN_S, RESERVE_FRACTION * job_s)
 

@@ -32,14 +32,14 @@ from cutile_perf.child import measure
 from cutile_perf.errors import UsageError
 from cutile_perf.judge.verdict import Evidence, Reference, Stage, judge, judge_correctness, judge_records, paired_samples
 from cutile_perf.kernel import probes
-from cutile_perf.loop import guards, plan, row, screen_commits, screen_rank, screen_spread
+from cutile_perf.loop import budget, guards, plan, row, screen_commits, screen_rank, screen_spread
 from cutile_perf.loop.stages import Request, StageRunner, Stages
 from cutile_perf.output import say
 from cutile_perf.store.session import Session
 
 # States of a candidate that is not ranked.
 NOT_COMPILED, FAILS_CORRECTNESS, FAILS_PERF = "does not compile", "fails correctness", "fails perf"
-REFUSED = "refused"
+REFUSED, NO_TIME = "refused", "not screened"
 
 # Given the repository and each candidate's (name, files), what the CPU compile-check found:
 # name -> (state, detail); state NOT_COMPILED drops the candidate, any other is a note.
@@ -67,6 +67,26 @@ class ScreenResult:
 
 
 # --- the candidates ----------------------------------------------------------------------------------
+
+
+def within_time(runnable: list, cost: budget.ScreenCost | None, seconds: float, workers: int,
+                out: ScreenResult) -> list:
+    """The first candidates whose first ranking fits ``seconds`` (at least one); the others are
+    listed as not screened, never started: a screen that cannot end in the time given would cut
+    the agent's GPU job short with nothing ranked. Without the session's stage times (none before a
+    baseline) every candidate stays."""
+    if cost is None or not runnable:
+        return runnable
+    k = cost.fitting(len(runnable), seconds, workers)
+    need = cost.first_ranking_s(k, workers)
+    say(f"screen: about {need:.0f} s before the first ranking of {k} candidate(s): correctness "
+        f"{cost.correctness_s:.0f} s each, then a round of perf runs ({cost.perf_s:.0f} s each, "
+        f"{cost.reference_s:.0f} s more for a candidate's reference check)")
+    for name, _files in runnable[k:]:
+        out.dropped[name] = (NO_TIME, f"the {max(seconds, 0):.0f} s left of --seconds fit the first ranking of {k} of "
+                                      f"{len(runnable)} candidates (about {need:.0f} s at this session's stage times); "
+                                      "give more --seconds, or screen it in another job")
+    return runnable[:k]
 
 
 def candidates_from(session: Session, source: str) -> list[plan.PlannedTry]:
@@ -225,6 +245,8 @@ def screen(*, repo: Path, source: str, seconds: float, compile_check: CompileChe
         out.dropped.update({n: v for n, v in out.compiled.items() if v[0] == NOT_COMPILED})
         runnable = [(e.optimization, [(tgt, session.repo / c) for tgt, c in e.files])
                     for e in entries if e.optimization not in out.dropped]
+        if seconds > 0:  # 0 (the default): one round, however long it takes
+            runnable = within_time(runnable, budget.screen_cost(history.rows), seconds - (now() - began), workers, out)
         children = len(runnable) * 2 + 1  # each candidate's correctness, and the first round
         with screen_commits.throwaway_commits(g, kept, runnable) as commits:
             out.commits = dict(commits)
