@@ -27,10 +27,6 @@ from cutile_perf.store import safe_read
 
 # pytest exit codes (pytest.ExitCode), named here to keep the import of pytest out of the harness.
 PYTEST_OK = 0
-PYTEST_TESTS_FAILED = 1
-PYTEST_INTERRUPTED = 2
-PYTEST_INTERNAL_ERROR = 3
-PYTEST_USAGE_ERROR = 4
 PYTEST_NO_TESTS = 5
 
 

@@ -170,10 +170,6 @@ class History:
         """The row new candidates are compared with (``rules.current_baseline``)."""
         return current_baseline(self.rows)
 
-    def baseline_commit(self) -> str | None:
-        row = self.baseline()
-        return row.get("commit") if row else None
-
     def frozen(self) -> dict | None:
         """The session settings frozen by the baseline row (None before the baseline)."""
         return (self.first() or {}).get("frozen")
