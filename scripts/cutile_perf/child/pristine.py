@@ -41,8 +41,6 @@ _MODE_SUBMODULE = "160000"
 @dataclass(frozen=True)
 class Checkout:
     root: Path
-    protected_from: str
-    fenced_from: str
     skipped: tuple[str, ...]  # committed paths deliberately not written (start-up files, bytecode, links out)
     written: tuple[str, ...] = ()  # the committed files the checkout holds: what a child may not change
     links: tuple[str, ...] = ()  # committed symlinks recreated in it (each points inside the checkout)
@@ -151,7 +149,7 @@ def build(g, *, protected_from: str, fenced_from: str, fence: Iterable[str], roo
         written.append(entry.path)
         if entry.mode == _MODE_EXEC:
             target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return Checkout(root, protected_from, fenced_from, tuple(sorted(skipped)), tuple(written), tuple(links))
+    return Checkout(root, tuple(sorted(skipped)), tuple(written), tuple(links))
 
 
 def sweep(checkout: Checkout) -> list[str]:

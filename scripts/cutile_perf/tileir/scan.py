@@ -45,7 +45,6 @@ class Kernel:
     atomic_params: set[str] = field(default_factory=set)  # pointer arguments written with tl.atomic_*
     reduced_names: set[str] = field(default_factory=set)  # variables assigned from a reduction
     divided_by_reduction: bool = False
-    decorators: list[str] = field(default_factory=list)
     autotune: Autotune | None = None
     uses_occupancy: bool = False
 
@@ -245,7 +244,7 @@ def scan(source: str) -> Module:
         if not any(n in JIT_NAMES for n in names):
             continue
         params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
-        kernel = Kernel(name=fn.name, lineno=fn.lineno, params=params, decorators=names)
+        kernel = Kernel(name=fn.name, lineno=fn.lineno, params=params)
         for dec, name in zip(fn.decorator_list, names):
             if name in AUTOTUNE_NAMES and isinstance(dec, ast.Call):
                 kernel.autotune = _autotune(dec)
