@@ -121,13 +121,8 @@ def _pointer_operand(node: ast.AST, params: set[str], local_bases: dict[str, str
 def _base_param(node: ast.AST, params: set[str], local_bases: dict[str, str] | None = None) -> str | None:
     """The kernel parameter a pointer expression is built from (``x_ptr + offs`` -> ``x_ptr``), also
     through a local pointer variable (``ptrs = x_ptr + offs; tl.store(ptrs, ...)`` -> ``x_ptr``)."""
-    base = _pointer_operand(node, params, local_bases or {})
-    if base:
-        return base
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Name) and sub.id in params:
-            return sub.id
-    return None
+    return _pointer_operand(node, params, local_bases or {}) or next(
+        (sub.id for sub in ast.walk(node) if isinstance(sub, ast.Name) and sub.id in params), None)
 
 
 def _local_pointer_bases(fn: ast.FunctionDef, params: set[str]) -> dict[str, str]:
@@ -169,12 +164,8 @@ def _autotune(node: ast.Call) -> Autotune:
 
 
 def _mentions_occupancy(node: ast.AST) -> bool:
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.keyword) and sub.arg == "occupancy":
-            return True
-        if isinstance(sub, ast.Constant) and sub.value == "occupancy":
-            return True
-    return False
+    return any((isinstance(sub, ast.keyword) and sub.arg == "occupancy")
+               or (isinstance(sub, ast.Constant) and sub.value == "occupancy") for sub in ast.walk(node))
 
 
 def _walk_body(fn: ast.FunctionDef):
