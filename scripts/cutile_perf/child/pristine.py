@@ -191,14 +191,10 @@ def package_root(checkout_root: Path, rel: str) -> Path:
 
 
 def package_roots(checkout_root: Path, fenced_files: Iterable[str]) -> list[Path]:
-    """The directories to put first on ``PYTHONPATH`` so the fenced modules import from the checkout."""
-    roots: list[Path] = []
-    for rel in fenced_files:
-        if rel.endswith(".py") and (root := package_root(checkout_root, rel)) not in roots:
-            roots.append(root)
-    if checkout_root not in roots:
-        roots.append(checkout_root)
-    return roots
+    """The directories to put first on ``PYTHONPATH`` so the fenced modules import from the checkout
+    (each once, in the fenced files' order, the checkout's root last unless one of them is it)."""
+    found = [package_root(checkout_root, rel) for rel in fenced_files if rel.endswith(".py")]
+    return list(dict.fromkeys([*found, checkout_root]))
 
 
 def module_name(checkout_root: Path, rel: str) -> str | None:
