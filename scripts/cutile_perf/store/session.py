@@ -260,10 +260,7 @@ def _top_level(start: Path) -> Path:
     not tell the user to ``init`` again. ``start`` itself when no ``.git`` is found.
     """
     start = Path(start).resolve()
-    for candidate in (start, *start.parents):
-        if (candidate / ".git").exists():
-            return candidate
-    return start
+    return next((candidate for candidate in (start, *start.parents) if (candidate / ".git").exists()), start)
 
 
 def command_test_files(*commands: str) -> list[str]:
