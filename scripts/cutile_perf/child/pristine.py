@@ -124,10 +124,7 @@ def emptied_slot(root: Path) -> Path:
 def build(g, *, protected_from: str, fenced_from: str, fence: Iterable[str], root: Path | None = None) -> Checkout:
     """Write the composed tree into ``root`` (emptied first: a slot from ``slot_root``) or, without
     it, into a new temporary directory; either way outside the repository."""
-    if root is None:
-        root = Path(tempfile.mkdtemp(prefix="cutile-perf-checkout-"))
-    else:
-        root = emptied_slot(root)
+    root = Path(tempfile.mkdtemp(prefix="cutile-perf-checkout-")) if root is None else emptied_slot(root)
     entries = composed_entries(g, protected_from, fenced_from, fence)
     files = [e for e in entries if e.mode not in (_MODE_SUBMODULE,) and not skipped_by_rule(e.path)]
     skipped = [e.path for e in entries if e not in files]
