@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from cutile_perf.skill.assets import split_frontmatter  # noqa: F401 - re-exported for the docs tests
+import yaml
 
 _FENCE = re.compile(r"^(```+|~~~+)\s*([\w+-]*)")
 _INLINE_CODE = re.compile(r"`([^`\n]+)`")
@@ -22,6 +22,20 @@ _ENV_ASSIGN = re.compile(r"(?<![\w.])([A-Z][A-Z0-9]*_[A-Z0-9_]*[A-Z0-9])=")
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 _LOCAL_PATH = re.compile(r"^(?:scripts|templates|examples|benchmarks|references|evals)/[\w./-]*$")
 SHELL_LANGS = {"", "bash", "sh", "shell", "console", "text"}
+
+
+def split_frontmatter(text: str) -> tuple[dict, str]:
+    """YAML frontmatter (between leading ``---`` lines) and the body after it."""
+    if not text.startswith("---\n"):
+        return {}, text
+    end = text.find("\n---\n", 4)
+    if end < 0:
+        raise ValueError("frontmatter starts with --- but never ends")
+    meta = yaml.safe_load(text[4:end]) or {}
+    if not isinstance(meta, dict):
+        raise ValueError("frontmatter is not a mapping")
+    return meta, text[end + 5:]
+
 
 # The variables cutile-perf reads whose names do not start with CUTILE_PERF_ (knobs.autotune_disabled).
 OWN_UNPREFIXED_ENV_VARS = {

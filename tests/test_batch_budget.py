@@ -165,7 +165,7 @@ def write_plan(repo, count: int) -> list[str]:
 
 
 def reference(repo) -> str:
-    return History.open(session_mod.load(repo), git_ops.open_repo(repo)).baseline_commit()
+    return History.open(session_mod.load(repo), git_ops.open_repo(repo)).baseline()["commit"]
 
 
 def run_job(repo, clock: FakeClock, stages: ScriptedStages, budget_s: float):

@@ -130,8 +130,8 @@ def test_device_span_skips_the_lead_kernels_and_spans_the_calls_own():
     # event ignored.
     prof = types.SimpleNamespace(events=lambda: [event(141, 200), event(0, 40), event(205, 260), event(40, 140),
                                                  event(0, 500, device="DeviceType.CPU")])
-    assert profiler._device_span_ms(prof, 2) == pytest.approx(0.119)
-    assert profiler._device_span_ms(prof, 4) is None  # nothing of the call left
+    assert profiler._span_ms(profiler._call_kernels(prof, 2)) == pytest.approx(0.119)
+    assert profiler._span_ms(profiler._call_kernels(prof, 4)) is None  # nothing of the call left
 
 
 @pytest.mark.gpu

@@ -111,7 +111,7 @@ def scripted(repo, *perf_runs: dict, correctness: Stage | None = None, **kw) -> 
     kw.setdefault("defined", {KERNEL})
     return ScriptedStages({("correctness", "candidate"): [correctness or passed()],
                            ("perf", "candidate"): [perf(m) for m in perf_runs],
-                           ("perf", "base"): [perf(BASE)]}, reference_commit=history.baseline_commit(), **kw)
+                           ("perf", "base"): [perf(BASE)]}, reference_commit=history.baseline()["commit"], **kw)
 
 
 def test_a_clear_speedup_is_kept_and_becomes_the_baseline_in_milliseconds(repo):
@@ -308,8 +308,6 @@ def test_the_log_is_read_once_per_try(repo, monkeypatch):
         return real(cls, path)
 
     monkeypatch.setattr(log.Snapshot, "read", classmethod(counted))
-    monkeypatch.setattr(log, "read_entries", lambda *a, **k: pytest.fail("a second way of reading the log"))
-    monkeypatch.setattr(log, "read_log", lambda *a, **k: pytest.fail("a second way of reading the log"))
     edit(repo, "slower, counted")
     try_change(repo, "slower", stages=scripted(repo, {"a": 1.5, "b": 3.0}))
     # scripted() itself opened the history once to learn the baseline commit.
@@ -534,7 +532,7 @@ def test_an_iteration_killed_before_its_verdict_shows_correctness_not_run_with_w
     edit(repo, "killed before the verdict")
     _killed_after_commit(repo, patch_name(1, "killed"))
     resume_interrupted(repo)
-    row = log.read_entries(repo / "sandbox/experiments.jsonl")[-1]
+    row = log.Snapshot.read(repo / "sandbox/experiments.jsonl").contents.entries[-1]
     assert (row["status"], row["crash_class"], row["correctness"]) == ("crash", "interrupted", "not run"), row
     assert "stopped after step 'committed'" in row["reason"]
     table = (repo / "sandbox/perf_results.md").read_text()
@@ -552,7 +550,7 @@ def test_ctrl_c_during_the_perf_run_logs_the_correctness_the_tests_showed(repo):
 
     with pytest.raises(KeyboardInterrupt):
         try_change(repo, "ctrl-c", stages=scripted(repo, {"a": 0.5, "b": 1.0}, on_stage=ctrl_c))
-    row = log.read_entries(repo / "sandbox/experiments.jsonl")[-1]
+    row = log.Snapshot.read(repo / "sandbox/experiments.jsonl").contents.entries[-1]
     assert (row["crash_class"], row["correctness"]) == ("interrupted", "PASS"), row
     assert "interrupted" in (repo / "sandbox/perf_results.md").read_text()
 

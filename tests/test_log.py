@@ -8,7 +8,7 @@ import pytest
 from cutile_perf.judge.rules import current_baseline
 from cutile_perf.store.history import History
 from cutile_perf.store.log import shape_medians
-from cutile_perf.store.log import anchor_of, append_entry, check_chain, read_entries, read_log, validate_entry
+from cutile_perf.store.log import Snapshot, anchor_of, append_entry, check_chain, validate_entry
 
 
 def next_iteration(entries):
@@ -32,7 +32,7 @@ def test_append_then_read_round_trips(tmp_path):
     path = tmp_path / "sandbox" / "experiments.jsonl"
     for e in (entry(0), entry(1, tier="new-baseline"), entry(2, "crash", crash_class="compile")):
         append_entry(path, e)
-    rows = read_entries(path)
+    rows = Snapshot.read(path).contents.entries
     assert [{k: v for k, v in r.items() if k != "prev"} for r in rows] == [
         entry(0), entry(1, tier="new-baseline"), entry(2, "crash", crash_class="compile")]
     assert all(json.loads(line) for line in path.read_text().splitlines())  # one object per line
@@ -58,7 +58,7 @@ def test_truncated_last_line_is_skipped_and_reported(tmp_path):
     append_entry(path, entry(0))
     with open(path, "a") as fh:
         fh.write(json.dumps(entry(1))[:25])  # kill -9 in the middle of the second write
-    contents = read_log(path)
+    contents = Snapshot.read(path).contents
     assert [e["iteration"] for e in contents.entries] == [0]
     assert contents.truncated_tail is not None and contents.truncated_tail.startswith('{"iteration": 1')
 
@@ -70,13 +70,13 @@ def test_append_after_a_truncated_line_does_not_lose_the_new_entry(tmp_path):
     with open(path, "a") as fh:
         fh.write('{"iteration": 1, "optim')
     append_entry(path, entry(2, "revert", tier="regression"))
-    contents = read_log(path)
+    contents = Snapshot.read(path).contents
     assert [e["iteration"] for e in contents.entries] == [0, 2]
     assert contents.truncated_tail is None and contents.skipped == [(2, '{"iteration": 1, "optim')]
 
 
 def test_missing_log_is_empty(tmp_path):
-    assert read_log(tmp_path / "none.jsonl").entries == []
+    assert Snapshot.read(tmp_path / "none.jsonl").contents.entries == []
     assert next_iteration([]) == 0
 
 

@@ -1,7 +1,6 @@
 """Autotuner behaviour on CPU with a fake launcher and the FakeBench timing backend."""
 from __future__ import annotations
 
-import re
 
 import numpy as np
 import pytest
@@ -169,7 +168,7 @@ def test_compiled_configs_are_loaded_while_the_others_still_compile(tmp_path):
     assert failed == {Config(occupancy=4): "launch"}
     assert Config(occupancy=4) not in tuner.timer.timed  # a config that failed to load is never timed
     assert tuner.cache["k"].config == Config(occupancy=8)
-    assert report.load_s >= 0 and re.match(r"compile \d+\.\d\d s \[custom, handoffs 0\]", report.breakdown())
+    assert report.load_s >= 0 and (report.compiler, report.handoffs) == ("custom", 0)
 
 
 def test_all_failed_raises_tune_failed(tmp_path):

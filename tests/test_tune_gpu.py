@@ -88,7 +88,7 @@ def test_precompiled_candidates_are_cache_hits_in_the_timing_stage(fresh_tile_ca
     assert report.compiler == "threads"  # no pool was running: nothing to start
     assert len(tileiras_runs) == len(space)
     assert all(name.startswith("cutile-perf-compile") for name in tileiras_runs), tileiras_runs
-    assert report.handoffs == len(space), report.breakdown()  # first launches took stage 1's cubins
+    assert report.handoffs == len(space), report  # first launches took stage 1's cubins
     tuner.launch(torch.cuda.current_stream(), "k", grid_fn, args_fn)
     # One frontend per config, all in stage 1: exhaustive_search's replace_hints() kept the loaded
     # kernels (no second compile in the timing stage or at the final launch).

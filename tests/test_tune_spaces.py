@@ -5,7 +5,7 @@ import pytest
 
 from cutile_perf.errors import UsageError
 from cutile_perf.tune.config import Config
-from cutile_perf.tune.spaces import (TEMPLATES, arch_family, attention_space, hint_problems, is_provisional, matmul_space, product,
+from cutile_perf.tune.spaces import (TEMPLATES, arch_family, attention_space, hint_problems, matmul_space, product,
                                      template, valid)
 
 ARCHS = ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_103", "sm_120"]
@@ -39,8 +39,6 @@ def test_smem_filter_drops_tiles_that_cannot_fit():
 
 
 def test_hopper_lists_follow_the_h200_measurements():
-    assert not is_provisional("matmul", "sm_90") and not is_provisional("attention", "sm_90")
-    assert is_provisional("fused_gemm", "sm_90") and not is_provisional("fused_gemm", "sm_100")
     hopper = matmul_space("sm_90")
     # Measured best: 128x128x64 with occupancy 2 (matmul step 03), then the probe's winner at occupancy 1.
     assert hopper[:2] == [Config(TILE_M=128, TILE_N=128, TILE_K=64, occupancy=2, num_ctas=1),

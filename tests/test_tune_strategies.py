@@ -7,7 +7,7 @@ import pytest
 
 from cutile_perf.errors import UsageError
 from cutile_perf.tune.config import Config, Trial, best_trial
-from cutile_perf.tune.strategies import STRATEGIES, get_strategy, resolve_options, strategy_table
+from cutile_perf.tune.strategies import STRATEGIES, get_strategy, resolve_options
 from cutile_perf.tune.strategies.sample_refine import neighbours
 
 
@@ -32,11 +32,10 @@ def bowl(c):
     return 1.0 + sum(abs(math.log2(v) - math.log2(t)) for v, t in ((c.TILE_M, 128), (c.TILE_N, 128), (c.TILE_K, 64)))
 
 
-def test_registry_and_docs_table_come_from_the_modules():
+def test_registry_holds_the_modules_and_their_options():
     assert set(STRATEGIES) == {"exhaustive", "sample_refine", "surrogate"}
-    rows = {r["name"]: r for r in strategy_table()}
-    assert rows["sample_refine"]["options"]["budget"] == 30
-    assert all(r["parallel_compile"] for r in rows.values())
+    assert resolve_options("sample_refine", None)["budget"] == 30
+    assert all(m.PARALLEL_COMPILE for m in STRATEGIES.values())
 
 
 def test_unknown_strategy_and_option_list_what_is_allowed():

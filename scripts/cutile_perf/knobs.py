@@ -26,6 +26,11 @@ def _flag(name: str) -> bool:
     raise BadEnvValue(f"{name}={os.environ[name]!r}: expected one of 1/true/yes/on or 0/false/no/off")
 
 
+def _path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
 def installed_bytecode_on() -> bool:
     """False when CUTILE_PERF_INSTALLED_BYTECODE is set to a false value (default: on)."""
     return "CUTILE_PERF_INSTALLED_BYTECODE" not in os.environ or _flag("CUTILE_PERF_INSTALLED_BYTECODE")
@@ -37,13 +42,11 @@ def autotune_disabled() -> bool:
 
 
 def records_path() -> Path | None:
-    value = os.environ.get("CUTILE_PERF_RECORDS")
-    return Path(value) if value else None
+    return _path("CUTILE_PERF_RECORDS")
 
 
 def launches_path() -> Path | None:
-    value = os.environ.get("CUTILE_PERF_RECORD_LAUNCHES")
-    return Path(value) if value else None
+    return _path("CUTILE_PERF_RECORD_LAUNCHES")
 
 
 def withheld_examples() -> frozenset[str]:
@@ -52,8 +55,7 @@ def withheld_examples() -> frozenset[str]:
 
 
 def report_path() -> Path | None:
-    value = os.environ.get("CUTILE_PERF_REPORT")
-    return Path(value) if value else None
+    return _path("CUTILE_PERF_REPORT")
 
 
 def shard() -> tuple[int, int] | None:
@@ -217,8 +219,7 @@ def enable_tile() -> str | None:
 
 def tileiras_dir_override() -> Path | None:
     """TRITON_TILEIRAS_PATH: the directory where the Triton TileIR backend looks for tileiras first."""
-    value = os.environ.get("TRITON_TILEIRAS_PATH")
-    return Path(value) if value else None
+    return _path("TRITON_TILEIRAS_PATH")
 
 
 def cuda_env_conflicts() -> dict[str, str]:

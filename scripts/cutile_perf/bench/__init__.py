@@ -286,10 +286,8 @@ def measure(
         call()
     if check is not None:
         n_rep = max(n_rep, 2)  # the first and the last sample are checked: two different calls
-    if timer == "cupti":
-        samples = profiled_samples(torch, call, n_rep, flush_buf, check)
-    else:
-        samples = [ms / per_sample for ms in _timed(torch, call, n_rep, flush_buf, check)]
+    samples = (profiled_samples(torch, call, n_rep, flush_buf, check) if timer == "cupti"
+               else [ms / per_sample for ms in _timed(torch, call, n_rep, flush_buf, check)])
     device_ms = device_time_ms(torch, call, flush_buf, cupti=timer == "cupti") if witness else None
     if device_ms is not None:
         device_ms /= per_sample

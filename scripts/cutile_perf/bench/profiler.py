@@ -62,12 +62,6 @@ def _kernel_sum_ms(kernels: list[tuple[float, float]]) -> float | None:
     return sum(end - start for start, end in kernels) / 1e3
 
 
-def _device_span_ms(prof, lead_kernels: int) -> float | None:
-    """One profiled call's device time: from the first kernel after the ``lead_kernels`` queued ahead
-    of it to the last kernel's end (ms); None when the profile holds no kernel of the call."""
-    return _span_ms(_call_kernels(prof, lead_kernels))
-
-
 def _profile_call(torch, call, flush_buf, *, flush_outside: bool) -> tuple[list[tuple[float, float]], object]:
     """(the call's device work as (start, end) us, its result) from one ``torch.profiler`` session
     that ends with a device-wide synchronize, so work on any stream is in it.

@@ -364,7 +364,7 @@ def _run_stage(session, name, tag, deadline, checkout, fenced_files, tracked, on
     imports = warmstart.installed_imports(report.modules, [checkout.root, private]) if name == "perf" else []
     not_passed = {n: o for n, o in report.outcomes.items() if o != "passed"}
     return Stage(name, crash, result.duration_s, _rel(session, output), shapes, test_ids, kernel_names, detail,
-                 ended=report.ended, passed=frozenset(report.passed()), not_passed=not_passed, restored=tuple(touched_user),
+                 ended=report.ended, passed=frozenset(report.passed()), not_passed=not_passed,
                  sandbox=box.label(box_why_not(session)), imports=tuple(imports), checked=tuple(report.checked))
 
 

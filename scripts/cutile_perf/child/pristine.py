@@ -41,8 +41,6 @@ _MODE_SUBMODULE = "160000"
 @dataclass(frozen=True)
 class Checkout:
     root: Path
-    protected_from: str
-    fenced_from: str
     skipped: tuple[str, ...]  # committed paths deliberately not written (start-up files, bytecode, links out)
     written: tuple[str, ...] = ()  # the committed files the checkout holds: what a child may not change
     links: tuple[str, ...] = ()  # committed symlinks recreated in it (each points inside the checkout)
@@ -126,10 +124,7 @@ def emptied_slot(root: Path) -> Path:
 def build(g, *, protected_from: str, fenced_from: str, fence: Iterable[str], root: Path | None = None) -> Checkout:
     """Write the composed tree into ``root`` (emptied first: a slot from ``slot_root``) or, without
     it, into a new temporary directory; either way outside the repository."""
-    if root is None:
-        root = Path(tempfile.mkdtemp(prefix="cutile-perf-checkout-"))
-    else:
-        root = emptied_slot(root)
+    root = Path(tempfile.mkdtemp(prefix="cutile-perf-checkout-")) if root is None else emptied_slot(root)
     entries = composed_entries(g, protected_from, fenced_from, fence)
     files = [e for e in entries if e.mode not in (_MODE_SUBMODULE,) and not skipped_by_rule(e.path)]
     skipped = [e.path for e in entries if e not in files]
@@ -151,7 +146,7 @@ def build(g, *, protected_from: str, fenced_from: str, fence: Iterable[str], roo
         written.append(entry.path)
         if entry.mode == _MODE_EXEC:
             target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return Checkout(root, protected_from, fenced_from, tuple(sorted(skipped)), tuple(written), tuple(links))
+    return Checkout(root, tuple(sorted(skipped)), tuple(written), tuple(links))
 
 
 def sweep(checkout: Checkout) -> list[str]:
@@ -193,14 +188,10 @@ def package_root(checkout_root: Path, rel: str) -> Path:
 
 
 def package_roots(checkout_root: Path, fenced_files: Iterable[str]) -> list[Path]:
-    """The directories to put first on ``PYTHONPATH`` so the fenced modules import from the checkout."""
-    roots: list[Path] = []
-    for rel in fenced_files:
-        if rel.endswith(".py") and (root := package_root(checkout_root, rel)) not in roots:
-            roots.append(root)
-    if checkout_root not in roots:
-        roots.append(checkout_root)
-    return roots
+    """The directories to put first on ``PYTHONPATH`` so the fenced modules import from the checkout
+    (each once, in the fenced files' order, the checkout's root last unless one of them is it)."""
+    found = [package_root(checkout_root, rel) for rel in fenced_files if rel.endswith(".py")]
+    return list(dict.fromkeys([*found, checkout_root]))
 
 
 def module_name(checkout_root: Path, rel: str) -> str | None:

@@ -27,10 +27,6 @@ from cutile_perf.store import safe_read
 
 # pytest exit codes (pytest.ExitCode), named here to keep the import of pytest out of the harness.
 PYTEST_OK = 0
-PYTEST_TESTS_FAILED = 1
-PYTEST_INTERRUPTED = 2
-PYTEST_INTERNAL_ERROR = 3
-PYTEST_USAGE_ERROR = 4
 PYTEST_NO_TESTS = 5
 
 
@@ -196,10 +192,7 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, output_path: Path,
     Never raises for a failing or hanging child; KeyboardInterrupt kills the group, then propagates.
     """
     output_path.parent.mkdir(parents=True, exist_ok=True)
-    if box is None:
-        env = knobs.child_env(**(env_overrides or {}))
-    else:
-        env = knobs.allowed_child_env(**(env_overrides or {}))
+    env = (knobs.child_env if box is None else knobs.allowed_child_env)(**(env_overrides or {}))
     # The record plugin must be importable in the child even when cutile-perf runs from a checkout;
     # after a caller's own PYTHONPATH (a pristine checkout's package roots must come first).
     env = with_package_on_path(env, last="PYTHONPATH" in (env_overrides or {}))

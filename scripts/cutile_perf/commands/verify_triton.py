@@ -16,8 +16,5 @@ def verify_triton(*, kernel: Path, reference: str, shapes: str, dtypes: str | No
     """Exit 0 when every pass that ran passed, 1 when one failed, 3 when nothing could run here."""
     result = verify.verify(kernel, reference, shapes, dtypes, entry=entry, device=device, tileir=tileir,
                            atol=atol, rtol=rtol, seed=seed, timeout_s=timeout_s)
-    if not result["ran"]:
-        exit_code = EXIT_REFUSED
-    else:
-        exit_code = EXIT_OK if result["passed"] else EXIT_REJECTED
+    exit_code = EXIT_REFUSED if not result["ran"] else EXIT_OK if result["passed"] else EXIT_REJECTED
     return Outcome(text=json.dumps(result, indent=2), data=result, exit_code=exit_code)

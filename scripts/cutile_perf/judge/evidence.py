@@ -25,7 +25,6 @@ class Stage:
     ended: bool = True  # the plugin's end-of-session marker is there
     passed: frozenset = frozenset()
     not_passed: dict = field(default_factory=dict)  # test id -> outcome, for tests that did not pass
-    restored: tuple[str, ...] = ()  # protected files put back after the child changed them
     sandbox: str = ""  # how the child was isolated: "unshare" (child/box.py) or "none: <why>"
     # The cases this run was asked to measure: an interleaved re-check run of the cases in doubt
     # (selected by node id); (): every case the perf command selects.

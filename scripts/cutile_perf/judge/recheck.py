@@ -206,10 +206,8 @@ def beyond_gate(ref: Reference, t: Thresholds, measured: dict, changes: dict, ga
     the mean per-pair log ratio or their median (``PairedTest.robust_z``): one fast pair flips the
     mean's sign however slow the others were, never the median of three."""
     tests = paired_log_ratios(measured, ref.runs, t.min_noise)
-    for case in sorted(measured):
-        if changes.get(case, 0.0) > gates[case] and max(tests[case].z, tests[case].robust_z) > SOME_RISE_Z:
-            return case
-    return None
+    return next((case for case in sorted(measured)
+                 if changes.get(case, 0.0) > gates[case] and max(tests[case].z, tests[case].robust_z) > SOME_RISE_Z), None)
 
 
 def judge_partial(ref: Reference, t: Thresholds, single: dict, doubt: tuple[str, ...], paired: dict,

@@ -375,10 +375,7 @@ def current_baseline(entries: list[dict]) -> dict | None:
     A change kept as "no-change" stays in the code, but its numbers are the old ones plus noise,
     so they do not replace the reference: otherwise noise could ratchet the baseline slower.
     """
-    for entry in reversed(entries):
-        if moved_performance(entry):
-            return entry
-    return None
+    return next((entry for entry in reversed(entries) if moved_performance(entry)), None)
 
 
 def was_interrupted(entry: dict) -> bool:

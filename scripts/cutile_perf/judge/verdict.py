@@ -71,8 +71,7 @@ def judge_records(ev: Stage, ref: Reference, t: Thresholds) -> Verdict:
 
 def names_defined(kernel_name: str, defined) -> bool:
     """Whether a record's ``kernel_name`` (possibly decorated: ``name[...]``, ``name_<hash>``) is one of ``defined``."""
-    return any(kernel_name == d or kernel_name.startswith(d + "[") or kernel_name.startswith(d + "_")
-               or kernel_name.startswith(d + " ") for d in defined)
+    return any(kernel_name == d or kernel_name.startswith((d + "[", d + "_", d + " ")) for d in defined)
 
 
 def judge_kernel_names(perf: Stage, ref: Reference, defined) -> Verdict:

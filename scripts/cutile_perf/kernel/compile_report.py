@@ -92,10 +92,8 @@ _SASS_MEM = re.compile(r"\b(?P<op>LDG|STG|LDS|STS|UTMALDG|UTMASTG|HGMMA|LDGSTS)(
 
 def _width(mods: str) -> str:
     tokens = mods.split(".")
-    for token, bits in (("128", "128"), ("64", "64"), ("U16", "16"), ("S16", "16"), ("U8", "8"), ("S8", "8")):
-        if token in tokens:
-            return bits
-    return "32"
+    return next((bits for token, bits in (("128", "128"), ("64", "64"), ("U16", "16"), ("S16", "16"), ("U8", "8"),
+                                          ("S8", "8")) if token in tokens), "32")
 
 
 _SASS_OPCODE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?(?P<op>[A-Z][A-Z0-9_]*)")

@@ -195,11 +195,8 @@ def kernels_in(module) -> dict[str, Any]:
     """{function name: kernel object} for the cuTile kernels defined in ``module``."""
     import cuda.tile as ct
 
-    found = {}
-    for value in vars(module).values():
-        if isinstance(value, ct.kernel) and value._pyfunc.__module__ == module.__name__:
-            found[value._pyfunc.__name__] = value
-    return found
+    return {value._pyfunc.__name__: value for value in vars(module).values()
+            if isinstance(value, ct.kernel) and value._pyfunc.__module__ == module.__name__}
 
 
 # --- compiling -------------------------------------------------------------------------------------

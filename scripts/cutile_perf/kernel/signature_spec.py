@@ -68,7 +68,7 @@ def array_text(dtype: str, ndim: int, shape: tuple[int, ...] | None = None) -> s
 def parse_param(name: str, raw: Any) -> Param:
     """One parameter of a spec: ``float16[2]`` array (its rank), ``float16(4096x1024)`` array (its
     shape), ``float32`` scalar, or a constant number/bool."""
-    if isinstance(raw, bool) or isinstance(raw, (int, float)):
+    if isinstance(raw, (int, float)):  # bool included
         return Param("constant", value=raw)
     if isinstance(raw, str):
         text = raw.strip()

@@ -119,10 +119,8 @@ def _module_file(base: Path, dotted: str) -> Path | None:
     parts = [p for p in dotted.split(".") if p]
     if not parts:
         return base / "__init__.py" if (base / "__init__.py").is_file() else None
-    for candidate in (base.joinpath(*parts).with_suffix(".py"), base.joinpath(*parts, "__init__.py")):
-        if candidate.is_file():
-            return candidate
-    return None
+    return next((c for c in (base.joinpath(*parts).with_suffix(".py"), base.joinpath(*parts, "__init__.py"))
+                 if c.is_file()), None)
 
 
 def _imported_files(module: _Module, root: Path) -> list[Path]:

@@ -173,10 +173,8 @@ class Iteration:
         return self._content_hash
 
     def changed_during_run(self) -> bool:
-        for rel in self.state.paths:
-            if git_ops.worktree_blob_sha(self.g, rel) != git_ops.blob_sha_at(self.g, self.state.candidate, rel):
-                return True
-        return False
+        return any(git_ops.worktree_blob_sha(self.g, rel) != git_ops.blob_sha_at(self.g, self.state.candidate, rel)
+                   for rel in self.state.paths)
 
     # -- the steps ----------------------------------------------------------------------------------
 

@@ -118,10 +118,8 @@ def reverted_before(rows: list[dict], content_hash: str) -> int | None:
     """The iteration of the last row reverted with this fenced content, or None. Trying a change
     again until one lucky run keeps it (one fast in 30 % of its processes was kept on its 7th
     identical try, issue 39) then needs the whole interleaved re-check (``Evidence.repeat_of``)."""
-    for row in reversed(rows):
-        if row.get("status") == "revert" and row.get("content_hash") == content_hash:
-            return row.get("iteration")
-    return None
+    return next((row.get("iteration") for row in reversed(rows)
+                 if row.get("status") == "revert" and row.get("content_hash") == content_hash), None)
 
 
 def _positive(value) -> bool:

@@ -1,12 +1,13 @@
-"""What runs an iteration's test stages: one protocol, the real runner and a scripted one for tests.
+"""What runs an iteration's test stages: one protocol and the real runner (a scripted one for tests).
 
 ``Iteration`` asks a ``Stages`` object to ``run`` each request (correctness, perf, the interleaved
 re-check's runs), judges what came back, and may say which runs follow (``expect``); it never
 learns how they ran. ``StageRunner`` runs pytest children in pristine checkouts built from the
 commits (``child.pristine``, ``child.measure``) through the child pool (``child.pool``: the runs
-expected start as spare children, parked before any code of the repository); ``ScriptedStages``
-returns stages a test wrote down in advance, so the loop's unit tests run in milliseconds without
-a child process (the way Kernel Tuner's simulation runner stands in for a GPU).
+expected start as spare children, parked before any code of the repository). The tests'
+``ScriptedStages`` (``tests/scripted_stages.py``) returns stages a test wrote down in advance, so
+the loop's unit tests run in milliseconds without a child process (the way Kernel Tuner's
+simulation runner stands in for a GPU).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from cutile_perf.store import git_ops, jitcache
 from cutile_perf.store.history import History
 from cutile_perf.store.session import Session
 
-__all__ = ["Request", "ScriptedStages", "StageRunner", "Stages"]
+__all__ = ["Request", "StageRunner", "Stages"]
 
 SPARE_READY_S = 60.0  # how long a timed run's first test waits for the spares started beside it to park
 

@@ -343,10 +343,6 @@ def exclude_locally(repo: git.Repo, pattern: str, comment: str = "cutile-perf se
     return True
 
 
-def is_ignored(repo: git.Repo, path: str) -> bool:
-    return _succeeds(repo.git.check_ignore, "-q", path)
-
-
 @dataclass(frozen=True)
 class TreeEntry:
     mode: str  # "100644", "100755", "120000" (symlink), "160000" (submodule)

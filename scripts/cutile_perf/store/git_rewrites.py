@@ -58,7 +58,4 @@ def same_change_in(repo: git.Repo, commit: str, tip: str, limit: int) -> tuple[s
     if wanted is None:
         return None
     theirs = patch_ids(repo, f"--max-count={limit}", tip, "--not", commit)
-    for sha, _ in candidates:
-        if theirs.get(sha) == wanted:
-            return sha, "same patch"
-    return None
+    return next(((sha, "same patch") for sha, _ in candidates if theirs.get(sha) == wanted), None)

@@ -170,10 +170,6 @@ class History:
         """The row new candidates are compared with (``rules.current_baseline``)."""
         return current_baseline(self.rows)
 
-    def baseline_commit(self) -> str | None:
-        row = self.baseline()
-        return row.get("commit") if row else None
-
     def frozen(self) -> dict | None:
         """The session settings frozen by the baseline row (None before the baseline)."""
         return (self.first() or {}).get("frozen")
@@ -194,17 +190,12 @@ class History:
 
     def kept_commit(self, session_base: str | None = None) -> str:
         """The commit HEAD must sit at: the last kept row's ("no-change" keeps included), else the base."""
-        for entry in reversed(self.entries):
-            if entry.kept and entry.commit:
-                return entry.commit
-        return session_base if session_base is not None else self.session.base_commit
+        base = session_base if session_base is not None else self.session.base_commit
+        return next((entry.commit for entry in reversed(self.entries) if entry.kept and entry.commit), base)
 
     def noise(self) -> dict[str, float]:
         """The per-case noise floor measured by the baseline run."""
-        for entry in reversed(self.entries):
-            if entry.data.get("noise"):
-                return entry.data["noise"]
-        return {}
+        return next((entry.data["noise"] for entry in reversed(self.entries) if entry.data.get("noise")), {})
 
     def noise_runs(self) -> dict[str, list[float]]:
         """case -> per-run medians of the baseline's repeated perf runs (the run-to-run noise sample)."""

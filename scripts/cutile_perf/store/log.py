@@ -198,16 +198,8 @@ def _last_byte(path: Path) -> bytes:
         return fh.read(1)
 
 
-def read_log(path: str | Path) -> LogContents:
-    """Every readable entry, in file order, plus what had to be skipped. A missing log is empty."""
-    path = Path(path)
-    if not path.exists():
-        return LogContents([])
-    return parse(path.read_text(encoding="utf-8"))
-
-
 def parse(text: str) -> LogContents:
-    """``read_log`` over the log's text."""
+    """Every readable entry of the log's text, in file order, plus what had to be skipped."""
     lines = text.split("\n")
     entries, skipped, tail = [], [], None
     for number, line in enumerate(lines, start=1):
@@ -224,8 +216,3 @@ def parse(text: str) -> LogContents:
             continue
         entries.append(entry)
     return LogContents(entries, tail, skipped)
-
-
-def read_entries(path: str | Path) -> list[dict]:
-    """The readable entries; use ``read_log`` to learn what was skipped."""
-    return read_log(path).entries

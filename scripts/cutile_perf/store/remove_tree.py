@@ -130,7 +130,7 @@ _TAGGED = re.compile(r"(?P<pid>\d+)-[A-Za-z0-9_]+$")
 LEGACY_AGE_S = 24 * 3600.0
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -150,7 +150,7 @@ def _orphaned(entry: os.DirEntry, prefix: str, now: float) -> bool:
         return False
     tagged = _TAGGED.match(entry.name[len(prefix):])
     if tagged:
-        return int(tagged["pid"]) != os.getpid() and not _alive(int(tagged["pid"]))
+        return int(tagged["pid"]) != os.getpid() and not pid_alive(int(tagged["pid"]))
     return now - info.st_mtime > LEGACY_AGE_S
 
 

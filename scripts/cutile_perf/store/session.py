@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
-from cutile_perf.store import atomic
+from cutile_perf.store import atomic, remove_tree
 from cutile_perf.judge.rules import Thresholds
 from cutile_perf.errors import Locked, NoSession, Refused, UsageError, yaml_problem
 
@@ -260,10 +260,7 @@ def _top_level(start: Path) -> Path:
     not tell the user to ``init`` again. ``start`` itself when no ``.git`` is found.
     """
     start = Path(start).resolve()
-    for candidate in (start, *start.parents):
-        if (candidate / ".git").exists():
-            return candidate
-    return start
+    return next((candidate for candidate in (start, *start.parents) if (candidate / ".git").exists()), start)
 
 
 def command_test_files(*commands: str) -> list[str]:
@@ -397,16 +394,6 @@ def save(session: Session) -> Path:
     return atomic.write_text(session.sandbox / SESSION_FILE, session.to_yaml())
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
 def read_lock(repo: Path) -> dict | None:
     """The lock's content ({"pid", "command"}), or None when there is no lock."""
     path = sandbox(repo) / LOCK_FILE
@@ -420,7 +407,7 @@ def read_lock(repo: Path) -> dict | None:
 
 def lock_is_stale(info: dict) -> bool:
     pid = info.get("pid")
-    return not isinstance(pid, int) or pid <= 0 or not _pid_alive(pid)
+    return not isinstance(pid, int) or pid <= 0 or not remove_tree.pid_alive(pid)
 
 
 def _hold(repo: Path) -> int | None:

@@ -45,7 +45,6 @@ class Kernel:
     atomic_params: set[str] = field(default_factory=set)  # pointer arguments written with tl.atomic_*
     reduced_names: set[str] = field(default_factory=set)  # variables assigned from a reduction
     divided_by_reduction: bool = False
-    decorators: list[str] = field(default_factory=list)
     autotune: Autotune | None = None
     uses_occupancy: bool = False
 
@@ -122,13 +121,8 @@ def _pointer_operand(node: ast.AST, params: set[str], local_bases: dict[str, str
 def _base_param(node: ast.AST, params: set[str], local_bases: dict[str, str] | None = None) -> str | None:
     """The kernel parameter a pointer expression is built from (``x_ptr + offs`` -> ``x_ptr``), also
     through a local pointer variable (``ptrs = x_ptr + offs; tl.store(ptrs, ...)`` -> ``x_ptr``)."""
-    base = _pointer_operand(node, params, local_bases or {})
-    if base:
-        return base
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Name) and sub.id in params:
-            return sub.id
-    return None
+    return _pointer_operand(node, params, local_bases or {}) or next(
+        (sub.id for sub in ast.walk(node) if isinstance(sub, ast.Name) and sub.id in params), None)
 
 
 def _local_pointer_bases(fn: ast.FunctionDef, params: set[str]) -> dict[str, str]:
@@ -170,12 +164,8 @@ def _autotune(node: ast.Call) -> Autotune:
 
 
 def _mentions_occupancy(node: ast.AST) -> bool:
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.keyword) and sub.arg == "occupancy":
-            return True
-        if isinstance(sub, ast.Constant) and sub.value == "occupancy":
-            return True
-    return False
+    return any((isinstance(sub, ast.keyword) and sub.arg == "occupancy")
+               or (isinstance(sub, ast.Constant) and sub.value == "occupancy") for sub in ast.walk(node))
 
 
 def _walk_body(fn: ast.FunctionDef):
@@ -245,7 +235,7 @@ def scan(source: str) -> Module:
         if not any(n in JIT_NAMES for n in names):
             continue
         params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
-        kernel = Kernel(name=fn.name, lineno=fn.lineno, params=params, decorators=names)
+        kernel = Kernel(name=fn.name, lineno=fn.lineno, params=params)
         for dec, name in zip(fn.decorator_list, names):
             if name in AUTOTUNE_NAMES and isinstance(dec, ast.Call):
                 kernel.autotune = _autotune(dec)

@@ -63,12 +63,6 @@ class TuneReport:
     tileiras_s: float = 0.0
     tileiras_max_s: float = 0.0
 
-    def breakdown(self) -> str:
-        """``pool 0.4 s + compile 1.2 s (load 0.3 s overlapped) + timing 0.8 s``, for benchmark logs."""
-        head = f"pool {self.pool_s:.1f} s + " if self.pool_s else ""
-        return (f"{head}compile {self.compile_s:.2f} s [{self.compiler or 'none'}, handoffs {self.handoffs}]"
-                f" (load {self.load_s:.2f} s overlapped) + timing {self.timing_s:.2f} s")
-
 
 class ProcessPrecompiler:
     """Stage 1 with worker processes (see ``precompile``); needs a GPU to infer signatures.

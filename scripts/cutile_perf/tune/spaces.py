@@ -7,7 +7,7 @@ attention TILE_M x TILE_N x num_ctas; fused multi-GEMM uses conservative tiles a
 Where the lists come from. sm_90 matmul and attention are MEASURED on a GPU (the figures, with
 their toolchain: ``references/h200-measurements.md``, "Probe: matmul tile sizes and num_ctas",
 "Matmul sweep" and "Attention prepared steps"); the sm_90 fused-GEMM list
-is still a guess (``PROVISIONAL``); other archs carry TileGym's per-arch choices or conservative
+is still a guess (marked PROVISIONAL below); other archs carry TileGym's per-arch choices or conservative
 guesses, none measured by us. The sm_90 matmul ranking (geomean slowdown vs the best over 4096^3 and
 8192^3 fp16, plain 2-D-grid kernel, no occupancy hint) came from
 
@@ -32,8 +32,6 @@ from cutile_perf.errors import UsageError
 SMEM_PER_CTA = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_89": 99 * 1024, "sm_90": 227 * 1024,
                 "sm_100": 227 * 1024, "sm_120": 99 * 1024}
 CLUSTER_ARCHS = {"sm_90", "sm_100"}  # thread-block clusters (num_ctas > 1); sm_120 and pre-Hopper: no
-# (kernel type, arch family) pairs whose list no probe on that arch has validated yet.
-PROVISIONAL = {("fused_gemm", "sm_90")}
 
 OCCUPANCY_VALUES = (1, 2, 4, 8)
 
@@ -177,8 +175,3 @@ def template(kind: str, arch: str) -> list[Config]:
         return TEMPLATES[kind](arch)
     except KeyError:
         raise UsageError(f"unknown kernel type {kind!r}; known: {', '.join(TEMPLATES)}") from None
-
-
-def is_provisional(kind: str, arch: str) -> bool:
-    """True when ``template(kind, arch)`` is a guess that no probe on that arch has validated."""
-    return (kind, arch_family(arch)) in PROVISIONAL

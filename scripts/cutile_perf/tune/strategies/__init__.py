@@ -8,15 +8,12 @@ without having measured it.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
 from cutile_perf.errors import UsageError
-from cutile_perf.tune.config import Config, Trial
 from cutile_perf.tune.strategies import exhaustive, sample_refine, surrogate
-
-Evaluate = Callable[[Sequence[Config]], list[Trial]]
 
 STRATEGIES: dict[str, ModuleType] = {
     "exhaustive": exhaustive,
@@ -43,10 +40,3 @@ def resolve_options(name: str, options: Mapping[str, Any] | None) -> dict[str, A
     resolved = {k: default for k, (_, default) in allowed.items()}
     resolved.update(options or {})
     return resolved
-
-
-def strategy_table() -> list[dict[str, Any]]:
-    """Rows for the docs: name, options, parallel compile, first docstring line."""
-    return [{"name": name, "options": {k: v[1] for k, v in m.OPTIONS.items()},
-             "parallel_compile": m.PARALLEL_COMPILE, "summary": (m.__doc__ or "").strip().splitlines()[0]}
-            for name, m in sorted(STRATEGIES.items())]
