@@ -63,7 +63,7 @@ def test_each_candidate_re_registers_the_op_and_does_what_it_says(script):
 
 def test_defaults_and_bad_arguments(script):
     args = script.parse_args(["slice"])
-    assert (args.op, args.fn, args.seconds) == ("silu_and_mul", "silu_and_mul", 240.0)
+    assert (args.op, args.fn, args.seconds) == ("silu_and_mul", "silu_and_mul", 0.0)
     assert script.parse_args(["s", "--op", "activation/geglu"]).fn == "geglu"
     assert args.hints == 0 and script.parse_args(["s", "--hints", "4"]).hints == 4
     for bad in (["--seconds", "-1"], ["--hints", "-1"]):
