@@ -10,8 +10,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 _FENCE = re.compile(r"^(```+|~~~+)\s*([\w+-]*)")
 _INLINE_CODE = re.compile(r"`([^`\n]+)`")
 _CT_NAME = re.compile(r"(?<![\w.])(ct|cuda\.tile)\.([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)")
@@ -22,19 +20,6 @@ _ENV_ASSIGN = re.compile(r"(?<![\w.])([A-Z][A-Z0-9]*_[A-Z0-9_]*[A-Z0-9])=")
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 _LOCAL_PATH = re.compile(r"^(?:scripts|templates|examples|benchmarks|references|evals)/[\w./-]*$")
 SHELL_LANGS = {"", "bash", "sh", "shell", "console", "text"}
-
-
-def split_frontmatter(text: str) -> tuple[dict, str]:
-    """YAML frontmatter (between leading ``---`` lines) and the body after it."""
-    if not text.startswith("---\n"):
-        return {}, text
-    end = text.find("\n---\n", 4)
-    if end < 0:
-        raise ValueError("frontmatter starts with --- but never ends")
-    meta = yaml.safe_load(text[4:end]) or {}
-    if not isinstance(meta, dict):
-        raise ValueError("frontmatter is not a mapping")
-    return meta, text[end + 5:]
 
 
 # The variables cutile-perf reads whose names do not start with CUTILE_PERF_ (knobs.autotune_disabled).

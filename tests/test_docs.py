@@ -15,7 +15,7 @@ import pytest
 
 from cutile_perf import cli, errors
 import doccheck
-from cutile_perf.skill import playbook
+from cutile_perf.skill import assets, playbook
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted(
@@ -146,7 +146,7 @@ def test_python_blocks_parse(doc):
 
 
 def test_skill_frontmatter_and_length():
-    meta, body = doccheck.split_frontmatter((ROOT / "SKILL.md").read_text())
+    meta, body = assets.split_frontmatter((ROOT / "SKILL.md").read_text())
     assert meta.get("name") == "cutile-perf"
     description = meta.get("description", "")
     assert 0 < len(description) < 1024, f"description is {len(description)} characters"
@@ -276,9 +276,9 @@ def test_extractors_on_a_sample():
 
 
 def test_frontmatter_split():
-    meta, body = doccheck.split_frontmatter("---\nname: a\ndescription: b\n---\nbody\n")
+    meta, body = assets.split_frontmatter("---\nname: a\ndescription: b\n---\nbody\n")
     assert meta == {"name": "a", "description": "b"} and body == "body\n"
-    assert doccheck.split_frontmatter("no frontmatter") == ({}, "no frontmatter")
+    assert assets.split_frontmatter("no frontmatter") == ({}, "no frontmatter")
 
 
 def _claims(text: str) -> list[tuple[str, bool, bool, bool]]:

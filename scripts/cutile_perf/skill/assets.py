@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
 from cutile_perf import checkout_root, knobs
 from cutile_perf.errors import EnvMissing, Refused
 
@@ -49,3 +51,15 @@ def refuse_if_withheld(op: str) -> None:
     if steps_withheld(op):
         raise Refused(f"the prepared steps of {op} are withheld in this evaluation", WITHHELD_HINT)
 
+
+def split_frontmatter(text: str) -> tuple[dict, str]:
+    """YAML frontmatter (between leading ``---`` lines) and the body after it."""
+    if not text.startswith("---\n"):
+        return {}, text
+    end = text.find("\n---\n", 4)
+    if end < 0:
+        raise ValueError("frontmatter starts with --- but never ends")
+    meta = yaml.safe_load(text[4:end]) or {}
+    if not isinstance(meta, dict):
+        raise ValueError("frontmatter is not a mapping")
+    return meta, text[end + 5:]
