@@ -320,7 +320,6 @@ def caught(attack: str, outcome: str, landed: list[str]) -> bool | None:
 
 
 def run_attack(base_repo: Path, attack: Path, workdir: Path, timeout: float) -> dict:
-
     repo = workdir / attack.stem / "tilesuite"
     shutil.copytree(base_repo, repo, symlinks=True)
     if cutile_perf(repo, "status")[0] != 0:  # a copied session must still read as one
@@ -385,7 +384,6 @@ def markdown(results: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="no GPU: compile the attacks for sm_90, set up, print")
     parser.add_argument("--attacks", nargs="*", help="attack file stems or letters to run (default: all)")

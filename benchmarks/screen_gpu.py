@@ -154,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     problems = expectations(data) + ([] if untouched else ["the session branch, the log or the tree changed"])
     summary = {"op": args.op, "screen_exit": code, "screen_wall_s": wall, "plain_perf_s": plain,
                "wall_in_plain_runs": round(wall / plain[-1], 2) if plain[-1] else None, "seconds": args.seconds,
-               "rounds": data.get("rounds"), "phases": data.get("phases"), "ranked": data.get("ranked"), "not_ranked": data.get("not_ranked"),
+               "rounds": data.get("rounds"), "phases": data.get("phases"), "ranked": data.get("ranked"),
+               "not_ranked": data.get("not_ranked"),
                "untouched": untouched, "problems": problems, "stderr_tail": err[-1500:] if code else ""}
     table = repo / "sandbox/screen.md"
     print(table.read_text() if table.exists() else f"no table (exit {code})")

@@ -214,6 +214,7 @@ class Timed:
     judged: int = 0  # tries whose perf stage ran to the end
     rechecks: tuple[int, ...] = ()  # interleaved pairs run, per try that needed the re-check
     recheck: tuple[float, ...] = ()  # seconds of its re-check runs, per try that needed the re-check
+    reference: tuple[float, ...] = ()  # the reference children of checked timed calls (``screen_cost``)
 
 
 @dataclass(frozen=True)
@@ -295,6 +296,7 @@ def timed(rows: Sequence[dict]) -> Timed:
     perf: list[float] = []
     harness: list[float] = []
     recheck_s: list[float] = []
+    reference: list[float] = []
     judged, rechecks = 0, []
     for row in rows:
         timings = row.get("timings") or {}
@@ -307,6 +309,7 @@ def timed(rows: Sequence[dict]) -> Timed:
             continue
         correctness += [s for n, s in stages if n.endswith("-correctness")]
         perf += [s for n, s in stages if n.endswith("-perf") and not _CONFIRM_TAG.search(n)]
+        reference += [s for n, s in stages if n.endswith("-reference")]
         if isinstance(timings.get("harness_s"), (int, float)):
             harness.append(float(timings["harness_s"]))
         if row.get("iteration", -1) > 0 and not interrupted and any(n.endswith("-perf") for n, _ in stages):
@@ -315,7 +318,8 @@ def timed(rows: Sequence[dict]) -> Timed:
             if pairs:
                 rechecks.append(len(pairs))
                 recheck_s.append(sum(s for n, s in stages if _CONFIRM_TAG.search(n)))
-    return Timed(tuple(correctness), tuple(perf), tuple(harness), judged, tuple(rechecks), tuple(recheck_s))
+    return Timed(tuple(correctness), tuple(perf), tuple(harness), judged, tuple(rechecks), tuple(recheck_s),
+                 tuple(reference))
 
 
 def try_estimate(rows: Sequence[dict], thresholds: Thresholds) -> Estimate | None:
@@ -352,10 +356,8 @@ def screen_cost(rows: Sequence[dict]) -> ScreenCost | None:
     t = timed(rows)
     if not t.correctness or not t.perf:
         return None
-    reference = [float(s) for row in rows for n, s in (row.get("timings") or {}).get("stages") or ()
-                 if str(n).endswith("-reference") and isinstance(s, (int, float)) and not isinstance(s, bool)]
     perf = high_quantile(t.perf)
-    return ScreenCost(high_quantile(t.correctness), perf, high_quantile(reference) if reference else perf)
+    return ScreenCost(high_quantile(t.correctness), perf, high_quantile(t.reference) if t.reference else perf)
 
 
 def job_reserve(job_s: float) -> float:
