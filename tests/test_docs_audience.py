@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 HARNESS = ROOT / "references" / "harness.md"
 DESIGN = ROOT / "docs" / "design.md"
 
-# About 6k tokens, counted as characters / 4; the bound leaves a little room for a table row.
-HARNESS_MAX_TOKENS = 6500
+# At most 6k tokens (the issue asked "about 6k"), counted as characters / 4.
+HARNESS_MAX_TOKENS = 6000
 
 def knob_table_names(text: str) -> list[str]:
     """The first cell's name of every row between the knobs markers of design.md."""
