@@ -198,8 +198,11 @@ def _try(repo: Path, op: str, fn: str, change: str) -> tuple[int, dict, float]:
     return code, {**row, **data}, time.monotonic() - began
 
 
-def verify_old_session(repo: Path, op: str, fn: str, change: str) -> dict:
-    """A cheat kept with checked timing off (an old session's lie), then ``verify`` with it on."""
+def verify_old_session(repo: Path, op: str, fn: str, change: str, kept=lambda row: None) -> dict:
+    """A cheat kept with checked timing off (an old session's lie), then ``verify`` with it on.
+
+    ``kept(row)`` hears how the unchecked try ended before ``verify`` starts, so a run cut during
+    ``verify`` still says whether the lie was in the log."""
     os.environ["CUTILE_PERF_UNCHECKED"] = "1"
     try:
         code, data, seconds = _try(repo, op, fn, change)
@@ -207,6 +210,7 @@ def verify_old_session(repo: Path, op: str, fn: str, change: str) -> dict:
         os.environ.pop("CUTILE_PERF_UNCHECKED", None)
     row = {"op": op, "change": f"old-session {change}", "kept_unchecked": data.get("decision"),
            "keep_seconds": round(seconds, 1), "alarm": False, "checked": "", "unchecked": ""}
+    kept({**row, "decision": "verify running", "as_promised": False, "reason": str(data.get("reason", ""))[:200]})
     if data.get("decision") != "keep":
         return {**row, "decision": "not kept unchecked: nothing to verify", "as_promised": True,
                 "reason": str(data.get("reason", ""))[:200]}
@@ -257,7 +261,12 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"op": op, "change": f"old-session {args.old_session}", "decision": "skipped: budget",
                          "alarm": False, "as_promised": False, "reason": ""})
         else:
-            rows.append(verify_old_session(work / op, op, args.fn.get(op, op), args.old_session))
+            rows.append({})
+
+            def kept(row: dict) -> None:
+                rows[-1] = row
+                save()
+            rows[-1] = verify_old_session(work / op, op, args.fn.get(op, op), args.old_session, kept)
         save()
     if args.ab_runs and args.ab_op in args.ops and time.monotonic() - began < args.budget:
         repo, sides = work / args.ab_op, {"unchecked": [], "checked": []}

@@ -99,3 +99,17 @@ def test_old_session_names_a_cheat(script):
         with pytest.raises(SystemExit) as exc:
             script.parse_args(["s", "--old-session", bad])
         assert exc.value.code == 2
+
+
+def test_old_session_says_whether_the_lie_was_kept_before_verify_runs(script, monkeypatch):
+    # A GPU call cut during `verify` (session 41: 330 s were not enough) must still leave the first
+    # half's outcome: was the cheat kept while checked timing was off?
+    heard = []
+    monkeypatch.setattr(script, "_try", lambda repo, op, fn, change: (0, {"decision": "keep", "reason": "faster"}, 4.0))
+
+    def verify_after_the_report(repo, *args):
+        assert heard and heard[0]["kept_unchecked"] == "keep" and heard[0]["decision"] == "verify running"
+        return 1, {"exit": 1}, ""
+    monkeypatch.setattr(script, "cli", verify_after_the_report)
+    row = script.verify_old_session(Path("repo"), "silu_and_mul", "silu_and_mul", "count", heard.append)
+    assert row["decision"] == "verify exit 1" and row["as_promised"] is True and len(heard) == 1
