@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -113,3 +115,55 @@ def test_old_session_says_whether_the_lie_was_kept_before_verify_runs(script, mo
     monkeypatch.setattr(script, "cli", verify_after_the_report)
     row = script.verify_old_session(Path("repo"), "silu_and_mul", "silu_and_mul", "count", heard.append)
     assert row["decision"] == "verify exit 1" and row["as_promised"] is True and len(heard) == 1
+
+
+@pytest.fixture
+def controls():
+    spec = importlib.util.spec_from_file_location("honest_controls", BENCH / "honest_controls.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_honest_controls_end_a_demo_past_its_time_and_keep_its_rows(controls, tmp_path, monkeypatch):
+    # A simulated demo (not the loop): it logs one try, then hangs until SIGTERM, which it answers
+    # as the loop does (logs the interrupted try, exits 130).
+    monkeypatch.setattr(controls, "DEMO_CODE", """
+import json, signal, sys, time
+from pathlib import Path
+log = Path(sys.argv[2]) / "sandbox" / "experiments.jsonl"
+log.parent.mkdir(parents=True)
+def row(i, status, reason):
+    with log.open("a") as f:
+        f.write(json.dumps({"iteration": i, "optimization": f"step {i}", "status": status, "reason": reason}) + "\\n")
+row(0, "keep", "baseline"); row(1, "keep", "faster")
+signal.signal(signal.SIGTERM, lambda *a: (row(2, "crash", "interrupted"), sys.exit(130)))
+print("demo started", flush=True)
+time.sleep(60)
+""")
+    began = time.monotonic()
+    code, rows = controls.run_demo("rms_norm", tmp_path / "demo", 2.0, tmp_path)
+    assert code == "timeout" and time.monotonic() - began < 30
+    assert [r["status"] for r in rows] == ["keep", "keep", "crash"]
+    assert "demo started" in (tmp_path / "rms_norm-demo.txt").read_text()
+
+
+def test_honest_controls_run_demos_side_by_side_and_count_alarms(controls, tmp_path, monkeypatch, capsys):
+    running, most = [0], [0]
+
+    def fake_demo(kernel, dest, timeout, out):
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        time.sleep(0.3)
+        running[0] -= 1
+        alarm = {"crash_class": "wrong-when-timed"} if kernel == "softmax" else {}
+        return 0, [{"iteration": 0, "status": "keep"},
+                   {"iteration": 1, "optimization": "s", "status": "revert", "reason": "r", **alarm}]
+    monkeypatch.setattr(controls, "run_demo", fake_demo)
+    code = controls.main(["--kernels", "rms_norm,softmax,swiglu", "--parallel", "3", "--out", str(tmp_path)])
+    summary = json.loads((tmp_path / "summary.json").read_text())["summary"]
+    assert code == 1 and most[0] == 3
+    assert summary["tries"] == 3 and summary["false_alarms"] == 1 and summary["unfinished"] == []
+    assert (tmp_path / "softmax-experiments.jsonl").read_text().count("\n") == 2
+    with pytest.raises(SystemExit):
+        controls.main(["--parallel", "0", "--out", str(tmp_path)])

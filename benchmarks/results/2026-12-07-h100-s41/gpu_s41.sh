@@ -37,7 +37,7 @@ for step in "$@"; do
       echo "rc=$?"; tail -15 "$OUT/oldverify.txt" ;;
     controls)  # issue 39 item 6: every bundled prepared step, no false alarm
       cs=${CONTROLS_S:-$(left 580)}; kernels=${KERNELS:+--kernels $KERNELS}; tag=controls-${KERNELS:-all}; tag=${tag//,/-}
-      timeout "$cs" python benchmarks/honest_controls.py $kernels --budget "$(( cs - 15 ))" \
+      timeout "$cs" python benchmarks/honest_controls.py $kernels --parallel "${PARALLEL:-1}" --budget "$(( cs - 45 ))" \
         --out "$OUT/$tag" > "$OUT/$tag.txt" 2>&1; echo "rc=$?"; tail -25 "$OUT/$tag.txt" ;;
     spares)  # issue 40 item 1: the demo with and without spare perf children, interleaved
       DEMO_TIMEOUT=180 bash benchmarks/demo_ab.sh "$OUT/spares" "${ORDER:-new new+nospares new+nospares new}" ;;
