@@ -97,6 +97,7 @@ def test_honest_controls_count_alarms_on_try_rows_only():
 def test_old_session_names_a_cheat(script):
     assert script.parse_args(["s"]).old_session is None
     assert script.parse_args(["s", "--old-session", "count"]).old_session == "count"
+    assert script.parse_args(["s", "--changes", "", "--old-session", "count"]).changes == []  # gpu_s41's oldverify
     for bad in ("honest", "nope"):  # only a cheat can slip into an old session
         with pytest.raises(SystemExit) as exc:
             script.parse_args(["s", "--old-session", bad])
