@@ -217,8 +217,11 @@ def _with_callable(args: tuple, kwargs: dict, where, fn) -> tuple[tuple, dict]:
     return args, {**kwargs, where: fn}
 
 
-def wrap_timer(timer, method: str, l2: str, label: str):
-    """``timer`` with its timed callable checked (module docstring); itself when nothing is configured."""
+def wrap_timer(timer, method: str | Callable[[tuple, dict], tuple[str, str]], l2: str, label: str):
+    """``timer`` with its timed callable checked (module docstring); itself when nothing is configured.
+
+    ``method`` may be a function of the call's arguments that returns (method, L2), for a timer whose
+    mode is an argument (``cutile_perf.bench.measure``); a mode it refuses is the timer's to report."""
     if getattr(timer, "__cutile_perf_checked__", False):
         return timer
 
@@ -228,8 +231,12 @@ def wrap_timer(timer, method: str, l2: str, label: str):
         torch = sys.modules.get("torch")
         if SETUP is None or fn is None or torch is None or getattr(_ACTIVE, "on", False):
             return timer(*args, **kwargs)
+        try:
+            how, flushed = method(args, kwargs) if callable(method) else (method, l2)
+        except ValueError:
+            return timer(*args, **kwargs)
         SETUP.ordinal += 1
-        call = {"nodeid": SETUP.nodeid, "ordinal": SETUP.ordinal, "timer": label, "method": method, "l2": l2}
+        call = {"nodeid": SETUP.nodeid, "ordinal": SETUP.ordinal, "timer": label, "method": how, "l2": flushed}
         if SETUP.mode == REPLAY:
             return _replay(torch, timer, args, kwargs, fn, call)
         return _capture(torch, timer, args, kwargs, fn, where, call)

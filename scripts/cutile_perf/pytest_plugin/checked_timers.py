@@ -1,6 +1,7 @@
-"""Checked timed calls (``child/checked.py``) in the child: the target's timing functions and Triton's
-are replaced by their checked wrappers the moment their module's own code has run, before the
-timer identity captures them (so the wrappers are what is guarded) and before any test calls them.
+"""Checked timed calls (``child/checked.py``) in the child: the target's timing functions, Triton's and
+our own ``cutile_perf.bench.measure`` are replaced by their checked wrappers the moment their
+module's own code has run, before the timer identity captures them (so the wrappers are what is
+guarded) and before any test calls them.
 """
 from __future__ import annotations
 
@@ -46,3 +47,20 @@ def wrap_triton_timers(module) -> None:
         timer = getattr(module, name, None)
         if callable(timer):
             setattr(module, name, checked.wrap_timer(timer, method, l2, f"triton.testing.{name}"))
+
+
+# bench's timers under the names target_timing gives a target's (checked's conditions and floors read them).
+BENCH_METHODS = {"events": "events", "graph": "cuda-graph", "cupti": "cupti"}
+
+
+def wrap_bench(module) -> None:
+    """``cutile_perf.bench.measure`` checked like a target's timer: the bundled kernels' perf tests (and
+    any target's that times with ``cutile_perf.bench``) reach it through a helper of their test tree
+    that no timer classification names, and without this their timed calls would get neither the
+    base kernel's replay nor a floor. Its mode is an argument, so its conditions are read per call.
+    ``bench``'s own callers (``bench``, ``bench_record``) look ``measure`` up when they run."""
+    def conditions(args: tuple, kwargs: dict) -> tuple[str, str]:
+        timer, flushed = module.MODE_TIMERS[module.check_mode(kwargs.get("mode"))]
+        return BENCH_METHODS[timer], "flushed" if flushed else "not flushed"
+
+    module.measure = checked.wrap_timer(module.measure, conditions, "", "cutile_perf.bench.measure")

@@ -54,7 +54,7 @@ import os
 import sys
 
 from cutile_perf.child import checked
-from cutile_perf.pytest_plugin.checked_timers import wrap_target_timers, wrap_triton_timers
+from cutile_perf.pytest_plugin.checked_timers import wrap_bench, wrap_target_timers, wrap_triton_timers
 
 PLUGIN = "cutile_perf.pytest_plugin"  # the plugin's own module, whose reporters are watched too
 
@@ -173,6 +173,8 @@ class TimerIdentity:
         self.pending.discard(module)
         if module == "triton.testing" and checked.SETUP is not None:
             wrap_triton_timers(sys.modules[module])
+        if module == "cutile_perf.bench" and checked.SETUP is not None:
+            wrap_bench(sys.modules[module])
         for chain in ("", *WATCHED[module]):
             self._take(module, chain)
 
