@@ -1,5 +1,5 @@
 """Checked timed calls (``child/checked.py``) in the child: the target's timing functions, Triton's and
-our own ``cutile_perf.bench.measure`` are replaced by their checked wrappers the moment their
+our own ``cutile_perf.bench.bench_record`` are replaced by their checked wrappers the moment their
 module's own code has run, before the timer identity captures them (so the wrappers are what is
 guarded) and before any test calls them.
 """
@@ -54,13 +54,14 @@ BENCH_METHODS = {"events": "events", "graph": "cuda-graph", "cupti": "cupti"}
 
 
 def wrap_bench(module) -> None:
-    """``cutile_perf.bench.measure`` checked like a target's timer: the bundled kernels' perf tests (and
-    any target's that times with ``cutile_perf.bench``) reach it through a helper of their test tree
-    that no timer classification names, and without this their timed calls would get neither the
-    base kernel's replay nor a floor. Its mode is an argument, so its conditions are read per call.
-    ``bench``'s own callers (``bench``, ``bench_record``) look ``measure`` up when they run."""
+    """``cutile_perf.bench.bench_record`` checked like a target's timer: the bundled kernels' perf tests
+    and ``scaffold-perf``'s reach it through a helper of their test tree that no timer classification
+    names, and without this their timed calls would get neither the base kernel's replay nor a
+    floor. ``bench_record`` (what makes a record), not ``measure`` or ``bench``: the tuner times its
+    configs with those, calls that are no record and would shift the replay's ordinals. Its mode is
+    an argument, so its conditions are read per call."""
     def conditions(args: tuple, kwargs: dict) -> tuple[str, str]:
         timer, flushed = module.MODE_TIMERS[module.check_mode(kwargs.get("mode"))]
         return BENCH_METHODS[timer], "flushed" if flushed else "not flushed"
 
-    module.measure = checked.wrap_timer(module.measure, conditions, "", "cutile_perf.bench.measure")
+    module.bench_record = checked.wrap_timer(module.bench_record, conditions, "", "cutile_perf.bench.bench_record")
