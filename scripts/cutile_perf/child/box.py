@@ -87,7 +87,7 @@ class Box:
         """The command line that runs ``argv`` (started in ``cwd``) inside the box. When the box
         would hide ``argv``'s interpreter, the box prints why and runs nothing (``hidden_interpreter``)."""
         refuse = hidden_interpreter(argv[0], self, os.environ.get("PATH", os.defpath)) if argv else None
-        return [_unshare(), *UNSHARE_FLAGS, sys.executable, "-I", "-S", boxinit.__file__,
+        return [shutil.which("unshare") or "unshare", *UNSHARE_FLAGS, sys.executable, "-I", "-S", boxinit.__file__,
                 json.dumps(self.spec(cwd, refuse)), "--", *argv]
 
 
@@ -163,7 +163,7 @@ def make(binds: list[tuple[str, str]], hide: list[str], read_only: tuple[Path, .
     covers them."""
     hidden = boxinit.hidden_roots({"hide": hide})
     wanted = {_real(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                                 os.path.dirname(os.path.realpath(sys.executable)), _package_parent(),
+                                 os.path.dirname(os.path.realpath(sys.executable)), str(Path(__file__).resolve().parents[2]),
                                  *read_only)}
     # The toolchain the harness itself runs with (cuda.tile on PYTHONPATH, tileiras on PATH, its
     # libraries): a GPU host's set-up may unpack it under /tmp, which the box hides. Never anything
@@ -181,14 +181,6 @@ def _under(path: str, root: str) -> bool:
 
 def _real(path: Path | str) -> str:
     return os.path.realpath(path)
-
-
-def _package_parent() -> str:
-    return str(Path(__file__).resolve().parents[2])
-
-
-def _unshare() -> str:
-    return shutil.which("unshare") or "unshare"
 
 
 @functools.lru_cache(maxsize=1)

@@ -226,10 +226,6 @@ def _threads_cell(cubin: dict) -> str:
     return f"{threads}*" if (cubin.get("sass") or {}).get("UTMALDG") else str(threads)
 
 
-def _hints_cell(hints: dict) -> str:
-    return ",".join(f"{k}={v}" for k, v in hints.items()) or "-"
-
-
 def render(results: list[compilecheck.Result]) -> str:
     head = ["kernel", "signature", "hints", "source", "result", "regs", "stack", "threads", "loads (remarks)", "SASS",
             "s"]
@@ -237,7 +233,7 @@ def render(results: list[compilecheck.Result]) -> str:
     for r in results:
         cub = r.cubin or {}
         status = "compiled" if r.ok else f"ERROR {r.error}" if r.checked else f"not checked: {r.error}"
-        rows.append([r.kernel, r.signature[:60], _hints_cell(r.hints), r.source, status[:120],
+        rows.append([r.kernel, r.signature[:60], ",".join(f"{k}={v}" for k, v in r.hints.items()) or "-", r.source, status[:120],
                      str(cub.get("registers", "-")), str(cub.get("stack", "-")), _threads_cell(cub),
                      compile_report.loads_kind(r.remarks) if r.ok else "-", _sass_cell(cub) if r.ok else "-",
                      f"{r.seconds:.1f}"])
