@@ -10,10 +10,8 @@ opens it here, so none shows or uses a log that ``try`` would refuse.
 cutile-perf keeps in git's own folder (``anchor_path``) and the session settings against the ones
 the baseline froze, and keeps the rows in memory for the rest of the command.
 
-``History.record`` is the loop's one durable write: append the row (unless it is already the last
-one) and move the anchor. Each part is idempotent, so a kill anywhere in it leaves a state that
-``record`` of the same row finishes: the row is in the log at most once, and a log with exactly that
-row beyond its anchor is recognised as our own unanchored write (``pending_row``), not as tampering.
+``History.record`` is the loop's one durable write, idempotent in each part (``docs/design.md``,
+"The loop core").
 
 It lives in ``store`` because it only reads, checks and appends rows: the views
 (``loop.render.write_perf_results``) and the time a try takes (``loop.budget.timed``) are
