@@ -174,7 +174,7 @@ def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int, full
     with guards.measuring(repo, "verify") as (session, g, history):
         try:
             a = git_ops.resolve(g, older or history.first()["commit"])
-            b = git_ops.resolve(g, newer or history.kept_commit(session.base_commit))
+            b = git_ops.resolve(g, newer or history.kept_commit())
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         offbranch.refuse_kept_commits_off_branch(session, g, history, (a, b))  # amended or rebased away: exit 3

@@ -186,10 +186,10 @@ class History:
         return [f"{k} (baseline: {shown(frozen.get(k))}, now: {shown(now.get(k))})"
                 for k in sorted(set(frozen) | set(now)) if frozen.get(k) != now.get(k)]
 
-    def kept_commit(self, session_base: str | None = None) -> str:
+    def kept_commit(self) -> str:
         """The commit HEAD must sit at: the last kept row's ("no-change" keeps included), else the base."""
-        base = session_base if session_base is not None else self.session.base_commit
-        return next((entry.commit for entry in reversed(self.entries) if entry.kept and entry.commit), base)
+        return next((entry.commit for entry in reversed(self.entries) if entry.kept and entry.commit),
+                    self.session.base_commit)
 
     def noise(self) -> dict[str, float]:
         """The per-case noise floor measured by the baseline run."""
