@@ -205,16 +205,22 @@ def test_playbook_doc_follows_the_harness_table():
 
 
 
+def exit_codes_markdown() -> str:
+    """The exit-code table (errors.EXIT_CODES) as SKILL.md and references/harness.md carry it."""
+    rows = "".join(f"| {code} | {meaning} |\n" for code, meaning in errors.EXIT_CODES)
+    return "| Code | Meaning |\n| --- | --- |\n" + rows
+
+
 def test_exit_code_tables_are_the_generated_one():
     # Issue 21: `--help` said a wrong result exits 4 while harness.md said 1. One table in
     # errors.EXIT_CODES; every --help prints it (test_cli_help), SKILL.md and harness.md copy it.
-    table = errors.exit_codes_markdown()
+    table = exit_codes_markdown()
     harness = (ROOT / "references" / "harness.md").read_text(encoding="utf-8")
     inside = harness.split("<!-- exit-codes:begin -->\n", 1)[1].split("<!-- exit-codes:end -->", 1)[0]
-    assert inside == table, "regenerate with cutile_perf.errors.exit_codes_markdown()"
+    assert inside == table, "regenerate with tests/test_docs.py's exit_codes_markdown()"
     # SKILL.md takes no HTML comment (test_readme_and_skill_stay_lean): the copy is found whole.
     assert table in (ROOT / "SKILL.md").read_text(encoding="utf-8"), \
-        "SKILL.md: paste cutile_perf.errors.exit_codes_markdown()"
+        "SKILL.md: paste tests/test_docs.py's exit_codes_markdown()"
 
 
 def test_a_wrong_result_is_exit_1_in_the_exit_code_table():

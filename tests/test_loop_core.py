@@ -287,7 +287,7 @@ def test_only_wrong_or_impossible_results_are_revert_rows():
     # A wrong answer, untimed or timed, and a time below the physics floor are the change's fault: revert rows.
     assert [c.value for c in crash.CrashClass if c.row_status == "revert"] == [
         "wrong-result", "wrong-when-timed", "implausible"]
-    assert crash.parse("tampered") is crash.CrashClass.TAMPERED and str(crash.CrashClass.FAULT) == "fault"
+    assert crash.CrashClass("tampered") is crash.CrashClass.TAMPERED and str(crash.CrashClass.FAULT) == "fault"
 
 
 def test_changed_thresholds_are_the_ones_away_from_their_defaults():

@@ -11,6 +11,7 @@ import pytest
 from optional_deps import needs
 
 from cutile_perf import cli
+from cutile_perf.child import envcheck
 from cutile_perf.tileir import check
 
 REPO = Path(__file__).resolve().parents[1]
@@ -126,7 +127,7 @@ def test_enable_tile_with_standard_triton_says_it_has_no_effect(monkeypatch):
     ("garbage", None),
 ])
 def test_parse_tileiras_release(text, release):
-    assert check.parse_tileiras_release(text) == release
+    assert envcheck.parse_tileiras_release(text) == release
 
 
 @pytest.mark.parametrize("version, cc, supported", [

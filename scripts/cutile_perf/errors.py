@@ -11,7 +11,7 @@ import textwrap
 import unicodedata
 
 # Exit codes. Each has exactly one meaning, written once in EXIT_CODES below: every `--help` prints
-# it (exit_codes_text) and SKILL.md and references/harness.md carry it (exit_codes_markdown; a test
+# it (exit_codes_text) and SKILL.md and references/harness.md carry it as a table (tests/test_docs.py
 # compares the copies), so the meanings cannot drift apart.
 EXIT_OK = 0
 EXIT_REJECTED = 1
@@ -46,10 +46,6 @@ def exit_codes_text(width: int = 100) -> str:
                                break_on_hyphens=False)
     return "\n".join(lines) + "\n"
 
-
-def exit_codes_markdown() -> str:
-    """The exit-code table as SKILL.md and references/harness.md carry it (tests/test_docs.py checks)."""
-    return "| Code | Meaning |\n| --- | --- |\n" + "".join(f"| {code} | {meaning} |\n" for code, meaning in EXIT_CODES)
 
 class CutilePerfError(Exception):
     """An error with a one-line message for the user and an optional hint on what to run next."""

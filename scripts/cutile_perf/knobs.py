@@ -242,13 +242,11 @@ def child_env(**overrides: str) -> dict[str, str]:
 # The environment of a test child in the sandbox (child/box.py) is built from these names, never
 # copied: whatever else the harness's user set (PYTEST_ADDOPTS, PYTEST_PLUGINS, LD_PRELOAD,
 # PYTHONSTARTUP, PYTHONHOME, BASH_ENV, tokens, ssh-agent sockets...) does not reach code the kernel
-# module runs. The harness adds its own values on top (child/measure.py, child/runner.py):
-# CUTILE_PERF_REPORT, CUTILE_PERF_KEY_FD, CUTILE_PERF_GATE_FD, CUTILE_PERF_START_FD, CUTILE_PERF_READY_FD,
-# CUTILE_PERF_LATE_PYTHONPATH, CUTILE_PERF_LATE_CWD, CUTILE_PERF_PRELOAD, CUTILE_PERF_SHARD, CUTILE_PERF_SELECT,
-# CUTILE_PERF_DEFENCE, PYTHONPATH (the checkout's package roots, then the user's own PYTHONPATH),
-# PYTHONPYCACHEPREFIX or PYTHONDONTWRITEBYTECODE (pristine.child_env), PYTHONNOUSERSITE, CUDA_TILE_CACHE_DIR (only the session cache the harness
-# guards and binds writable; a cache dir of the user's own is not passed: the child could plant
-# kernels in it), and HOME/TMPDIR/TMP/TEMP pointing at the run's scratch folder.
+# module runs. The harness adds its own values on top (child/measure.py, child/runner.py,
+# pristine.child_env; each in design.md's knob table): PYTHONPATH (the checkout's package roots, then
+# the user's own), CUDA_TILE_CACHE_DIR only for the session cache the harness guards (a cache dir of
+# the user's own is not passed: the child could plant kernels in it), and HOME/TMPDIR/TMP/TEMP
+# pointing at the run's scratch folder.
 CHILD_ENV_ALLOWED: dict[str, str] = {
     "PATH": "finding executables the tests and cuda-tile start (tileiras, nvcc, git)",
     "LANG": "text encoding of the child's output", "LANGUAGE": "message language",

@@ -252,16 +252,12 @@ def measure(
 ) -> Measurement:
     """Time ``fn()``: the samples, and optionally the device-time witness and checked calls.
 
-    ``mode``: one of ``MODES`` (module docstring, "The target's own conditions"): ``"cold"`` (events,
-    L2 flushed before each sample), ``"warm"`` (events, no flush), ``"graph"`` (a CUDA graph of one
-    call replayed, flushed), ``"graph-warm"`` (a graph of back-to-back calls, no flush; a sample is
-    per call), ``"cupti"``/``"cupti-warm"`` (one profiled call per sample, its kernels' summed
-    durations, flushed or not); ``None`` reads ``CUTILE_PERF_BENCH_MODE``. ``check``: compare the
-    first and last timed samples with a reference on fresh inputs; ``witness``: profile a few more
-    calls for ``device_ms``. Raises ``errors.EnvMissing`` without a CUDA GPU, ``HiddenDeviceWork``
-    when ``check_escape`` finds device work that outlives the timing events (not checked in the
-    CUPTI modes, whose samples count it), and ``WrongWhenTimed`` when a checked call's result is
-    wrong (see the module docstring).
+    ``mode``: one of ``MODES``, each described in the module docstring ("The target's own
+    conditions"); ``None`` reads ``CUTILE_PERF_BENCH_MODE``. ``check``: compare the first and last
+    timed samples with a reference on fresh inputs; ``witness``: profile a few more calls for
+    ``device_ms``. Raises ``errors.EnvMissing`` without a CUDA GPU, ``HiddenDeviceWork`` when
+    ``check_escape`` finds device work that outlives the timing events (not checked in the CUPTI
+    modes, whose samples count it), and ``WrongWhenTimed`` when a checked call's result is wrong.
     """
     chosen = check_mode(mode)
     timer, flushed = MODE_TIMERS[chosen]

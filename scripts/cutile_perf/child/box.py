@@ -1,26 +1,12 @@
 """A sandbox for one pytest child: Linux namespaces through the ``unshare`` command.
 
 The test child runs code the candidate kernel module brings (its top level runs at import), so it
-runs in a box (``docs/design.md``, "The box"):
-
-* user, mount, pid, IPC and net namespaces (``unshare --user --map-root-user --mount --pid --ipc
-  --net --fork --mount-proc --kill-child``); ``boxinit.py`` sets up the mounts before any user code;
-  a System V segment, semaphore or queue a child makes dies with its box, and no child sees the
-  host's or another child's;
-* writable: the checkout, the run's private folder (report, bytecode, scratch HOME/TMPDIR) and the
-  compile cache the harness guards, each bound at a FIXED path under ``/tmp/cutile-perf-box/``, so
-  a child cannot tell which slot, command or cache folder (``try`` or ``verify``) it runs in, and
-  cuTile's compile cache keys (which embed the kernel file's absolute path, ``store/jitcache.py``)
-  are the same for every slot;
-* hidden (an empty tmpfs over them): the user's repository (``.git`` and ``sandbox/`` included),
-  ``/tmp`` and the temp folder (every other checkout and run); the interpreter's environment and
-  the harness package come back read-only at their own paths when they lie there;
-* read-only: every other mount (site-packages included); a private ``/dev`` that holds only the
-  host's nodes a child needs (``boxinit.DEV_NODES``, the NVIDIA nodes), each bound in read-only,
-  so a child that is root on the host cannot change the host's ``/dev``; a private ``/dev/shm``
-  and ``/dev/pts``; the box's own ``/proc``;
-* no network; every process the child starts dies with it (the pid namespace);
-* the environment from an allow-list (``knobs.CHILD_ENV_ALLOWED``).
+runs in a box: its own user, mount, pid, IPC and net namespaces (``unshare --user --map-root-user
+--mount --pid --ipc --net --fork --mount-proc --kill-child``), the mounts set up by ``boxinit.py``
+before any user code, writable only where the harness binds it (at fixed paths under
+``/tmp/cutile-perf-box/``, so every slot and command looks alike to the child and cuTile's cache
+keys match), and the environment from ``knobs.CHILD_ENV_ALLOWED``. What is writable, hidden and
+read-only, and what the box does not stop: ``docs/design.md``, "The box".
 
 ``available()`` says why no box can be had here (None: it can); ``decide`` applies the session's
 ``sandbox`` setting and CUTILE_PERF_SANDBOX. Where there is no box, the stage says so
@@ -101,7 +87,7 @@ class Box:
         """The command line that runs ``argv`` (started in ``cwd``) inside the box. When the box
         would hide ``argv``'s interpreter, the box prints why and runs nothing (``hidden_interpreter``)."""
         refuse = hidden_interpreter(argv[0], self, os.environ.get("PATH", os.defpath)) if argv else None
-        return [_unshare(), *UNSHARE_FLAGS, sys.executable, "-I", "-S", boxinit.__file__,
+        return [shutil.which("unshare") or "unshare", *UNSHARE_FLAGS, sys.executable, "-I", "-S", boxinit.__file__,
                 json.dumps(self.spec(cwd, refuse)), "--", *argv]
 
 
@@ -177,7 +163,7 @@ def make(binds: list[tuple[str, str]], hide: list[str], read_only: tuple[Path, .
     covers them."""
     hidden = boxinit.hidden_roots({"hide": hide})
     wanted = {_real(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                                 os.path.dirname(os.path.realpath(sys.executable)), _package_parent(),
+                                 os.path.dirname(os.path.realpath(sys.executable)), str(Path(__file__).resolve().parents[2]),
                                  *read_only)}
     # The toolchain the harness itself runs with (cuda.tile on PYTHONPATH, tileiras on PATH, its
     # libraries): a GPU host's set-up may unpack it under /tmp, which the box hides. Never anything
@@ -195,14 +181,6 @@ def _under(path: str, root: str) -> bool:
 
 def _real(path: Path | str) -> str:
     return os.path.realpath(path)
-
-
-def _package_parent() -> str:
-    return str(Path(__file__).resolve().parents[2])
-
-
-def _unshare() -> str:
-    return shutil.which("unshare") or "unshare"
 
 
 @functools.lru_cache(maxsize=1)

@@ -116,23 +116,20 @@ def _nvidia_smi() -> tuple[str | None, str | None, str | None]:
     binary = shutil.which("nvidia-smi")
     if not binary:
         return None, None, None
-    query = "--query-gpu=name,compute_cap,driver_version"
-    try:
-        proc = subprocess.run([binary, query, "--format=csv,noheader"], capture_output=True, text=True,
-                              timeout=_SMI_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError):
-        return None, None, None
-    if proc.returncode != 0 or not proc.stdout.strip():
-        # Old drivers do not know compute_cap: ask again without it.
+    # Old drivers do not know compute_cap: asked again without it.
+    for fields in (("name", "compute_cap", "driver_version"), ("name", "driver_version")):
         try:
-            proc = subprocess.run([binary, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            proc = subprocess.run([binary, "--query-gpu=" + ",".join(fields), "--format=csv,noheader"],
                                   capture_output=True, text=True, timeout=_SMI_TIMEOUT_S)
         except (OSError, subprocess.SubprocessError):
             return None, None, None
-        parts = [p.strip() for p in proc.stdout.splitlines()[0].split(",")] if proc.stdout.strip() else []
-        return (parts[0], None, parts[1]) if len(parts) == 2 else (None, None, None)
-    parts = [p.strip() for p in proc.stdout.splitlines()[0].split(",")]
-    return (parts[0], parts[1], parts[2]) if len(parts) == 3 else (None, None, None)
+        if proc.stdout.strip() and (proc.returncode == 0 or len(fields) == 2):
+            parts = [p.strip() for p in proc.stdout.splitlines()[0].split(",")]
+            if len(parts) != len(fields):
+                return None, None, None
+            found = dict(zip(fields, parts))
+            return found["name"], found.get("compute_cap"), found["driver_version"]
+    return None, None, None
 
 
 def torch_gpu() -> tuple[str | None, str | None, str | None, str | None]:

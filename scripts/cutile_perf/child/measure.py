@@ -113,15 +113,11 @@ def witness_problem(found: Iterable[tuple[str, str, object]]) -> str | None:
 # --- which code ran -----------------------------------------------------------------------------
 
 
-def expected_modules(checkout_root: Path, fenced_files: Iterable[str]) -> dict[str, str]:
-    """``{module name: fenced path}`` for the fenced Python files, named as the checkout imports them."""
-    return {name: rel for rel in fenced_files if (name := pristine.module_name(checkout_root, rel))}
-
-
 def origin_problem(modules: dict[str, str], checkout_root: Path, fenced_files: Iterable[str],
                    require_import: bool) -> str | None:
     """Why the run did not measure the checkout's fenced code, or None."""
-    expected = expected_modules(checkout_root, fenced_files)
+    # The fenced Python files by module name, as the checkout imports them.
+    expected = {name: rel for rel in fenced_files if (name := pristine.module_name(checkout_root, rel))}
     imported = {name: modules[name] for name in expected if name in modules}
     for name, file in sorted(imported.items()):
         if not pristine.is_inside(file, checkout_root):

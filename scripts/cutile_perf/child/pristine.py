@@ -1,18 +1,11 @@
 """Throw-away checkouts built only from committed content: what every test stage runs in.
 
 A stage never runs in the user's work tree. Its checkout is written blob by blob from git's object
-store (``git cat-file --batch``), so nothing the work tree or ``.git`` holds besides the two
-commits can change what runs:
-
-* protected paths (tests, conftests, config: everything outside the fence) come from the
-  session's base commit, fenced paths from the candidate commit;
-* ignored, excluded or untracked files, bytecode caches and editable installs elsewhere are not
-  in the object store, so they are not in the checkout;
-* raw blob bytes are written: no clean/smudge filter, no ``.gitattributes`` conversion, no hook;
-* interpreter start-up files (``*.pth``, ``sitecustomize.py``, ``usercustomize.py``) and bytecode
-  files (``*.pyc``) are left out even when committed: they would run before, or instead of, the
-  committed sources;
-* a symlink is recreated only when it points inside the checkout.
+store (``git cat-file --batch``): protected paths from the session's base commit, fenced paths
+from the candidate commit, raw blob bytes (no filter, no hook), interpreter start-up and bytecode
+files left out even when committed (``skipped_by_rule``), a symlink only when it points inside the
+checkout. So nothing the work tree or ``.git`` holds besides the two commits can change what runs
+(``docs/design.md``, "Checkouts, protected files and the compile cache").
 
 ``child_env`` then puts the checkout's package roots first on ``PYTHONPATH``, so an editable
 install of the same package elsewhere is never imported, and keeps every child off bytecode it did

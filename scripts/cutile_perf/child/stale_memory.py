@@ -7,12 +7,11 @@ timer, ``poison`` takes every cached free block that could serve a result's size
 (the dtype's maximum for integers, ``True`` for bool) and frees it again, so a call that skips its
 work returns NaN.
 
-One block per result was not enough: a swiglu change that ran its kernel on one row and returned
-``torch.empty`` under a profiler passed every check on a GPU (benchmarks/results/2026-12-06-h200-s36:
-its ``empty`` found correct values, so another cached block held them; this rule is not yet re-run
-there). Blocks are now taken until the allocator reserves new memory (then no cached block of that
-size was left) or ``MAX_BLOCKS`` per result; the memory this costs is cached already, plus one new
-segment at most. On a CPU (no caching allocator) one block is filled, as before.
+One block per result was not enough (another cached block still held a correct result: the swiglu
+cheat in ``docs/design.md``, "Checked timed calls"): blocks are taken until the allocator reserves
+new memory (then no cached block of that size was left) or ``MAX_BLOCKS`` per result; the memory
+this costs is cached already, plus one new segment at most. On a CPU (no caching allocator) one
+block is filled.
 """
 from __future__ import annotations
 

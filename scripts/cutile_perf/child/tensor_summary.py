@@ -1,10 +1,9 @@
 """What a capture keeps of a large tensor, so that checking every perf case does not cost its bytes.
 
 Checked timing (``checked``) needs, per timed call, the inputs the base kernel replays and the
-candidate's results. Saved whole, a TileGym perf run's calls came to 18-21 GB on the H100 (silu_and_mul,
-16 cases): its honest ``try`` went from about 50 s to 142-168 s, and the cases past the capture
-limit were still unchecked (benchmarks/results/2026-12-06-h100-s34). A tensor up to
-``INLINE_BYTES`` is still saved whole; a larger one is kept as:
+candidate's results; saved whole, they cost a TileGym perf run gigabytes and minutes (the figures:
+``docs/design.md``, "Checked timed calls"). A tensor up to ``INLINE_BYTES`` is still saved whole; a
+larger one is kept as:
 
 * an **input**: its ``fingerprint`` (two position-weighted sums of its bytes). The reference child
   runs the same test from the base checkout; a seeded test (TileGym's ``setUp`` seeds torch) builds

@@ -2,37 +2,25 @@
 
 The interleaved re-check and the baseline run perf children one after another, each fresh (runs
 in one process would share its state, so the samples would not be independent). Most of a fresh
-child's start-up is the same in every run and belongs to no repository: the interpreter, torch,
-cuda.tile and pytest (seconds: ``docs/results/2026-12-02-h200-speed.md``, section 1). This module lets the
-next run pay that while the current one starts, and nothing more:
+child's start-up belongs to no repository (the interpreter, torch, cuda.tile, pytest); this module
+lets the next run pay that while the current one starts, and nothing more:
 
     python -P -m cutile_perf.child.warmstart <pytest arguments>
 
-1. It starts with no folder of the checkout on ``sys.path``: ``-P`` leaves out the working
-   directory, and the harness moves the checkout's own ``PYTHONPATH`` entries (and any empty or
-   relative one, which means the working directory) into ``CUTILE_PERF_LATE_PYTHONPATH``.
-   So the imports below can only find installed code, which the box keeps read-only.
-2. It imports ``WARM_MODULES`` (``warm_modules``), then the installed modules the baseline's perf runs imported
-   besides (``CUTILE_PERF_PRELOAD``, ``installed_imports``: a TileGym test imports triton, sympy,
-   transformers and more while it collects, seconds that every fresh child paid after its gate).
-   It pays the profiler's one-off set-up with a CPU-only session
-   (``bench.prepare_profiler_without_context``: seconds that the run's first witness no longer
-   pays; ``docs/results/2026-12-02-h200-speed.md``, section 9), says so on ``CUTILE_PERF_READY_FD``, and blocks on
-   ``CUTILE_PERF_START_FD`` (the byte ``1``: go; end of file first: cancelled). What follows the go
-   byte, up to the end of file, is the ``CUTILE_PERF_SELECT`` value of its run (``child.pool``: a
-   spare is started before the judge names a re-check's cases in doubt). It has
-   touched no GPU: neither the imports nor that session makes a CUDA context. A preloaded module
-   that loaded or initialized the CUDA driver, initialized torch's CUDA or started a thread would
-   break that, so the child then starts again with ``WARM_MODULES`` alone (``preload_problem``).
-3. Let go, it puts the path back as ``python -m pytest`` would have had it (the working directory
-   first, then the whole ``PYTHONPATH``) and runs pytest in this process. If a module it already
-   imported would now be found in the checkout instead (a repository that ships its own
-   ``numpy.py``), the warm process is not what a fresh one would be: it re-executes itself as the
-   plain ``python -m pytest`` command, which a fresh child would have run.
+1. It starts with no folder of the checkout on ``sys.path`` (``-P``; the checkout's ``PYTHONPATH``
+   entries wait in ``CUTILE_PERF_LATE_PYTHONPATH``), so it can import only installed code.
+2. It imports ``warm_modules`` and the baseline's preloads (``CUTILE_PERF_PRELOAD``), pays the
+   profiler's set-up without a CUDA context, says so on ``CUTILE_PERF_READY_FD`` and blocks on
+   ``CUTILE_PERF_START_FD`` (the byte ``1`` and its run's ``CUTILE_PERF_SELECT``: go; end of file
+   first: cancelled). A preload that went near the GPU or started a thread makes it start again
+   without preloads (``preload_problem``).
+3. Let go, it puts the path back as ``python -m pytest`` would have had it and runs pytest in this
+   process, or re-executes itself as that plain command when a module it imported would now be
+   found in the checkout (``numpy.py`` shipped by the repository).
 
-The harness (``child.pool``) lets the current run's first test start only once the next child
-is blocked here, so a timed run never has a neighbour doing anything. Cancelled, it exits with
-``CANCELLED`` without having run anything of the repository.
+The harness (``child.pool``) lets a timed run's first test start only once every spare is blocked
+here. Cancelled, a spare exits with ``CANCELLED`` without having run anything of the repository.
+Why each step, and what it saves: ``docs/design.md``, "What a spare does while it waits".
 """
 from __future__ import annotations
 

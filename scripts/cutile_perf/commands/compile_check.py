@@ -29,7 +29,7 @@ def _session_arch(session: session_mod.Session) -> str | None:
     return None
 
 
-def record(session: session_mod.Session, spec_path: Path, timeout_s: float | None) -> Outcome:
+def record(session: session_mod.Session, spec_path: Path) -> Outcome:
     """Run the correctness selection once on this (GPU) machine, recording every distinct launch."""
 
     guards.require_gpu(session, envcheck.Probe())
@@ -39,7 +39,7 @@ def record(session: session_mod.Session, spec_path: Path, timeout_s: float | Non
     launches.unlink(missing_ok=True)
     argv = [*session.argv("correctness"), *records.PYTEST_PLUGIN_ARGS, *records.NO_CACHE_ARGS]
     say("running the correctness tests once to record their launches")
-    result = runner.run(argv, cwd=session.repo, timeout_s=timeout_s or session.timeout_s,
+    result = runner.run(argv, cwd=session.repo, timeout_s=session.timeout_s,
                         output_path=runs / "record-launches.log",
                         env_overrides={"CUTILE_PERF_RECORD_LAUNCHES": str(launches), "PYTHONDONTWRITEBYTECODE": "1"})
     found = launch_record.read(launches) if launches.is_file() else {}
@@ -174,7 +174,7 @@ def compile_check(*, repo: Path, kernel: str | None, arch: str | None, spec: Pat
             raise UsageError("--record needs a session (it runs the session's correctness tests)", "run init first")
         if kernel is not None:
             raise UsageError("--record records the session's own tests; it takes no --kernel")
-        return record(session, spec_path, None)
+        return record(session, spec_path)
     if write_spec:
         return _write_skeleton(root, files, kernel, spec_path)
 
@@ -226,10 +226,6 @@ def _threads_cell(cubin: dict) -> str:
     return f"{threads}*" if (cubin.get("sass") or {}).get("UTMALDG") else str(threads)
 
 
-def _hints_cell(hints: dict) -> str:
-    return ",".join(f"{k}={v}" for k, v in hints.items()) or "-"
-
-
 def render(results: list[compilecheck.Result]) -> str:
     head = ["kernel", "signature", "hints", "source", "result", "regs", "stack", "threads", "loads (remarks)", "SASS",
             "s"]
@@ -237,7 +233,7 @@ def render(results: list[compilecheck.Result]) -> str:
     for r in results:
         cub = r.cubin or {}
         status = "compiled" if r.ok else f"ERROR {r.error}" if r.checked else f"not checked: {r.error}"
-        rows.append([r.kernel, r.signature[:60], _hints_cell(r.hints), r.source, status[:120],
+        rows.append([r.kernel, r.signature[:60], ",".join(f"{k}={v}" for k, v in r.hints.items()) or "-", r.source, status[:120],
                      str(cub.get("registers", "-")), str(cub.get("stack", "-")), _threads_cell(cub),
                      compile_report.loads_kind(r.remarks) if r.ok else "-", _sass_cell(cub) if r.ok else "-",
                      f"{r.seconds:.1f}"])

@@ -174,7 +174,7 @@ def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int, full
     with guards.measuring(repo, "verify") as (session, g, history):
         try:
             a = git_ops.resolve(g, older or history.first()["commit"])
-            b = git_ops.resolve(g, newer or history.kept_commit(session.base_commit))
+            b = git_ops.resolve(g, newer or history.kept_commit())
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         offbranch.refuse_kept_commits_off_branch(session, g, history, (a, b))  # amended or rebased away: exit 3
@@ -190,7 +190,7 @@ def verify(*, repo: Path, older: str | None, newer: str | None, pairs: int, full
         # The kept commits hold only fenced changes: the measurement composes unfenced paths from the
         # base commit, so an unfenced change smuggled into a kept commit (a moved branch) would
         # otherwise never be looked at.
-        unfenced = [p for p in git_ops.changed_between(g, session.base_commit, b) if not session.in_fence(p)]
+        unfenced = guards.unfenced_since_base(session, g, b)
         if unfenced:
             return Outcome(f"NOT VERIFIED: {git_ops.short(g, b)} changes paths outside the fence since the session's "
                            f"base ({', '.join(unfenced[:5])}); the loop never keeps such a commit",

@@ -72,12 +72,6 @@ _DESCRIPTIONS = {
 }
 
 
-def parse(value: str | CrashClass | None) -> CrashClass | None:
-    if value is None or isinstance(value, CrashClass):
-        return value
-    return CrashClass(value)
-
-
 def markdown_table() -> str:
     """The crash-class table of ``references/harness.md``."""
     lines = ["| crash class | row status | meaning |", "|---|---|---|"]

@@ -51,17 +51,6 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-RULES = {
-    "env": "reads the test or harness environment",
-    "argv": "reads the command line",
-    "stack": "inspects the call stack",
-    "sys-modules": "looks up the test framework in sys.modules",
-    "proc": "reads the process's own /proc entries",
-    "cwd-path": "compares its location with the harness's paths",
-    "import": "imports the test framework or the harness",
-    "monkeypatch": "patches a timing, test or harness module",
-}
-
 _ENV_EXACT = {"PYTEST_CURRENT_TEST", "CUDA_TILE_CACHE_DIR"}
 _ENV_PREFIXES = ("PYTEST_", "CUTILE_PERF_")
 _FRAMEWORK = ("pytest", "_pytest", "cutile_perf", "xdist", "pluggy")

@@ -176,8 +176,8 @@ def skeleton(source: str, path: str) -> str:
         if not any("kernel" in ast.unparse(d) for d in func.decorator_list):
             continue
         ndims = _index_ndims(func)
-        for site in launches.get(func.name, []):
-            lines.append(f"# {func.name} is launched at line {site[0]}: ct.launch(..., {func.name}, {site[1]})")
+        lines += [f"# {func.name} is launched at line {line}: ct.launch(..., {func.name}, {args})"
+                  for line, args in launches.get(func.name, [])]
         lines += [f"{func.name}:", "  signatures:"]
         for i, arg in enumerate(func.args.args):
             ann = ast.unparse(arg.annotation) if arg.annotation is not None else ""

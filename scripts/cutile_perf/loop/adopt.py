@@ -30,20 +30,13 @@ ADOPTED_TIER = "adopted"
 
 def _uncommitted(session: Session, g) -> list[str]:
     """Every uncommitted path but the harness's own sandbox and bytecode caches."""
-    return [p for p in git_ops.changed_paths(g) if not p.startswith("sandbox/")
-            and "__pycache__/" not in p and not p.endswith((".pyc", ".pyo"))]
-
-
-def _unfenced_since_base(session: Session, g, commit: str) -> list[str]:
-    """Paths outside the fence that ``commit`` changes since the session's base: the loop's checkouts
-    take those from the base, so no measurement of ``commit`` would include them."""
-    return [p for p in git_ops.changed_between(g, session.base_commit, commit) if not session.in_fence(p)]
+    return [p for p in git_ops.changed_paths(g) if not p.startswith("sandbox/") and not guards.bytecode_cache(p)]
 
 
 def _refuse_what_cannot_be_adopted(session: Session, g, history: History, off: offbranch.OffBranch) -> list[str]:
     """The checks before anything runs; returns the fenced paths the adopted commit changes."""
     head = git_ops.short(g, off.head)
-    unfenced = _unfenced_since_base(session, g, off.head)
+    unfenced = guards.unfenced_since_base(session, g, off.head)
     if unfenced:
         raise Refused(f"{head} changes paths outside the fence since the session's base ({', '.join(unfenced[:5])}); "
                       "the loop measures those from the base, so it cannot adopt it",

@@ -7,6 +7,7 @@ names its kernel and the fenced files define it, that kernel name.
 """
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from cutile_perf import knobs
@@ -111,10 +112,7 @@ def baseline(*, repo: Path, repeats: int, stages: Stages | None = None) -> Outco
         history.record(entry)
         render.write_perf_results(session.results_path, history.rows)
     worst = max(noise.values()) if noise else 0.0
-    directions: dict[str, int] = {}
-    for case in shapes:
-        direction = measure.direction_of(case)
-        directions[direction] = directions.get(direction, 0) + 1
+    directions = dict(Counter(measure.direction_of(case) for case in shapes))
     measured = ", ".join(f"{n} {d}" for d, n in sorted(directions.items()))
     text = (f"iteration 0: baseline {latency:.6f} ms (geomean of {len(shapes)} cases: {measured}; {repeats} runs; "
             f"largest per-case noise {worst * 100:.2f} %); every case is judged on its own")

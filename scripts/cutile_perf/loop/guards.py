@@ -128,9 +128,15 @@ def paths_touched(session: Session, g, base: str) -> list[str]:
     return sorted({*fenced_changes(session, committed), *fenced_changes(session, git_ops.changed_paths(g))})
 
 
-def _outside_fence_ignorable(path: str) -> bool:
+def bytecode_cache(path: str) -> bool:
     """Untracked files no stage can ever see: bytecode caches never enter a pristine checkout."""
     return "__pycache__/" in path or path.endswith((".pyc", ".pyo"))
+
+
+def unfenced_since_base(session: Session, g, commit: str) -> list[str]:
+    """Paths outside the fence that ``commit`` changes since the session's base: the loop's checkouts
+    take those from the base, so no measurement of ``commit`` would include them."""
+    return [p for p in git_ops.changed_between(g, session.base_commit, commit) if not session.in_fence(p)]
 
 
 def probe_scan(g, base: str, files: dict[str, Path]) -> tuple[str | None, list]:
@@ -167,7 +173,7 @@ def refuse_probes(g, base: str, paths: list[str]) -> None:
 
 def candidate_paths(session: Session, g) -> list[str]:
     """The fenced paths this iteration changes, or the refusal that says why it cannot run."""
-    changed = [p for p in git_ops.changed_paths(g) if not _outside_fence_ignorable(p)
+    changed = [p for p in git_ops.changed_paths(g) if not bytecode_cache(p)
                and not is_installed_skill_path(p)]
     outside = [p for p in changed if not session.in_fence(p)]
     if outside:

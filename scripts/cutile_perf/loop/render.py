@@ -78,20 +78,14 @@ def write_perf_results(results_path: Path, entries: list[dict]) -> None:
 # --- report.md ------------------------------------------------------------------------------------
 
 
-def _shape_table(base: dict[str, float], best: dict[str, float]) -> list[dict]:
-    return [
-        {"shape": s, "baseline": base[s], "best": best.get(s), "speedup": base[s] / best[s] if s in best else None}
-        for s in sorted(base)
-    ]
-
-
 def summarize_session(entries: list[dict]) -> dict:
     """The numbers of the report: baseline, best kept entry, per-shape and overall speedups."""
     baseline = next((e for e in entries if e.get("iteration") == 0 and e.get("status") == "keep"), None)
     best = current_baseline(entries)
-    base_medians = shape_medians(baseline) if baseline else {}
-    best_medians = shape_medians(best) if best else {}
-    shapes = _shape_table(base_medians, best_medians)
+    base = shape_medians(baseline) if baseline else {}
+    kept = shape_medians(best) if best else {}
+    shapes = [{"shape": s, "baseline": base[s], "best": kept.get(s),
+               "speedup": base[s] / kept[s] if s in kept else None} for s in sorted(base)]
     speedups = [row["speedup"] for row in shapes if row["speedup"]]
     worst = min((row for row in shapes if row["speedup"]), key=lambda r: r["speedup"], default=None)
     return {

@@ -1,23 +1,14 @@
 """``cutile-perf screen``: many candidates compared side by side on one GPU; readings, not verdicts.
 
-After a baseline, N candidate files for the fenced file(s), named by a glob or a ``batch`` plan:
-
-0. one that ``try`` would refuse for its measurement probes (``kernel.probes``) is listed, never run;
-1. each is compile-checked on the CPU (``compile_check``, given by the command: a process pool);
-   one that does not compile is listed and never run;
-2. each remaining one becomes a throw-away commit (``screen_commits``: never on the session branch,
-   never through the user's index or work tree) and runs its correctness stage through the loop's
-   ``StageRunner``, judged as ``try`` judges it (``judge.verdict.judge_correctness``); a failing
-   one is listed and not timed;
-3. rounds on the GPU: each round runs the base (the reference commit ``try`` compares against),
-   then every candidate still in, the order rotated per round; each run a fresh child in a pristine
-   checkout, its timed calls checked against the base's kernel (``StageRunner.check_timed_calls``)
-   in the first round only, and its records judged by ``judge.verdict.judge`` (a crash class drops
-   the candidate). As many rounds as ``seconds`` allows, at least one: the next starts only if,
-   at the first round's speed per run, it ends in time (``screen_rank.next_round_fits``);
-4. ``screen_rank.rank`` orders them.
-
-Nothing is committed to the session branch and nothing is written to the log: ``batch`` decides.
+After a baseline, N candidate files for the fenced file(s), named by a glob or a ``batch`` plan, go
+through the probe scan (``kernel.probes``: a refused one is listed, never run), a compile-check on
+the CPU (``compile_check``, given by the command), a correctness stage in a throw-away commit
+(``screen_commits``), then rounds on the GPU: the base, then every candidate still in, the order
+rotated per round, each run a fresh child judged by ``judge.verdict.judge``, its timed calls checked
+in the first round only; a round starts only if it can end within ``seconds``
+(``screen_rank.next_round_fits``), one always runs. ``screen_rank.rank`` orders them. Nothing is
+committed to the session branch and nothing is written to the log: ``batch`` decides. Each step in
+full: ``docs/design.md``, "Screening many candidates".
 """
 from __future__ import annotations
 

@@ -12,18 +12,14 @@ LABEL = "readings, not verdicts"
 TABLE_FILE, PLAN_FILE = "screen.md", "screen-plan.yaml"
 
 
-def _ratio(value: float) -> str:
-    return f"{value:.3f} ({format_change(value - 1.0)})"
-
-
 def ranked_rows(out: ScreenResult) -> list[str]:
     head = ["| rank | candidate | geomean ratio | interval | worst case | rounds | compile-check |",
             "|---|---|---|---|---|---|---|"]
     rows = []
     for n, r in enumerate(out.ranked, 1):
         compiled = out.compiled.get(r.name, ("-", ""))[0]
-        rows.append(f"| {n} | {r.name} | {_ratio(r.geomean)} | {r.low:.3f}-{r.high:.3f} | "
-                    f"{r.worst_case} {r.worst:.3f} | {r.rounds} | {compiled} |")
+        rows.append(f"| {n} | {r.name} | {r.geomean:.3f} ({format_change(r.geomean - 1.0)}) | "
+                    f"{r.low:.3f}-{r.high:.3f} | {r.worst_case} {r.worst:.3f} | {r.rounds} | {compiled} |")
     return head + rows if rows else []
 
 

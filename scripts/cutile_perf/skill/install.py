@@ -57,11 +57,6 @@ def is_installed_skill_path(path: str) -> bool:
     return any(posix == d.rstrip("/") or posix.startswith(d) for d in skill_dirs())
 
 
-def bundle_root() -> Path:
-    """The directory holding SKILL.md and references/: package data in a wheel, or the checkout."""
-    return assets.skill_source()
-
-
 def skill_files(root: Path) -> dict[str, bytes]:
     """Relative path -> content of every file the installed skill needs."""
     files = {"SKILL.md": (root / "SKILL.md").read_bytes()}
@@ -174,7 +169,7 @@ def install_skill(*, target: Path, agent: str, force: bool, source: Path | None 
     target = Path(target)
     if not target.is_dir():
         raise UsageError(f"--target {target}: not a directory")
-    root = Path(source) if source else bundle_root()
+    root = Path(source) if source else assets.skill_source()
     files = skill_files(root)
     agents = list(ALL_AGENTS) if agent == "all" else [agent]
     plans = [plan_install(target / AGENT_DIRS[a], files) for a in agents]

@@ -10,10 +10,8 @@ opens it here, so none shows or uses a log that ``try`` would refuse.
 cutile-perf keeps in git's own folder (``anchor_path``) and the session settings against the ones
 the baseline froze, and keeps the rows in memory for the rest of the command.
 
-``History.record`` is the loop's one durable write: append the row (unless it is already the last
-one) and move the anchor. Each part is idempotent, so a kill anywhere in it leaves a state that
-``record`` of the same row finishes: the row is in the log at most once, and a log with exactly that
-row beyond its anchor is recognised as our own unanchored write (``pending_row``), not as tampering.
+``History.record`` is the loop's one durable write, idempotent in each part (``docs/design.md``,
+"The loop core").
 
 It lives in ``store`` because it only reads, checks and appends rows: the views
 (``loop.render.write_perf_results``) and the time a try takes (``loop.budget.timed``) are
@@ -188,10 +186,10 @@ class History:
         return [f"{k} (baseline: {shown(frozen.get(k))}, now: {shown(now.get(k))})"
                 for k in sorted(set(frozen) | set(now)) if frozen.get(k) != now.get(k)]
 
-    def kept_commit(self, session_base: str | None = None) -> str:
+    def kept_commit(self) -> str:
         """The commit HEAD must sit at: the last kept row's ("no-change" keeps included), else the base."""
-        base = session_base if session_base is not None else self.session.base_commit
-        return next((entry.commit for entry in reversed(self.entries) if entry.kept and entry.commit), base)
+        return next((entry.commit for entry in reversed(self.entries) if entry.kept and entry.commit),
+                    self.session.base_commit)
 
     def noise(self) -> dict[str, float]:
         """The per-case noise floor measured by the baseline run."""

@@ -158,16 +158,13 @@ def remove_orphans(prefix: str, folder: str | os.PathLike | None = None) -> list
     """Remove the ``prefix`` folders in the temp folder that a killed command left (their maker is
     gone); returns the names of those it removed."""
     folder = folder or tempfile.gettempdir()
-    removed, now = [], time.time()
+    now = time.time()
     try:
         with os.scandir(folder) as entries:
             found = [e for e in entries if e.name.startswith(prefix) and _orphaned(e, prefix, now)]
     except OSError:
         return []
-    for entry in found:
-        if remove_quietly(entry.path) is None:
-            removed.append(entry.name)
-    return removed
+    return [entry.name for entry in found if remove_quietly(entry.path) is None]
 
 
 _swept: set[str] = set()

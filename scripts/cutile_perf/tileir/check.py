@@ -107,10 +107,6 @@ def tileiras_candidates(triton_dir: str | None) -> list[tuple[str, Path]]:
     return candidates
 
 
-# One parser of ``tileiras --version`` for the whole package.
-parse_tileiras_release = envcheck.parse_tileiras_release
-
-
 def tileiras(triton_dir: str | None) -> dict[str, Any]:
     """The first tileiras found and its release; ``found`` false with the places searched otherwise."""
     searched = []
@@ -122,7 +118,7 @@ def tileiras(triton_dir: str | None) -> dict[str, Any]:
                                 # The pip copy serves cuTile; the Triton TileIR build does not search there.
                                 "searched_by_triton_tileir": source != "nvidia-cuda-tileiras pip package"}
         try:
-            release = parse_tileiras_release(envcheck.tileiras_version_text(path, timeout_s=30))
+            release = envcheck.parse_tileiras_release(envcheck.tileiras_version_text(path, timeout_s=30))
             info["version"] = f"{release[0]}.{release[1]}" if release else None
         except (OSError, subprocess.SubprocessError) as exc:
             info["error"] = _reason(exc)
@@ -134,7 +130,7 @@ def tileiras_supports(version: str | None, capability: list[int] | None) -> bool
     """Can this tileiras release target this GPU? None when either is unknown."""
     if not version or not capability:
         return None
-    release = parse_tileiras_release(f"release {version}")
+    release = envcheck.parse_tileiras_release(f"release {version}")
     minimum = _TILEIRAS_MIN_RELEASE_BY_MAJOR.get(capability[0])
     if release is None or minimum is None:
         return False if release is not None else None

@@ -101,10 +101,6 @@ def tl_op(name: str | None) -> str | None:
     return name.rsplit(".", 1)[-1]
 
 
-def _decorator_name(node: ast.expr, aliases: dict[str, str]) -> str | None:
-    return dotted(node.func if isinstance(node, ast.Call) else node, aliases)
-
-
 def _pointer_operand(node: ast.AST, params: set[str], local_bases: dict[str, str]) -> str | None:
     """The pointer an ``ptr + offset`` expression starts from: a bare name among the terms of a sum
     (``x_ptr + row * stride + cols``); products and calls are offsets, never the pointer."""
@@ -231,7 +227,7 @@ def scan(source: str) -> Module:
         if not isinstance(fn, ast.FunctionDef):
             continue
         functions.append(fn)
-        names = [_decorator_name(d, aliases) or "?" for d in fn.decorator_list]
+        names = [dotted(d.func if isinstance(d, ast.Call) else d, aliases) or "?" for d in fn.decorator_list]
         if not any(n in JIT_NAMES for n in names):
             continue
         params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]

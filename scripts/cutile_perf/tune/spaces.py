@@ -4,21 +4,11 @@ Kernel types (TileGym's decision tree): memory-bound and balanced kernels (eleme
 reductions) tune occupancy only; matmul tunes TILE_M x TILE_N x TILE_K x occupancy x num_ctas;
 attention TILE_M x TILE_N x num_ctas; fused multi-GEMM uses conservative tiles and low occupancy.
 
-Where the lists come from. sm_90 matmul and attention are MEASURED on a GPU (the figures, with
-their toolchain: ``references/h200-measurements.md``, "Probe: matmul tile sizes and num_ctas",
-"Matmul sweep" and "Attention prepared steps"); the sm_90 fused-GEMM list
-is still a guess (marked PROVISIONAL below); other archs carry TileGym's per-arch choices or conservative
-guesses, none measured by us. The sm_90 matmul ranking (geomean slowdown vs the best over 4096^3 and
-8192^3 fp16, plain 2-D-grid kernel, no occupancy hint) came from
-
-    cutile-perf probe --target tilesuite.tunables:matmul --dim TILE_M=64,128,256 --dim TILE_N=64,128,256 \
-        --dim TILE_K=64 --dim num_ctas=1,2 --shape M=4096,N=4096,K=4096 --shape M=8192,N=8192,K=8192
-
-and the occupancy-2 result from ``cd examples/kernels && python -m tests.check_compute_bound_steps``
-(matmul step 03 and attention step 03, each timed against cuBLAS / SDPA flash in the same run).
-The sm_90 matmul list's 128x256x64 num_worker_warps=8 config comes from
-``python benchmarks/matmul_sweep.py --precompile 16 --rounds 3`` (``references/h200-measurements.md``,
-"Matmul sweep").
+Where the lists come from. sm_90 matmul and attention are MEASURED on a GPU (each list's comment
+says which entries; the figures and the commands that produced them: ``references/h200-measurements.md``,
+"Probe: matmul tile sizes and num_ctas", "Matmul sweep" and "Attention prepared steps"); the sm_90
+fused-GEMM list is still a guess (marked PROVISIONAL below); other archs carry TileGym's per-arch
+choices or conservative guesses, none measured by us.
 """
 from __future__ import annotations
 
