@@ -39,7 +39,9 @@ def render(out: ScreenResult, base_short: str) -> str:
              f"Latency ratio candidate/base (< 1 is faster), paired within each round against the base "
              f"{base_short} (the commit try compares against); geomean over cases of each case's median ratio; "
              f"interval: {screen_rank.INTERVAL_KIND}; {out.rounds} round(s) in {out.seconds:.0f} s"
-             + (" (" + ", ".join(f"{name} {s:.0f} s" for name, s in out.phases.items()) + ")." if out.phases else "."),
+             # Whole seconds of the JSON's tenths, so screen.md and --json never disagree (3.46 s: 3.5, "4 s").
+             + (" (" + ", ".join(f"{name} {round(s, 1):.0f} s" for name, s in out.phases.items()) + ")."
+                if out.phases else "."),
              "Nothing was committed and nothing was recorded in the log: decide with `cutile-perf batch` "
              "(`--top K` writes its plan).", ""]
     lines += ranked_rows(out) or ["No candidate could be ranked."]
