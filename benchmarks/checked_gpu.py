@@ -257,13 +257,12 @@ def main(argv: list[str] | None = None) -> int:
             save()
     if args.old_session and args.ops and (work / args.ops[0]).exists():
         op = args.ops[0]
-        if time.monotonic() - began > args.budget:
-            rows.append({"op": op, "change": f"old-session {args.old_session}", "decision": "skipped: budget",
-                         "alarm": False, "as_promised": False, "reason": ""})
-        else:
-            rows.append({})
-
-            def kept(row: dict) -> None:
+        over = time.monotonic() - began > args.budget
+        rows.append({"op": op, "change": f"old-session {args.old_session}",
+                     "decision": "skipped: budget" if over else "unchecked try running",
+                     "alarm": False, "as_promised": False, "reason": ""})
+        if not over:
+            def kept(row: dict) -> None:  # this row says how far it got, should the call be cut
                 rows[-1] = row
                 save()
             rows[-1] = verify_old_session(work / op, op, args.fn.get(op, op), args.old_session, kept)

@@ -76,11 +76,17 @@ def test_outcome_table_and_cost(script):
     assert script.cost_summary([], [1.0]) == {}
 
 
-def test_honest_controls_count_alarms_on_try_rows_only():
-    """benchmarks/honest_controls.py's reading of a demo's log (its GPU run gives the counts)."""
+@pytest.fixture
+def controls():
     spec = importlib.util.spec_from_file_location("honest_controls", BENCH / "honest_controls.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_honest_controls_count_alarms_on_try_rows_only(controls):
+    """benchmarks/honest_controls.py's reading of a demo's log (its GPU run gives the counts)."""
+    module = controls
     assert {"rms_norm", "softmax"} <= set(module.prepared_kernels())
     rows = [{"iteration": 0, "status": "keep", "reason": "baseline (no code change)"},
             {"iteration": 1, "optimization": "tile 8", "status": "revert", "reason": "slower: +4 % vs gate 1 %"},
@@ -116,14 +122,6 @@ def test_old_session_says_whether_the_lie_was_kept_before_verify_runs(script, mo
     monkeypatch.setattr(script, "cli", verify_after_the_report)
     row = script.verify_old_session(Path("repo"), "silu_and_mul", "silu_and_mul", "count", heard.append)
     assert row["decision"] == "verify exit 1" and row["as_promised"] is True and len(heard) == 1
-
-
-@pytest.fixture
-def controls():
-    spec = importlib.util.spec_from_file_location("honest_controls", BENCH / "honest_controls.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_honest_controls_end_a_demo_past_its_time_and_keep_its_rows(controls, tmp_path, monkeypatch):

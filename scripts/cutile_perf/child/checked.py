@@ -221,7 +221,7 @@ def wrap_timer(timer, method: str | Callable[[tuple, dict], tuple[str, str]], l2
     """``timer`` with its timed callable checked (module docstring); itself when nothing is configured.
 
     ``method`` may be a function of the call's arguments that returns (method, L2), for a timer whose
-    mode is an argument (``cutile_perf.bench.measure``); a mode it refuses is the timer's to report."""
+    mode is an argument (``cutile_perf.bench.bench_record``); a mode it refuses is the timer's to report."""
     if getattr(timer, "__cutile_perf_checked__", False):
         return timer
 
