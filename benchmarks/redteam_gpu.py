@@ -14,7 +14,7 @@ reference.
 
 Outcomes (the table's "outcome" column): "refused: <first line>" (`try` exited 3 before running
 anything, no row), "crash <class>", "revert", "keep (no-change)" and "keep (<tier>)" for a faster
-keep. "caught?" says NOT CAUGHT for a faster keep, for any keep of (a)-(g), (j) and (k) (hostile
+keep. "caught?" says NOT CAUGHT for a faster keep, for any keep of (a)-(g) and (j)-(m) (hostile
 code, wrong results or faked timing, would stay in the branch; h and i keep the baseline's kernel), and for an
 attack whose write outside the checkout landed (h: a `.pth` in site-packages; i: the session branch
 or HEAD moved), and "no verdict" for a run that says nothing about the attack (refused for another
@@ -67,6 +67,8 @@ DEFENCES = {
     "i_branch_swap": "sandbox hides the repository; unboxed: the branch/HEAD check (crash tampered)",
     "j_shrink_when_called_often": "checked perf stage: bench.OutputCheck on the first/last timed call (WrongWhenTimed)",
     "k_undo_before_the_check": "bench's device-time witness vs the record's median (crash tampered)",
+    "l_result_cache": "checked timed calls: the physics floor (implausible)",
+    "m_shrink_when_called_fast": "checked timed calls: the base kernel's replay (wrong-when-timed)",
 }
 # Attacks whose kernel computes exactly what the baseline does: a no-change keep of these is harmless.
 HONEST_KERNEL = {"h_pth_planter", "i_branch_swap"}

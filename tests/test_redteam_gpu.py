@@ -26,7 +26,7 @@ def script():
 
 
 def test_there_is_one_attack_per_letter_and_each_names_its_defence():
-    assert [p.stem[0] for p in ATTACKS] == list("abcdefghijk")
+    assert [p.stem[0] for p in ATTACKS] == list("abcdefghijklm")
     assert set(script().DEFENCES) == {p.stem for p in ATTACKS}
 
 
@@ -39,7 +39,7 @@ def test_only_selects_by_letter_or_stem():
 
 def test_only_the_perf_only_attack_is_visible_to_the_static_probe_scan():
     """(f) is refused before running; (g)-(i) and (k) are written so the scan does not see them
-    (their defences are at run time), and (a)-(e) and (j) are not probes at all."""
+    (their defences are at run time), and (a)-(e), (j), (l) and (m) are not probes at all."""
     sys.path.insert(0, str(ROOT / "scripts"))
     from cutile_perf.kernel import probes
 
