@@ -435,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.empty_cache()
     props = torch.cuda.get_device_properties(0)
     timer, flushed = bench.MODE_TIMERS[mode]
-    how = {"events": "CUDA events", "graph": "CUDA graph replay timed by events", "cupti": "CUPTI kernel time"}[timer]
+    how = {"events": "CUDA events", "cuda-graph": "CUDA graph replay timed by events", "cupti": "CUPTI kernel time"}[timer]
     header = (f"{props.name} (sm_{props.major}{props.minor}), torch {torch.__version__}; times: median, "
               f"{'cold' if flushed else 'warm'} L2, {how} (cutile_perf.bench, mode {mode}"
               f"{'' if flushed else '; a shape that fits in L2 can pass the copy ceiling'}). "

@@ -77,12 +77,11 @@ def test_every_pair_read_maps_to_a_bench_mode_that_times_the_same_way():
     """Each (method, L2) pair ``read`` can report has its exact bench mode: same method, same flush."""
     from cutile_perf import bench
 
-    methods = {"events": "events", "cuda-graph": "graph", "cupti": "cupti"}  # target_timing's -> bench's
-    pairs = {(m, l2) for m in methods for l2 in ("flushed", "not flushed")}
+    pairs = {(m, l2) for m in ("events", "cuda-graph", "cupti") for l2 in ("flushed", "not flushed")}
     assert set(target_timing.CLOSEST_BENCH_MODE) == pairs
     for (method, l2), mode in target_timing.CLOSEST_BENCH_MODE.items():
         timer, flushed = bench.MODE_TIMERS[mode]
-        assert (timer, "flushed" if flushed else "not flushed") == (methods[method], l2), mode
+        assert (timer, "flushed" if flushed else "not flushed") == (method, l2), mode
     assert set(target_timing.BENCH_MODE_L2) == set(target_timing.BENCH_MODE_METHOD) == set(bench.MODES)
     for mode, l2 in target_timing.BENCH_MODE_L2.items():
         assert l2 == ("flushed" if bench.MODE_TIMERS[mode][1] else "not flushed"), mode

@@ -49,10 +49,6 @@ def wrap_triton_timers(module) -> None:
             setattr(module, name, checked.wrap_timer(timer, method, l2, f"triton.testing.{name}"))
 
 
-# bench's timers under the names target_timing gives a target's (checked's conditions and floors read them).
-BENCH_METHODS = {"events": "events", "graph": "cuda-graph", "cupti": "cupti"}
-
-
 def wrap_bench(module) -> None:
     """``cutile_perf.bench.bench_record`` checked like a target's timer: the bundled kernels' perf tests
     and ``scaffold-perf``'s reach it through a helper of their test tree that no timer classification
@@ -62,6 +58,6 @@ def wrap_bench(module) -> None:
     an argument, so its conditions are read per call."""
     def conditions(args: tuple, kwargs: dict) -> tuple[str, str]:
         timer, flushed = module.MODE_TIMERS[module.check_mode(kwargs.get("mode"))]
-        return BENCH_METHODS[timer], "flushed" if flushed else "not flushed"
+        return timer, "flushed" if flushed else "not flushed"
 
     module.bench_record = checked.wrap_timer(module.bench_record, conditions, "", "cutile_perf.bench.bench_record")
