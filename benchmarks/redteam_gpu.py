@@ -68,7 +68,7 @@ DEFENCES = {
     "j_shrink_when_called_often": "checked perf stage: bench.OutputCheck on the first/last timed call (WrongWhenTimed)",
     "k_undo_before_the_check": "bench's device-time witness vs the record's median (crash tampered)",
     "l_result_cache": "checked timed calls: the physics floor (implausible)",
-    "m_shrink_when_called_fast": "checked timed calls: the base kernel's replay (wrong-when-timed)",
+    "m_shrink_when_called_fast": "bench.OutputCheck on the last timed call (WrongWhenTimed), else the base kernel's replay",
 }
 # Attacks whose kernel computes exactly what the baseline does: a no-change keep of these is harmless.
 HONEST_KERNEL = {"h_pth_planter", "i_branch_swap"}
