@@ -2,6 +2,14 @@
 
     PYTHONPATH=scripts python benchmarks/redteam_gpu.py [--only f,g,h,i] [--out result.json]
     PYTHONPATH=scripts python benchmarks/redteam_gpu.py --dry-run   # CPU: compile + set-up only
+    PYTHONPATH=scripts python benchmarks/redteam_gpu.py --old-session l   # an old session's lie, then verify
+
+``--old-session ATTACK`` (issue 39 item 5, on the bundled tests): after the attacks (none unless
+``--only``/``--attacks`` name some), a copy of the baselined repository tries ATTACK with checked
+timed calls off (``CUTILE_PERF_UNCHECKED=1``), as a session from before them would have, and then
+runs ``cutile-perf verify`` with them on; verify must refuse the kept row (exit 1). (l), the result
+cache only the floor refuses, is the case for it: bench's own ``OutputCheck`` stays on without the
+check and stops (j) and (m) by itself.
 
 What it does: copies examples/kernels into a temporary git repository, runs
 `cutile-perf init --kernel softmax`, turns the suite's defence run on for the correctness stage
@@ -358,7 +366,30 @@ def run_attack(base_repo: Path, attack: Path, workdir: Path, timeout: float) -> 
             "crash_class": (row or {}).get("crash_class"), "review": (row or {}).get("review", False),
             "sandbox": (row or {}).get("sandbox"), "reason": str(reason), "seconds": round(seconds, 1),
             "defence": DEFENCES.get(attack.stem, ""), "landed": landed, "notes": notes,
-            "attack_lines": attack_lines(repo, err)}
+            "attack_lines": attack_lines(repo, err), "repo": str(repo)}
+
+
+def old_session(base_repo: Path, attack: Path, workdir: Path, timeout: float) -> dict:
+    """Issue 39 item 5 on the bundled tests: ``attack`` tried with checked timed calls off
+    (``CUTILE_PERF_UNCHECKED=1``: an old session's lie in the log), then ``verify`` with them on.
+    ``as_promised``: verify refused the kept row (exit 1); None when the attack was not kept
+    unchecked, which says nothing about verify."""
+    os.environ["CUTILE_PERF_UNCHECKED"] = "1"
+    try:
+        tried = run_attack(base_repo, attack, workdir / "old-session", timeout)
+    finally:
+        os.environ.pop("CUTILE_PERF_UNCHECKED", None)
+    row = {"attack": attack.stem, "unchecked": tried["outcome"], "unchecked_reason": tried["reason"],
+           "try_seconds": tried["seconds"]}
+    if not tried["kept"]:
+        return {**row, "as_promised": None, "verify": "not run: nothing was kept"}
+    began = time.monotonic()
+    try:
+        code, data, err = cutile_perf(Path(tried["repo"]), "verify", timeout=timeout)
+    except subprocess.TimeoutExpired:
+        code, data, err = -9, {}, f"verify did not finish in {timeout:g} s (killed)"
+    return {**row, "as_promised": code == 1, "verify_exit": code, "verify": data or err[-600:],
+            "verify_seconds": round(time.monotonic() - began, 1)}
 
 
 def _cell(text: object, limit: int = 160) -> str:
@@ -397,14 +428,18 @@ def main(argv: list[str] | None = None) -> int:
                              "(0: no limit; default 540, under the GPU machine's 600 s per command)")
     parser.add_argument("--out", type=Path, help="also write the results as JSON here (after every attack)")
     parser.add_argument("--keep-dir", type=Path, help="work here instead of a temporary directory (kept)")
+    parser.add_argument("--old-session", metavar="ATTACK",
+                        help="after the attacks: this attack (letter or stem) kept with checked timed calls off, "
+                             "then `verify` with them on (issue 39 item 5)")
     args = parser.parse_args(argv)
     started = time.monotonic()
 
     selected = [*(args.attacks or []), *([args.only] if args.only else [])]
-    files = attack_files(selected or None)
-    if not files:
+    files = attack_files(selected or None) if selected or not args.old_session else []
+    old = attack_files([args.old_session]) if args.old_session else []
+    if not files and not old or args.old_session and len(old) != 1:
         raise SystemExit(f"no attack files matched in {ATTACKS}")
-    for line in compile_isolated(files):
+    for line in compile_isolated(sorted(set(files + old))):
         print(line, file=sys.stderr)
     stale = planted_files()
     if stale:  # an earlier run killed before its clean-up: it would time the baseline short
@@ -420,6 +455,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  cutile-perf baseline --repeats {args.repeats}")
         for path in files:
             print(f"  cp {path.relative_to(ROOT)} {KERNEL_REL} && cutile-perf try 'red team: {path.stem}'")
+        for path in old:
+            print(f"  cp {path.relative_to(ROOT)} {KERNEL_REL} && CUTILE_PERF_UNCHECKED=1 cutile-perf try "
+                  f"'red team: {path.stem}' && cutile-perf verify")
         print(f"site-packages checked for planted .pth files: {', '.join(map(str, site_folders()))}")
         if not args.keep_dir:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -442,13 +480,21 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
         if args.out:
             args.out.write_text(json.dumps({"baseline": data, "results": results, "skipped": skipped}, indent=2))
+    summary = {"baseline": data, "results": results, "skipped": skipped}
+    for path in old:
+        summary["old_session"] = old_session(base, path, workdir, args.timeout)
+        print(f"old session: {json.dumps(summary['old_session'])}", file=sys.stderr)
     print(markdown(results))
+    if old:
+        o = summary["old_session"]
+        print(f"\nold session: {o['attack']} {o['unchecked']} with checked timed calls off; verify: "
+              f"{'refused it (exit 1)' if o['as_promised'] else o.get('verify_exit', o['verify'])}")
     if skipped:
         print(f"\nskipped (time budget of {args.budget:g} s): {', '.join(skipped)}; run them with --only")
     print(f"\ntotal {time.monotonic() - started:.0f} s")
     if args.out:
-        args.out.write_text(json.dumps({"baseline": data, "results": results, "skipped": skipped}, indent=2))
-    if any(r["caught"] is False for r in results):
+        args.out.write_text(json.dumps(summary, indent=2))
+    if any(r["caught"] is False for r in results) or summary.get("old_session", {}).get("as_promised") is False:
         return 1
     return 2 if skipped or any(r["caught"] is None for r in results) else 0
 

@@ -144,3 +144,33 @@ def test_the_cli_driver_streams_stderr_to_a_log_with_seconds(tmp_path):
 def test_the_cli_driver_with_a_log_still_stops_at_its_timeout(tmp_path):
     with pytest.raises(subprocess.TimeoutExpired):
         script().cutile_perf(tmp_path, "status", timeout=0.01, log=tmp_path / "commands.log")
+
+
+@pytest.mark.parametrize("kept, verify_exit, promised", [(True, 1, True), (True, 0, False), (False, None, None)])
+def test_old_session_keeps_the_attack_unchecked_then_asks_verify(monkeypatch, tmp_path, kept, verify_exit, promised):
+    """``--old-session``: the try runs with checked timed calls off (and only the try), ``verify`` runs
+    only on a kept row, and only its refusal (exit 1) is what issue 39 item 5 promises."""
+    import os
+
+    rt = script()
+    seen = {}
+
+    def fake_try(base, attack, workdir, timeout):
+        seen["unchecked"] = os.environ.get("CUTILE_PERF_UNCHECKED")
+        return {"outcome": "keep (new-baseline)" if kept else "revert", "reason": "r", "seconds": 1.0,
+                "kept": kept, "repo": str(tmp_path)}
+
+    def fake_cli(repo, *args, timeout=600):
+        seen["verify"] = (repo, args, os.environ.get("CUTILE_PERF_UNCHECKED"))
+        return verify_exit, {"verdict": "x"}, ""
+
+    monkeypatch.delenv("CUTILE_PERF_UNCHECKED", raising=False)
+    monkeypatch.setattr(rt, "run_attack", fake_try)
+    monkeypatch.setattr(rt, "cutile_perf", fake_cli)
+    row = rt.old_session(tmp_path, ATTACKS[0], tmp_path, 60)
+    assert seen["unchecked"] == "1" and "CUTILE_PERF_UNCHECKED" not in os.environ
+    assert row["as_promised"] is promised
+    if kept:
+        assert seen["verify"] == (tmp_path, ("verify",), None) and row["verify_exit"] == verify_exit
+    else:
+        assert "verify" not in seen and row["verify"] == "not run: nothing was kept"

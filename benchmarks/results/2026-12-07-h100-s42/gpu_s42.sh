@@ -14,6 +14,9 @@ for step in "$@"; do
       rb=${REDTEAM_S:-300}
       timeout $(( rb + 20 )) python benchmarks/redteam_gpu.py --only "${ATTACKS:-j,k,l,m}" --repeats 2 --timeout 200 \
         --budget "$rb" --out "$OUT/redteam.json" > "$OUT/redteam.txt" 2>&1; echo "rc=$?"; tail -30 "$OUT/redteam.txt" ;;
+    oldverify-bundled)  # issue 39 item 5 on the bundled softmax: (l) kept unchecked, then verify (cheaper than oldverify)
+      timeout 300 python benchmarks/redteam_gpu.py --old-session l --repeats 2 --timeout 200 --budget 280 \
+        --out "$OUT/oldverify-bundled.json" > "$OUT/oldverify-bundled.txt" 2>&1; echo "rc=$?"; tail -6 "$OUT/oldverify-bundled.txt" ;;
     swiglu2)  # issue 39: the profiler cheat that returned torch.empty on swiglu (kept in s36), after child/stale_memory; honest control
       grep -q H200 "$OUT/gpu.txt" || [ -n "$ANY_CARD" ] || { echo "swiglu2 skipped: not an H200"; continue; }
       timeout 200 python benchmarks/checked_gpu.py .tg-slice --ops swiglu --changes profiler,honest --ab-runs 0 --budget 180 \
