@@ -306,7 +306,10 @@ def test_each_run_of_the_recheck_after_the_first_is_a_spare_that_runs_the_cases_
 @AHEAD
 def test_spares_not_parked_in_time_are_ended_and_each_run_starts_fresh(tmp_path, monkeypatch, capsys):
     repo = _slow_tests_session(tmp_path)
-    monkeypatch.setattr(stages, "SPARE_READY_S", 0.0)  # no child imports torch in no time
+    # No spare is ever seen parked. A zero wait alone was not enough: a spare started two runs
+    # ahead had parked before its turn came, and was rightly used (a fresh-clone run, 2 cores).
+    monkeypatch.setattr(stages, "SPARE_READY_S", 0.0)
+    monkeypatch.setattr(runner.StartGate, "wait_ready", lambda self, timeout_s, ended: False)
     edit_kernel(repo, latency=BORDERLINE)
     code, data, _ = call(repo, "try", "one case 1 % slower, no spare is parked in time")
     row = rows(repo)[-1]
