@@ -156,7 +156,8 @@ def cutile_perf(repo: Path, *args: str, timeout: float = 600, log: Path | None =
     with tempfile.TemporaryFile("w+") as out, open(log, "a") as sink:
         sink.write(f"$ cutile-perf {' '.join(args)}\n")
         child = subprocess.Popen(cmd, cwd=repo, env=_env(), stdout=out, stderr=subprocess.PIPE, text=True)
-        killer = threading.Timer(timeout, child.kill)
+        killed = threading.Event()  # the kill, not the clock, says it timed out: the timer may fire before ``began``
+        killer = threading.Timer(timeout, lambda: (killed.set(), child.kill()))
         killer.start()
         began, tail = time.monotonic(), collections.deque(maxlen=40)
         try:
@@ -167,7 +168,7 @@ def cutile_perf(repo: Path, *args: str, timeout: float = 600, log: Path | None =
             child.wait()
         finally:
             killer.cancel()
-        if time.monotonic() - began >= timeout:
+        if killed.is_set():
             raise subprocess.TimeoutExpired(cmd, timeout)
         out.seek(0)
         return child.returncode, last_json_line(out.read()), "".join(tail)[-2000:]
