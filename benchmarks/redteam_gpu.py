@@ -470,6 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"baseline ({time.monotonic() - started:.0f} s in): {json.dumps(data)}", file=sys.stderr)
     results: list[dict] = []
     skipped: list[str] = []
+    summary = {"baseline": data, "results": results, "skipped": skipped}  # what --out holds, as it grows
     for path in files:
         spent = time.monotonic() - started
         longest = max([r["seconds"] for r in results] or [0.0])
@@ -480,8 +481,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result), file=sys.stderr)
         results.append(result)
         if args.out:
-            args.out.write_text(json.dumps({"baseline": data, "results": results, "skipped": skipped}, indent=2))
-    summary = {"baseline": data, "results": results, "skipped": skipped}
+            args.out.write_text(json.dumps(summary, indent=2))
     for path in old:
         summary["old_session"] = old_session(base, path, workdir, args.timeout)
         print(f"old session: {json.dumps(summary['old_session'])}", file=sys.stderr)
