@@ -34,8 +34,8 @@ Prints one markdown table; ``--out`` also writes JSON after every step. Exit 1 w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from redteam_gpu import committed_copy, cutile_perf as cli, git  # noqa: E402
+from redteam_gpu import checks_off, committed_copy, cutile_perf as cli, git  # noqa: E402
 
 CHANGES = ("count", "profiler", "big", "memo", "honest")
 CONDITIONS = {
@@ -203,11 +203,8 @@ def verify_old_session(repo: Path, op: str, fn: str, change: str, kept=lambda ro
 
     ``kept(row)`` hears how the unchecked try ended before ``verify`` starts, so a run cut during
     ``verify`` still says whether the lie was in the log."""
-    os.environ["CUTILE_PERF_UNCHECKED"] = "1"
-    try:
+    with checks_off():
         code, data, seconds = _try(repo, op, fn, change)
-    finally:
-        os.environ.pop("CUTILE_PERF_UNCHECKED", None)
     row = {"op": op, "change": f"old-session {change}", "kept_unchecked": data.get("decision"),
            "keep_seconds": round(seconds, 1), "alarm": False, "checked": "", "unchecked": ""}
     kept({**row, "decision": "verify running", "as_promised": False, "reason": str(data.get("reason", ""))[:200]})
@@ -272,17 +269,14 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.ab_runs):
             # ABBA order: neither side always runs first (a warmer machine or cache favours the second)
             for side in ("unchecked", "checked") if i % 2 == 0 else ("checked", "unchecked"):
-                os.environ.pop("CUTILE_PERF_UNCHECKED", None)
-                if side == "unchecked":
-                    os.environ["CUTILE_PERF_UNCHECKED"] = "1"
-                _code, data, seconds = _try(repo, args.ab_op, args.fn.get(args.ab_op, args.ab_op), "honest")
+                with checks_off() if side == "unchecked" else contextlib.nullcontext():
+                    _code, data, seconds = _try(repo, args.ab_op, args.fn.get(args.ab_op, args.ab_op), "honest")
                 sides[side].append(round(seconds, 2))
                 result["cost"] = cost_summary(sides["unchecked"], sides["checked"])
                 result.setdefault("ab_tries", []).append({"side": side, "seconds": round(seconds, 2),
                                                           "decision": data.get("decision"),
                                                           "timings": data.get("timings", {})})
                 save()  # a run stopped by its time limit still leaves the pairs it finished
-        os.environ.pop("CUTILE_PERF_UNCHECKED", None)
     result["false_alarms"] = sum(1 for r in rows if r["change"] == "honest" and r["alarm"])
     result["cheats_kept"] = sum(1 for r in rows if r["change"] not in ("honest", "setup") and r["decision"] == "keep")
     result["verify_missed"] = sum(1 for r in rows if r["change"].startswith("old-session") and not r["as_promised"])

@@ -44,8 +44,9 @@ from __future__ import annotations
 
 import argparse
 import collections
-import io
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import shutil
@@ -370,20 +371,30 @@ def run_attack(base_repo: Path, attack: Path, workdir: Path, timeout: float) -> 
             "attack_lines": attack_lines(repo, err), "repo": str(repo)}
 
 
-def old_session(base_repo: Path, attack: Path, workdir: Path, timeout: float) -> dict:
-    """Issue 39 item 5 on the bundled tests: ``attack`` tried with checked timed calls off
-    (``CUTILE_PERF_UNCHECKED=1``: an old session's lie in the log), then ``verify`` with them on.
-    ``as_promised``: verify refused the kept row (exit 1); None when the attack was not kept
-    unchecked, which says nothing about verify."""
+@contextlib.contextmanager
+def checks_off():
+    """Checked timed calls off inside (``CUTILE_PERF_UNCHECKED=1``), as a session before them ran:
+    how an old session's lie gets into the log for ``verify`` to find."""
     os.environ["CUTILE_PERF_UNCHECKED"] = "1"
     try:
-        tried = run_attack(base_repo, attack, workdir / "old-session", timeout)
+        yield
     finally:
         os.environ.pop("CUTILE_PERF_UNCHECKED", None)
+
+
+def old_session(base_repo: Path, attack: Path, workdir: Path, timeout: float, kept=lambda row: None) -> dict:
+    """Issue 39 item 5 on the bundled tests: ``attack`` tried with checked timed calls off
+    (an old session's lie in the log), then ``verify`` with them on. ``as_promised``: verify refused
+    the kept row (exit 1); None when the attack was not kept unchecked, which says nothing about
+    verify. ``kept(row)`` hears the unchecked try's outcome before ``verify`` starts, so a run cut
+    during ``verify`` still says whether the lie was in the log."""
+    with checks_off():
+        tried = run_attack(base_repo, attack, workdir / "old-session", timeout)
     row = {"attack": attack.stem, "unchecked": tried["outcome"], "unchecked_reason": tried["reason"],
            "try_seconds": tried["seconds"]}
     if not tried["kept"]:
         return {**row, "as_promised": None, "verify": "not run: nothing was kept"}
+    kept({**row, "as_promised": False, "verify": "running"})
     began = time.monotonic()
     try:
         code, data, err = cutile_perf(Path(tried["repo"]), "verify", timeout=timeout)
@@ -482,8 +493,13 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
         if args.out:
             args.out.write_text(json.dumps(summary, indent=2))
+    def save_old(row):
+        summary["old_session"] = row
+        if args.out:
+            args.out.write_text(json.dumps(summary, indent=2))
+
     for path in old:
-        summary["old_session"] = old_session(base, path, workdir, args.timeout)
+        save_old(old_session(base, path, workdir, args.timeout, kept=save_old))
         print(f"old session: {json.dumps(summary['old_session'])}", file=sys.stderr)
     print(markdown(results))
     if old:

@@ -162,15 +162,19 @@ def test_old_session_keeps_the_attack_unchecked_then_asks_verify(monkeypatch, tm
 
     def fake_cli(repo, *args, timeout=600):
         seen["verify"] = (repo, args, os.environ.get("CUTILE_PERF_UNCHECKED"))
+        seen["saved before verify"] = list(saved)
         return verify_exit, {"verdict": "x"}, ""
 
     monkeypatch.delenv("CUTILE_PERF_UNCHECKED", raising=False)
     monkeypatch.setattr(rt, "run_attack", fake_try)
     monkeypatch.setattr(rt, "cutile_perf", fake_cli)
-    row = rt.old_session(tmp_path, ATTACKS[0], tmp_path, 60)
+    saved = []
+    row = rt.old_session(tmp_path, ATTACKS[0], tmp_path, 60, kept=saved.append)
     assert seen["unchecked"] == "1" and "CUTILE_PERF_UNCHECKED" not in os.environ
     assert row["as_promised"] is promised
     if kept:
         assert seen["verify"] == (tmp_path, ("verify",), None) and row["verify_exit"] == verify_exit
+        # a call cut during verify still has the unchecked try's outcome in --out
+        assert [r["unchecked"] for r in seen["saved before verify"]] == ["keep (new-baseline)"]
     else:
         assert "verify" not in seen and row["verify"] == "not run: nothing was kept"
