@@ -49,7 +49,7 @@ def _timer(fn, repeats=5):
 
 def perf_test(op, seed: int) -> None:
     """What TileGym's ``benchmark`` does: time the forward, then the backward of one output."""
-    timer = checked.wrap_timer(_timer, "events", "flushed", "benchmark_fn")
+    timer = checked.wrap_timer(_timer, checked.fixed("events", "flushed"), "benchmark_fn")
     checked.begin_test(NODE)
     x = torch.randn(64, generator=torch.Generator().manual_seed(seed), requires_grad=True)
     forward = lambda: op(x)  # noqa: E731
@@ -106,7 +106,7 @@ def test_gradients_too_large_to_save_whole_are_checked_by_their_summary(tmp_path
 def test_the_leaves_gradients_are_put_back_after_the_capture(tmp_path, monkeypatch):
     monkeypatch.setattr(checked, "SETUP", None)
     checked.configure(checked.CAPTURE, tmp_path, [].append)
-    timer = checked.wrap_timer(_timer, "events", "flushed", "benchmark_fn")
+    timer = checked.wrap_timer(_timer, checked.fixed("events", "flushed"), "benchmark_fn")
     checked.begin_test(NODE)
     x = torch.ones(8, requires_grad=True)
     op = square_op()
@@ -120,7 +120,7 @@ def test_a_backward_with_no_forward_seen_is_unchecked_with_the_reason(tmp_path, 
     lines = []
     monkeypatch.setattr(checked, "SETUP", None)
     checked.configure(checked.CAPTURE, tmp_path, lines.append)
-    timer = checked.wrap_timer(_timer, "events", "flushed", "benchmark_fn")
+    timer = checked.wrap_timer(_timer, checked.fixed("events", "flushed"), "benchmark_fn")
     checked.begin_test(NODE)
     x = torch.ones(8, requires_grad=True)
     out = square_op()(x)  # built outside any timer

@@ -22,7 +22,7 @@ def test_calls_past_the_capture_limit_are_unchecked_with_the_reason(tmp_path, mo
     checked.configure(checked.CAPTURE, tmp_path, lines.append)
     x = torch.ones(1024)  # 4 KB
     monkeypatch.setattr(checked.SETUP, "capture_limit", 3 * 12 * 1024)  # input, sampled and after: 4 KB each
-    timer = checked.wrap_timer(_timer, "events", "flushed", "test timer")
+    timer = checked.wrap_timer(_timer, checked.fixed("events", "flushed"), "test timer")
     checked.begin_test("tests/test_op.py::test_perf[1024]")
     for _ in range(5):
         assert timer(lambda: x * 2) == 1.0

@@ -217,11 +217,20 @@ def _with_callable(args: tuple, kwargs: dict, where, fn) -> tuple[tuple, dict]:
     return args, {**kwargs, where: fn}
 
 
-def wrap_timer(timer, method: str | Callable[[tuple, dict], tuple[str, str]], l2: str, label: str):
+Conditions = Callable[[tuple, dict], tuple[str, str]]  # a timer call's arguments -> (method, L2)
+
+
+def fixed(method: str, l2: str) -> Conditions:
+    """The conditions of a timer whose method and L2 state do not depend on its arguments."""
+    return lambda _args, _kwargs: (method, l2)
+
+
+def wrap_timer(timer, conditions: Conditions, label: str):
     """``timer`` with its timed callable checked (module docstring); itself when nothing is configured.
 
-    ``method`` may be a function of the call's arguments that returns (method, L2), for a timer whose
-    mode is an argument (``cutile_perf.bench.bench_record``); a mode it refuses is the timer's to report."""
+    ``conditions`` says how each call times: ``fixed(...)``, or read from the call's arguments for a
+    timer whose mode is one (``cutile_perf.bench.bench_record``); a mode it refuses (ValueError)
+    is the timer's to report."""
     if getattr(timer, "__cutile_perf_checked__", False):
         return timer
 
@@ -232,7 +241,7 @@ def wrap_timer(timer, method: str | Callable[[tuple, dict], tuple[str, str]], l2
         if SETUP is None or fn is None or torch is None or getattr(_ACTIVE, "on", False):
             return timer(*args, **kwargs)
         try:
-            how, flushed = method(args, kwargs) if callable(method) else (method, l2)
+            how, flushed = conditions(args, kwargs)
         except ValueError:
             return timer(*args, **kwargs)
         SETUP.ordinal += 1

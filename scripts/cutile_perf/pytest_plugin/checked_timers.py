@@ -37,7 +37,7 @@ def wrap_target_timers(module) -> list[str]:
             continue
         method, l2 = timer_kind(value)
         if method != "unknown":
-            setattr(module, name, checked.wrap_timer(value, method, l2, f"{module.__name__}.{name}"))
+            setattr(module, name, checked.wrap_timer(value, checked.fixed(method, l2), f"{module.__name__}.{name}"))
             wrapped.append(name)
     return wrapped
 
@@ -46,7 +46,7 @@ def wrap_triton_timers(module) -> None:
     for name, method, l2 in (("do_bench", "events", "flushed"), ("do_bench_cudagraph", "cuda-graph", "not flushed")):
         timer = getattr(module, name, None)
         if callable(timer):
-            setattr(module, name, checked.wrap_timer(timer, method, l2, f"triton.testing.{name}"))
+            setattr(module, name, checked.wrap_timer(timer, checked.fixed(method, l2), f"triton.testing.{name}"))
 
 
 def wrap_bench(module) -> None:
@@ -60,4 +60,4 @@ def wrap_bench(module) -> None:
         timer, flushed = module.MODE_TIMERS[module.check_mode(kwargs.get("mode"))]
         return timer, "flushed" if flushed else "not flushed"
 
-    module.bench_record = checked.wrap_timer(module.bench_record, conditions, "", "cutile_perf.bench.bench_record")
+    module.bench_record = checked.wrap_timer(module.bench_record, conditions, "cutile_perf.bench.bench_record")
