@@ -32,13 +32,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ROOT / "examples" / "kernels" / "optimizations"
 # The demo through the library (the CLI has no destination flag). SIGTERM is made an interruption
-# as the CLI makes it (cli._sigterm_as_interrupt), so a demo ended for time settles its try.
+# as the CLI makes it (cli.sigterm_as_interrupt), so a demo ended for time settles its try.
 DEMO_CODE = """
 import signal, sys
 from pathlib import Path
-from cutile_perf.cli import _sigterm_as_interrupt
+from cutile_perf.cli import sigterm_as_interrupt
 from cutile_perf.loop.demo import demo
-signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+signal.signal(signal.SIGTERM, sigterm_as_interrupt)
 demo(kernel=sys.argv[1], dest=Path(sys.argv[2]))
 """
 ALARMS = ("wrong-when-timed", "implausible", "wrong-result")

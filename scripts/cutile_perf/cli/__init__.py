@@ -59,9 +59,10 @@ def _io_error(exc: OSError, args: argparse.Namespace, name: Callable[[str], str]
                          "(`cutile-perf status` says whether resume is needed)")
 
 
-def _sigterm_as_interrupt(signum, frame) -> None:
-    # SIGTERM (a CI job cancelled, `kill`) ends an iteration like Ctrl-C: patch saved, row logged,
-    # branch settled, children killed. Without this, Python dies on the spot and leaves all of it.
+def sigterm_as_interrupt(signum, frame) -> None:
+    """A SIGTERM handler: SIGTERM (a CI job cancelled, `kill`) ends an iteration like Ctrl-C: patch
+    saved, row logged, branch settled, children killed. Without it, Python dies on the spot and
+    leaves all of it. Public for drivers that call the library instead of the CLI."""
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -104,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = functools.partial(_arg_name, parser, args.command)
     if threading.current_thread() is not threading.main_thread():
         return _run(args, name)
-    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    previous = signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     try:
         return _run(args, name)
     finally:
