@@ -482,6 +482,15 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict] = []
     skipped: list[str] = []
     summary = {"baseline": data, "results": results, "skipped": skipped}  # what --out holds, as it grows
+
+    def save() -> None:  # after every step, so a run cut by its time limit keeps what it finished
+        if args.out:
+            args.out.write_text(json.dumps(summary, indent=2))
+
+    def save_old(row: dict) -> None:
+        summary["old_session"] = row
+        save()
+
     for path in files:
         spent = time.monotonic() - started
         longest = max([r["seconds"] for r in results] or [0.0])
@@ -491,13 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run_attack(base, path, workdir, args.timeout)
         print(json.dumps(result), file=sys.stderr)
         results.append(result)
-        if args.out:
-            args.out.write_text(json.dumps(summary, indent=2))
-    def save_old(row):
-        summary["old_session"] = row
-        if args.out:
-            args.out.write_text(json.dumps(summary, indent=2))
-
+        save()
     for path in old:
         save_old(old_session(base, path, workdir, args.timeout, kept=save_old))
         print(f"old session: {json.dumps(summary['old_session'])}", file=sys.stderr)
@@ -509,8 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     if skipped:
         print(f"\nskipped (time budget of {args.budget:g} s): {', '.join(skipped)}; run them with --only")
     print(f"\ntotal {time.monotonic() - started:.0f} s")
-    if args.out:
-        args.out.write_text(json.dumps(summary, indent=2))
+    save()
     if any(r["caught"] is False for r in results) or summary.get("old_session", {}).get("as_promised") is False:
         return 1
     return 2 if skipped or any(r["caught"] is None for r in results) else 0
