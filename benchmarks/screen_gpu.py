@@ -77,6 +77,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--fn", help="the public function the module registers (default: the op's name)")
     p.add_argument("--seconds", type=float, default=0.0, help="screen --seconds (default 0: one round of all)")
     p.add_argument("--hints", type=int, default=0, help="also this many candidates with other entry hints")
+    p.add_argument("--cases", type=int, help="screen --cases N: time every run on N of the base's cases (default: all)")
     p.add_argument("--out", type=Path, help="write the JSON summary here")
     args = p.parse_args(argv)
     if args.seconds < 0 or args.hints < 0:
@@ -146,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     head, rows = git(repo, "rev-parse", "HEAD"), (repo / "sandbox/experiments.jsonl").read_bytes()
     phase(f"screen of {len(list((repo / 'sandbox/cand').glob('*.py')))} candidates starts (log: {log})")
     started = time.monotonic()
-    code, data, err = cli(repo, "screen", "sandbox/cand/*.py", "--seconds", str(args.seconds), "--top", "2",
+    cases = ["--cases", str(args.cases)] if args.cases is not None else []
+    code, data, err = cli(repo, "screen", "sandbox/cand/*.py", "--seconds", str(args.seconds), "--top", "2", *cases,
                           timeout=args.seconds + 1800, log=log)
     wall = round(time.monotonic() - started, 1)
     untouched = git(repo, "rev-parse", "HEAD") == head and (repo / "sandbox/experiments.jsonl").read_bytes() == rows \
@@ -154,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     problems = expectations(data) + ([] if untouched else ["the session branch, the log or the tree changed"])
     summary = {"op": args.op, "screen_exit": code, "screen_wall_s": wall, "plain_perf_s": plain,
                "wall_in_plain_runs": round(wall / plain[-1], 2) if plain[-1] else None, "seconds": args.seconds,
-               "rounds": data.get("rounds"), "phases": data.get("phases"), "ranked": data.get("ranked"),
+               "rounds": data.get("rounds"), "phases": data.get("phases"), "cases": data.get("cases"),
+               "ranked": data.get("ranked"),
                "not_ranked": data.get("not_ranked"),
                "untouched": untouched, "problems": problems, "stderr_tail": err[-1500:] if code else ""}
     table = repo / "sandbox/screen.md"

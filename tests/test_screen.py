@@ -150,6 +150,7 @@ def test_top_plan_is_accepted_by_batch_check(screened):
     (("src/fakegym/ops/cutile/*.py",), 2, "not under sandbox/"),
     (("sandbox/cand/*.py", "--seconds", "-1"), 2, "--seconds"),
     (("sandbox/cand/*.py", "--top", "0"), 2, "--top"),
+    (("sandbox/cand/*.py", "--cases", "0"), 2, "--cases"),
 ])
 def test_bad_input_is_one_line_and_changes_nothing(screened, args, exit_code, words):
     repo, _before, _code, _data, _text = screened
@@ -212,3 +213,20 @@ def test_candidates_that_cannot_be_ranked_in_the_seconds_given_are_not_screened(
     assert {name for name, v in skipped.items() if v["state"] == "not screened"} == {"mid", "slow", "wrong"}
     assert "give more --seconds" in skipped["mid"]["why"]
     assert len(list((repo / "sandbox/runs").glob("screen-c*-correctness.log"))) == 1
+
+
+def test_cases_times_every_run_on_part_of_the_base_cases(tilegym_like_repo):
+    """``--cases 1`` on the fixture's two cases: the middle one by the base's latency (256x1024, the
+    faster of two), every timed run of the round selects it alone, and the reading rests on it."""
+    repo, _cand = baselined_with_candidates(tilegym_like_repo.parent / "cases", {"fast": LATENCY["fast"]})
+    code, data, _ = call(repo, "screen", "sandbox/cand/fast.py", "--cases", "1")
+    assert code == 0, data
+    assert data["cases"] == {"timed": ["256x1024"], "of": 2}, data
+    (reading,) = data["ranked"]
+    assert list(reading["cases"]) == ["256x1024"] and reading["cases"]["256x1024"] == pytest.approx(0.5, rel=0.2)
+    assert "Timed on 1 of the base's 2 cases" in (repo / data["table"]).read_text()
+    logs = sorted((repo / "sandbox/runs").glob("screen-r1-*-perf.log"))
+    assert len(logs) == 2, logs  # the base's run and the candidate's, each of the one case
+    for log in logs:
+        body = log.read_text()
+        assert "256x1024" in body and "4096x1024" not in body, log

@@ -172,3 +172,20 @@ def test_the_screen_cost_comes_from_the_logs_stage_times():
     tried = {"iteration": 1, "status": "keep", "timings": {"stages": [["1-correctness", 13.0], ["1-perf", 19.0],
                                                                      ["1-reference", 9.0]]}}
     assert budget.screen_cost([baseline, tried]).reference_s == 9.0
+
+
+def test_spread_cases_takes_both_ends_and_the_middle_of_the_base_latencies():
+    from cutile_perf.loop.screen_rank import spread_cases
+
+    medians = {"a": 5.0, "b": 1.0, "c": 3.0, "d": 2.0, "e": 4.0}  # by latency: b d c e a
+    assert spread_cases(medians, None) == ["a", "b", "c", "d", "e"]
+    assert spread_cases(medians, 5) == spread_cases(medians, 9) == ["a", "b", "c", "d", "e"]
+    assert spread_cases(medians, 1) == ["c"]  # the middle one
+    assert spread_cases(medians, 2) == ["a", "b"]  # the fastest and the slowest
+    assert spread_cases(medians, 3) == ["a", "b", "c"]
+    assert len(spread_cases(medians, 4)) == 4 and {"a", "b"} <= set(spread_cases(medians, 4))
+    # Equal latencies: ordered by name, so the same log always gives the same cases.
+    assert spread_cases({"y": 1.0, "x": 1.0, "z": 1.0}, 1) == ["y"]
+    for n in range(1, 12):  # never a case twice, never more than asked
+        picked = spread_cases({f"c{i:02d}": float(i % 7) for i in range(11)}, n)
+        assert len(picked) == len(set(picked)) == min(n, 11)

@@ -171,11 +171,14 @@ def _add_screen(subparsers) -> None:
                         "session's stage times) are listed as not screened, and a further round starts only if it "
                         "can end in time (default 0: one round of every candidate)")
     p.add_argument("--top", type=int, metavar="K", help="write sandbox/screen-plan.yaml with the K best, for batch")
+    p.add_argument("--cases", type=int, metavar="N",
+                   help="time every run on N of the base's cases, spread from its fastest to its slowest (default: "
+                        "all): cheaper rounds, a ranking with less power; batch still decides on every case")
 
     add_spread_flags(p, "each comparing its candidates with the base on its one GPU")
 
     runs(p, "screen", lambda a: dict(repo=a.repo, candidates=a.candidates, seconds=a.seconds, top=a.top,
-                                      gpus=a.gpus, engine=a.engine))
+                                      gpus=a.gpus, engine=a.engine, cases=a.cases))
 
 
 def _add_verify(subparsers) -> None:

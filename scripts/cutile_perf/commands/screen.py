@@ -95,15 +95,19 @@ def compile_candidates(repo: Path, entries: Sequence[plan.PlannedTry]) -> dict[s
 
 
 def screen(*, repo: Path, candidates: str, seconds: float, top: int | None, stages: Stages | None = None,
-           compile_check=compile_candidates, gpus: str = "1", engine: str = "local") -> Outcome:
+           compile_check=compile_candidates, gpus: str = "1", engine: str = "local",
+           cases: int | None = None) -> Outcome:
     """``stages``/``compile_check``: what runs the tests and the compile-checks (tests may pass their own);
-    ``gpus``/``engine``: the rounds over a worker per GPU (``loop.screen_spread``)."""
+    ``gpus``/``engine``: the rounds over a worker per GPU (``loop.screen_spread``); ``cases``: time
+    that many of the base's cases (None: all)."""
     if seconds < 0:
         raise UsageError(f"--seconds must be at least 0, not {seconds:g}", "e.g. --seconds 240")
     if top is not None and top < 1:
         raise UsageError(f"--top must be at least 1, not {top}")
+    if cases is not None and cases < 1:
+        raise UsageError(f"--cases must be at least 1, not {cases}", "leave it out to time every case")
     out = run_screen(repo=repo, source=candidates, seconds=seconds, compile_check=compile_check, stages=stages,
-                     gpus=gpus, engine=engine)
+                     gpus=gpus, engine=engine, cases=cases)
     session = session_mod.load(repo)
     g = git_ops.open_repo(session.repo)
     text = screen_report.render(out, git_ops.short(g, out.base))

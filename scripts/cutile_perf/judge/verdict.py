@@ -29,7 +29,7 @@ from cutile_perf.judge.rules import Decision, Thresholds, baseline_disagreement,
 
 # The evidence types are read from here by most callers: the judge's inputs and outputs in one import.
 __all__ = ["NOT_RUN", "Evidence", "Reference", "Stage", "Verdict", "correctness_status", "judge", "judge_checks",
-           "judge_correctness", "judge_kernel_names", "judge_records", "implausible_cases", "last_pair",
+           "judge_correctness", "judge_timed_run", "judge_kernel_names", "judge_records", "implausible_cases", "last_pair",
            "names_defined", "paired_samples", "stopped", "crash_verdict"]
 
 
@@ -113,6 +113,18 @@ def implausible_cases(ref: Reference, medians: dict, t: Thresholds) -> list[str]
     return sorted(c for c in ref.medians if c in medians and ref.medians[c] / medians[c] > t.plausible_factor)
 
 
+def judge_timed_run(run: Stage, ref: Reference, t: Thresholds, defined_names=None) -> Verdict:
+    """Whether a candidate's timed run counts at all ("continue"), or the crash that voids it: its
+    records name kernels its fenced files define (when ``defined_names`` were looked at), are
+    complete and plausible for the cases it was asked for, and its checked timed calls agree."""
+    if run.ok and ref.kernel_names and defined_names is not None:
+        verdict = judge_kernel_names(run, ref, defined_names)
+        if verdict.final:
+            return verdict
+    verdict = judge_records(run, ref, t)
+    return verdict if verdict.final else judge_checks(run, ref)
+
+
 def judge(ref: Reference, t: Thresholds, ev: Evidence) -> Verdict:
     """The verdict from whatever evidence exists so far; ``continue``/``re-measure`` ask for more."""
     if ev.git_moved:
@@ -128,14 +140,7 @@ def judge(ref: Reference, t: Thresholds, ev: Evidence) -> Verdict:
             return verdict
     if ev.perf is None:
         return Verdict("continue")
-    if ev.perf.ok and ref.kernel_names and ev.defined_names is not None:
-        verdict = judge_kernel_names(ev.perf, ref, ev.defined_names)
-        if verdict.final:
-            return verdict
-    verdict = judge_records(ev.perf, ref, t)
-    if verdict.final:
-        return verdict
-    verdict = judge_checks(ev.perf, ref)
+    verdict = judge_timed_run(ev.perf, ref, t, ev.defined_names)
     if verdict.final:
         return verdict
     perf = ev.perf.shapes

@@ -21,7 +21,7 @@ from pathlib import Path
 from cutile_perf import knobs, node
 from cutile_perf.child import measure
 from cutile_perf.errors import UsageError
-from cutile_perf.judge.verdict import Evidence, Reference, Stage, judge, judge_correctness, judge_records, paired_samples
+from cutile_perf.judge.verdict import Reference, Stage, judge_correctness, judge_records, judge_timed_run, paired_samples
 from cutile_perf.kernel import probes
 from cutile_perf.loop import budget, guards, plan, row, screen_commits, screen_rank, screen_spread
 from cutile_perf.loop.stages import Request, StageRunner, Stages
@@ -54,6 +54,9 @@ class ScreenResult:
     phases: dict[str, float] = field(default_factory=dict)
     commits: dict[str, str] = field(default_factory=dict)
     tag_prefix: str = ""  # before each round's tags: a worker of ``screen --gpus`` names its runs apart
+    # The base's cases every round timed (``--cases N``: part of them, ``screen_rank.spread_cases``).
+    timed_cases: list[str] = field(default_factory=list)
+    all_cases: int = 0  # how many cases the base has
     workers: dict[str, str] = field(default_factory=dict)  # name -> the worker (GPU) that timed it, when spread
 
 
@@ -134,7 +137,7 @@ def probe_refusal(g, kept: str, repo: Path, entry: plan.PlannedTry) -> str | Non
 def perf_failure(ref: Reference, t, run: Stage, defined: frozenset | None) -> str | None:
     """Why a candidate's timed run counts for nothing, by the judge's own checks (records complete
     and plausible, checked timed calls, the candidate's own kernels), or None."""
-    verdict = judge(ref, t, Evidence(perf=run, defined_names=defined))
+    verdict = judge_timed_run(run, ref, t, defined)
     return verdict.reason if verdict.action == "crash" else None
 
 
@@ -160,16 +163,17 @@ def round_order(names: Sequence[str], k: int) -> list[str]:
 
 
 def run_round(runner: Stages, k: int, ref: Reference, t, commits: dict[str, str], names: list[str],
-              pairs: dict[str, list], out: ScreenResult) -> bool:
+              pairs: dict[str, list], out: ScreenResult, selection: dict[str, str] | None = None) -> bool:
     """Round ``k``: the base, then each candidate; False when the base's run crashed (the round
-    pairs nothing and no further round starts)."""
+    pairs nothing and no further round starts). ``selection``: only these cases (case -> the
+    base's node id), every run of the round alike; None: every case."""
     number = {name: n for n, name in enumerate(commits, 1)}  # tags name files: the index, never the name
     labels = ["base", *round_order(names, k)]
     tag = f"screen-{out.tag_prefix}r{k + 1}"
-    order = [Request("perf", f"{tag}-base", ref.commit)]
+    order = [Request("perf", f"{tag}-base", ref.commit, selection)]
     # Timed calls are checked in the first round only: a reference child per run (about half a perf
     # run) in every round cost the rounds the screen is for, and batch decides the top K checked.
-    order += [Request("perf", f"{tag}-c{number[name]}", commits[name], check=k == 0)
+    order += [Request("perf", f"{tag}-c{number[name]}", commits[name], selection, check=k == 0)
               for name in labels[1:]]
     base = None
     for i, (label, request) in enumerate(zip(labels, order)):
@@ -195,7 +199,8 @@ def run_round(runner: Stages, k: int, ref: Reference, t, commits: dict[str, str]
 
 
 def run_rounds(runner: Stages, ref: Reference, t, commits: dict[str, str], names: list[str], seconds: float,
-               began: float, now: Callable[[], float], out: ScreenResult) -> dict[str, list]:
+               began: float, now: Callable[[], float], out: ScreenResult,
+               selection: dict[str, str] | None = None) -> dict[str, list]:
     """Rounds until the time given is spent (at least one); returns the (base, candidate) pairs."""
     pairs: dict[str, list] = {name: [] for name in names}
     per_run_s = 0.0
@@ -205,7 +210,7 @@ def run_rounds(runner: Stages, ref: Reference, t, commits: dict[str, str], names
                                                  runs=len(names) + 1):
             break
         started, runs = now(), len(names) + 1
-        if not run_round(runner, k, ref, t, commits, names, pairs, out):
+        if not run_round(runner, k, ref, t, commits, names, pairs, out, selection):
             break
         k += 1
         if k == 1:
@@ -214,11 +219,28 @@ def run_rounds(runner: Stages, ref: Reference, t, commits: dict[str, str], names
     return pairs
 
 
+def case_selection(history, ref: Reference, n: int | None) -> tuple[list[str], dict[str, str] | None]:
+    """The cases every round times (``screen_rank.spread_cases``) and, when that is part of them,
+    each one's node id from the baseline row (``Request.cases``: a child runs those tests only)."""
+    timed = screen_rank.spread_cases(ref.medians, n)
+    if len(timed) == len(ref.medians):
+        return timed, None
+    shapes = (history.baseline() or {}).get("shapes") or {}
+    ids = {case: (shapes.get(case) or {}).get("test_id") for case in timed}
+    missing = sorted(case for case, node in ids.items() if not node)
+    if missing:
+        raise UsageError(f"--cases: the baseline row names no test for case {missing[0]}, so no run can select it",
+                         "leave out --cases: every round then times every case")
+    return timed, ids
+
+
 def screen(*, repo: Path, source: str, seconds: float, compile_check: CompileCheck, stages: Stages | None = None,
-           now: Callable[[], float] = time.monotonic, gpus: str = "1", engine: str = "local") -> ScreenResult:
+           now: Callable[[], float] = time.monotonic, gpus: str = "1", engine: str = "local",
+           cases: int | None = None) -> ScreenResult:
     """Screen the candidates ``source`` names (module docstring). ``stages``/``now``: what runs the
     tests and the clock (tests pass scripted ones). ``gpus``/``engine``: the rounds spread over a
-    worker per GPU, a group of candidates each (``screen_spread``); correctness runs here first."""
+    worker per GPU, a group of candidates each (``screen_spread``); correctness runs here first.
+    ``cases``: time every run on that many of the base's cases (``case_selection``); None: all."""
     began = now()
     spread = node.spreads(gpus, engine)
     # Before any child: a --gpus the node cannot give is a one-line refusal, not a failure after correctness.
@@ -226,7 +248,8 @@ def screen(*, repo: Path, source: str, seconds: float, compile_check: CompileChe
     with guards.measuring(repo, "screen") as (session, g, history):
         entries = candidates_from(session, source)
         ref, t = history.reference(), session.thresholds
-        out = ScreenResult(base=ref.commit, candidates=entries)
+        out = ScreenResult(base=ref.commit, candidates=entries, all_cases=len(ref.medians))
+        out.timed_cases, selection = case_selection(history, ref, cases)
         kept = history.kept_commit()
         refused = {e.optimization: why for e in entries if (why := probe_refusal(g, kept, session.repo, e))}
         out.dropped = {name: (REFUSED, why) for name, why in refused.items()}
@@ -247,12 +270,13 @@ def screen(*, repo: Path, source: str, seconds: float, compile_check: CompileChe
             with runner:
                 names = run_correctness(runner, ref, commits, out)
                 mark = _phase(out, "correctness", mark, now)
-                pairs = {} if spread else run_rounds(runner, ref, t, commits, names, seconds, began, now, out)
-            samples = {name: paired_samples(p, sorted(ref.medians)) for name, p in pairs.items()}
+                pairs = {} if spread else run_rounds(runner, ref, t, commits, names, seconds, began, now, out,
+                                                     selection)
+            samples = {name: paired_samples(p, out.timed_cases) for name, p in pairs.items()}
             if spread and names:  # the runner above has ended its children: the workers have the GPUs
                 samples, dropped, out.workers, out.rounds, out.stopped = screen_spread.spread_rounds(
                     session.repo, dict(commits), names, max(0.0, seconds - (now() - began)), workers=workers,
-                    gpus=gpus, engine=engine)
+                    gpus=gpus, engine=engine, selection=selection)
                 out.dropped.update(dropped)
             _phase(out, "rounds", mark, now)
         out.ranked = screen_rank.rank(samples)

@@ -71,6 +71,20 @@ def rank(paired_by_candidate: Mapping[str, Paired]) -> list[Reading]:
     return sorted(found, key=lambda r: (r.geomean, r.worst, r.name))
 
 
+def spread_cases(medians: Mapping[str, float], n: int | None) -> list[str]:
+    """``n`` of the base's cases to time each candidate on, spread evenly from its fastest to its
+    slowest (both ends included when ``n`` >= 2; the middle one when ``n`` is 1); every case when
+    ``n`` is None or at least their number. Spread by latency because a change's effect often turns
+    with size (a hint that helps small rows and hurts long ones): the ends and the middle are where
+    a ranking on part of the cases is least likely to disagree with a verdict on all of them."""
+    by_latency = sorted(medians, key=lambda case: (medians[case], case))
+    m = len(by_latency)
+    if n is None or n >= m:
+        return sorted(by_latency)
+    picks = {(m - 1) // 2} if n == 1 else {round(i * (m - 1) / (n - 1)) for i in range(n)}
+    return sorted(by_latency[i] for i in picks)
+
+
 def next_round_fits(*, seconds: float, spent: float, per_run_s: float, runs: int) -> bool:
     """Whether a round of ``runs`` perf runs, at ``per_run_s`` each (measured on the first round),
     still ends within ``seconds`` once ``spent`` are gone: a round that cannot end never starts."""

@@ -44,6 +44,9 @@ def render(out: ScreenResult, base_short: str) -> str:
                 if out.phases else "."),
              "Nothing was committed and nothing was recorded in the log: decide with `cutile-perf batch` "
              "(`--top K` writes its plan).", ""]
+    if out.all_cases and len(out.timed_cases) < out.all_cases:
+        lines[-1:-1] = [f"Timed on {len(out.timed_cases)} of the base's {out.all_cases} cases (--cases): "
+                        f"{', '.join(out.timed_cases)}; batch decides on every case."]
     lines += ranked_rows(out) or ["No candidate could be ranked."]
     if out.dropped:
         lines += ["", "| not ranked | why |", "|---|---|"]
@@ -70,4 +73,5 @@ def to_data(out: ScreenResult) -> dict:
             "ranked": [r.to_dict() for r in out.ranked],
             "not_ranked": {name: {"state": s, "why": why} for name, (s, why) in out.dropped.items()},
             "compile_check": {name: {"state": s, "detail": d} for name, (s, d) in out.compiled.items()},
-            "stopped": out.stopped or None, **({"workers": out.workers} if out.workers else {})}
+            "stopped": out.stopped or None, "cases": {"timed": list(out.timed_cases), "of": out.all_cases},
+            **({"workers": out.workers} if out.workers else {})}

@@ -50,17 +50,19 @@ def group_task(payload: dict) -> dict:
                          row.Clock(), fresh_compile_cache=True, preload=history.preload(),
                          slot_base=SLOT_STRIDE * (index + 1))
     with runner:
-        pairs = run_rounds(runner, ref, t, commits, list(commits), payload["seconds"], began, time.monotonic, out)
-    cases = sorted(ref.medians)
+        pairs = run_rounds(runner, ref, t, commits, list(commits), payload["seconds"], began, time.monotonic, out,
+                           payload.get("selection"))
+    cases = sorted(payload.get("selection") or ref.medians)
     return {"samples": {name: paired_samples(p, cases) for name, p in pairs.items()},
             "dropped": out.dropped, "rounds": out.rounds, "stopped": out.stopped}
 
 
 def spread_rounds(repo: Path, commits: dict[str, str], names: Sequence[str], seconds: float, *, workers: int,
-                  gpus: str, engine: str) -> tuple[dict, dict, dict, int, str]:
+                  gpus: str, engine: str, selection: dict[str, str] | None = None) -> tuple[dict, dict, dict, int, str]:
     """(samples by name, dropped, worker by name, fewest rounds of a group, why a group stopped) of
-    ``names``' rounds, a group per worker (``node.worker_count``)."""
-    tasks = {f"group{i:02d}": {"repo": str(repo), "index": i, "seconds": seconds,
+    ``names``' rounds, a group per worker (``node.worker_count``); ``selection``: the cases each run
+    times (``screen.case_selection``), None: every case."""
+    tasks = {f"group{i:02d}": {"repo": str(repo), "index": i, "seconds": seconds, "selection": selection,
                                "commits": {n: commits[n] for n in group}}
              for i, group in enumerate(deal(names, workers))}
     with remove_tree.temporary_folder("cutile-perf-screen-pool-") as tmp:
