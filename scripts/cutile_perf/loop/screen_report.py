@@ -45,8 +45,8 @@ def render(out: ScreenResult, base_short: str) -> str:
              "Nothing was committed and nothing was recorded in the log: decide with `cutile-perf batch` "
              "(`--top K` writes its plan).", ""]
     if out.all_cases and len(out.timed_cases) < out.all_cases:
-        lines[-1:-1] = [f"Timed on {len(out.timed_cases)} of the base's {out.all_cases} cases (--cases): "
-                        f"{', '.join(out.timed_cases)}; batch decides on every case."]
+        timed = f"Timed on {len(out.timed_cases)} of the base's {out.all_cases} cases (--cases): "
+        lines[-1:-1] = [timed + f"{', '.join(out.timed_cases)}; batch decides on every case."]
     lines += ranked_rows(out) or ["No candidate could be ranked."]
     if out.dropped:
         lines += ["", "| not ranked | why |", "|---|---|"]
