@@ -77,6 +77,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--fn", help="the public function the module registers (default: the op's name)")
     p.add_argument("--seconds", type=float, default=0.0, help="screen --seconds (default 0: one round of all)")
     p.add_argument("--hints", type=int, default=0, help="also this many candidates with other entry hints")
+    p.add_argument("--plain-runs", type=int, choices=(0, 1, 2), default=2,
+                   help="plain perf runs by hand to price the screen in (default 2: cold, then warm)")
     p.add_argument("--cases", type=int, help="screen --cases N: time every run on N of the base's cases (default: all)")
     p.add_argument("--out", type=Path, help="write the JSON summary here")
     args = p.parse_args(argv)
@@ -105,13 +107,13 @@ def expectations(data: dict) -> list[str]:
     return problems
 
 
-def plain_perf_s(repo: Path, op: str) -> list[float]:
-    """Two plain perf runs of the op, as a user runs them by hand (cold, then warm compile cache)."""
+def plain_perf_s(repo: Path, op: str, runs: int = 2) -> list[float]:
+    """``runs`` plain perf runs of the op, as a user runs them by hand (cold, then warm compile cache)."""
     test = f"tests/ops/{op.rpartition('/')[0] + '/' if '/' in op else ''}test_{op.rpartition('/')[2]}.py"
     env = {**os.environ, "CUDA_TILE_CACHE_DIR": tempfile.mkdtemp(prefix="screen-gpu-jit-"),
            "PYTHONPATH": os.pathsep.join(p for p in (str(repo / "src"), os.environ.get("PYTHONPATH")) if p)}
     seconds = []
-    for _ in range(2):
+    for _ in range(runs):
         began = time.monotonic()
         subprocess.run([sys.executable, "-m", "pytest", test, "-k", "test_perf and cutile and not cutile_rs", "-q",
                         "-p", "no:cacheprovider"], cwd=repo, env=env, capture_output=True, timeout=900)
@@ -136,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         if code != 0:
             raise SystemExit(f"{' '.join(step)}: exit {code}: {data.get('error') or err[-300:]}")
         phase(f"{step[0]} done")
-    plain = plain_perf_s(repo, args.op)
-    phase(f"plain perf runs done ({plain[0]} s cold, {plain[1]} s warm)")
+    plain = plain_perf_s(repo, args.op, args.plain_runs)
+    phase(f"plain perf runs done ({', '.join(f'{s} s' for s in plain) or 'none'}: cold, then warm)")
     module = repo / f"src/tilegym/ops/cutile/{args.op}.py"
     (repo / "sandbox/cand").mkdir(parents=True, exist_ok=True)
     for name in CANDIDATES:
@@ -155,14 +157,15 @@ def main(argv: list[str] | None = None) -> int:
         and not git(repo, "status", "--porcelain").strip()
     problems = expectations(data) + ([] if untouched else ["the session branch, the log or the tree changed"])
     summary = {"op": args.op, "screen_exit": code, "screen_wall_s": wall, "plain_perf_s": plain,
-               "wall_in_plain_runs": round(wall / plain[-1], 2) if plain[-1] else None, "seconds": args.seconds,
+               "wall_in_plain_runs": round(wall / plain[-1], 2) if plain and plain[-1] else None,
+               "seconds": args.seconds,
                "rounds": data.get("rounds"), "phases": data.get("phases"), "cases": data.get("cases"),
                "ranked": data.get("ranked"),
                "not_ranked": data.get("not_ranked"),
                "untouched": untouched, "problems": problems, "stderr_tail": err[-1500:] if code else ""}
     table = repo / "sandbox/screen.md"
     print(table.read_text() if table.exists() else f"no table (exit {code})")
-    print(f"screen: {wall} s wall; plain perf run: {plain[0]} s cold, {plain[1]} s warm; "
+    print(f"screen: {wall} s wall; plain perf runs (cold, then warm): {plain}; "
           f"= {summary['wall_in_plain_runs']} warm plain runs")
     print(json.dumps(summary))
     if args.out:

@@ -66,7 +66,9 @@ def test_defaults_and_bad_arguments(script):
     assert (args.op, args.fn, args.seconds) == ("silu_and_mul", "silu_and_mul", 0.0)
     assert script.parse_args(["s", "--op", "activation/geglu"]).fn == "geglu"
     assert args.hints == 0 and script.parse_args(["s", "--hints", "4"]).hints == 4
-    for bad in (["--seconds", "-1"], ["--hints", "-1"]):
+    assert (args.cases, args.plain_runs) == (None, 2)
+    assert script.parse_args(["s", "--cases", "3", "--plain-runs", "0"]).cases == 3
+    for bad in (["--seconds", "-1"], ["--hints", "-1"], ["--plain-runs", "3"]):
         with pytest.raises(SystemExit) as exc:
             script.parse_args(["s", *bad])
         assert exc.value.code == 2
