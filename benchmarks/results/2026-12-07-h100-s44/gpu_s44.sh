@@ -37,7 +37,7 @@ for step in "${steps[@]}"; do
       echo "rc=$?"; tail -8 "$OUT/memory.txt" ;;
     screen8)  # issue 41 item 1: 8 candidates (4 known, 4 entry hints) of silu_and_mul
       st=$(left ${END_S:-570}); [ "$st" -gt 420 ] && st=420
-      timeout "$st" python benchmarks/screen_gpu.py .tg-slice --op silu_and_mul --hints 4 --seconds "${SCREEN_S:-0}" \
+      timeout "$st" python benchmarks/screen_gpu.py .tg-slice --op silu_and_mul --hints "${HINTS:-4}" --seconds "${SCREEN_S:-0}" ${CASES:+--cases $CASES} --plain-runs "${PLAIN:-2}" \
         --out "$OUT/screen8.json" > "$OUT/screen8.txt" 2>&1; echo "rc=$?"; tail -30 "$OUT/screen8.txt" ;;
     campaign)  # issue 41 item 4: our own hint candidates on three ops, screened and decided; one campaign per op
       ops=${OPS:-swiglu softmax rms_norm}; n=$(echo $ops | wc -w); total=${CAMPAIGN_S:-540}; t0=$(date +%s)
@@ -68,7 +68,9 @@ for step in "${steps[@]}"; do
        t python -c "import torch" ; t python -c "import torch, tilegym" ; t python -c "import torch; torch.zeros(1, device='cuda')"
        t python -X importtime -c "import tilegym" 2> "$OUT/importtime.txt"
        t python -m pytest tests/ops/test_silu_and_mul.py --collect-only -q -k "$sel" | tail -1
-       for i in 1 2; do t python -m pytest tests/ops/test_silu_and_mul.py -k "$sel" -q -p no:cacheprovider --durations=0 | grep -v "^$" | tail -30; done
+       ids=$(python -m pytest tests/ops/test_silu_and_mul.py --collect-only -q -k "$sel" | grep "::" | awk 'NR==1||NR==4||NR==8')
+       t python -m pytest tests/ops/test_silu_and_mul.py -k "$sel" -q -p no:cacheprovider --durations=0 | grep -v "^$" | tail -30
+       t python -m pytest $ids -q -p no:cacheprovider --durations=0 | grep -v "^$" | tail -12
       ) > "$OUT/profile.txt" 2>&1; tail -80 "$OUT/profile.txt" ;;
     pack) (cd "$OUT" && tar czf /tmp/out.tar.gz --exclude=out.tar.gz . && find . -mindepth 1 -delete && mv /tmp/out.tar.gz out.tar.gz) ;;
     *) echo "unknown step $step" ;;
