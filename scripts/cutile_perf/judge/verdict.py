@@ -168,10 +168,8 @@ def judge(ref: Reference, t: Thresholds, ev: Evidence) -> Verdict:
             return Verdict("re-measure", why, decision=single, cases=asked_cases(doubt, cases))
         return Verdict(single.verdict, single.reason, decision=single)
     for pair in ev.pairs:
-        for run in pair:
-            check = judge_records(run, ref, t) if run is not None else Verdict("continue")
-            if not check.final and run is not None:
-                check = judge_checks(run, ref)
+        for run in (run for run in pair if run is not None):
+            check = judge_timed_run(run, ref, t)
             if check.final:  # a crash of a re-check run is the iteration's crash
                 return replace(check, reason=f"interleaved re-check: {check.reason}")
     if ev.pairs[-1][1] is None:
