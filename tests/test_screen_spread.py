@@ -41,3 +41,18 @@ def test_more_gpus_than_the_node_offers_is_one_line_before_anything_runs(tmp_pat
     repo = build_tilegym_like_repo(tmp_path)  # no session even: --gpus is checked first
     code, data, _text = call(repo, "screen", "sandbox/cand/*.py", "--gpus", "3")
     assert code == 2 and "this node offers 1 GPU" in data["error"], data
+
+
+def test_each_worker_times_the_cases_asked_for(tmp_path, monkeypatch):
+    """``--cases 1`` reaches every worker: each run of each worker selects the one case, and the
+    readings rest on it."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    repo, _cand = baselined_with_candidates(tmp_path, LATENCY)
+    code, data, text = call(repo, "screen", "sandbox/cand/*.py", "--gpus", "2", "--cases", "1")
+    assert code == 0, text
+    assert data["cases"] == {"timed": ["256x1024"], "of": 2}
+    assert {name: list(r["cases"]) for name, r in ((r["name"], r) for r in data["ranked"])} == \
+        {"fast": ["256x1024"], "slow": ["256x1024"]}
+    logs = list((repo / "sandbox/runs").glob("screen-w*-r1-*perf.log"))
+    assert len(logs) == 4, logs  # each worker: the base's run and its candidate's
+    assert all("4096x1024" not in log.read_text() for log in logs)
