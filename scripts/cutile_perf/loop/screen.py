@@ -4,8 +4,9 @@ After a baseline, N candidate files for the fenced file(s), named by a glob or a
 through the probe scan (``kernel.probes``: a refused one is listed, never run), a compile-check on
 the CPU (``compile_check``, given by the command), a correctness stage in a throw-away commit
 (``screen_commits``), then rounds on the GPU (every case, or ``--cases N`` of them: ``case_selection``):
-the base, then every candidate still in, the order rotated per round, each run a fresh child judged by ``judge.verdict.judge``, its timed calls checked
-in the first round only; a round starts only if it can end within ``seconds``
+the base, then every candidate still in, the order rotated per round, each run a fresh child that
+counts only if ``judge.verdict.judge_timed_run`` says so, its timed calls checked in the first
+round only; a round starts only if it can end within ``seconds``
 (``screen_rank.next_round_fits``), one always runs. ``screen_rank.rank`` orders them. Nothing is
 committed to the session branch and nothing is written to the log: ``batch`` decides. Each step in
 full: ``docs/design.md``, "Screening many candidates".
