@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from cutile_perf.errors import Refused, UsageError
 from cutile_perf.judge.rules import Thresholds, was_interrupted
 from cutile_perf.judge.verdict import Stage
+from cutile_perf.store.log import shape_test_ids
 
 # Stage times vary run to run (compilation, a cold file cache): a high quantile, not the mean. The
 # nearest rank of 0.9 is the slowest run seen while there are fewer than ten.
@@ -117,12 +118,9 @@ def _pairs(n: int) -> str:
 
 def _tests_per_case(row: dict) -> dict[str, str]:
     """case -> the perf test (node id) that measured it in this row; a case without one is its own test."""
-    shapes = row.get("shapes") if isinstance(row.get("shapes"), dict) else {}
-    tests = {}
-    for case, info in shapes.items():
-        test_id = info.get("test_id") if isinstance(info, dict) else None
-        tests[case] = str(test_id or case)
-    return tests
+    if not isinstance(row.get("shapes"), dict):
+        return {}
+    return {case: str(test_id or case) for case, test_id in shape_test_ids(row).items()}
 
 
 def _whole_runs(row: dict) -> float | None:

@@ -27,6 +27,7 @@ from cutile_perf.kernel import probes
 from cutile_perf.loop import budget, guards, plan, row, screen_commits, screen_rank, screen_spread
 from cutile_perf.loop.stages import Request, StageRunner, Stages
 from cutile_perf.output import say
+from cutile_perf.store.log import shape_test_ids
 from cutile_perf.store.session import Session
 
 # States of a candidate that is not ranked.
@@ -226,8 +227,8 @@ def case_selection(history, ref: Reference, n: int | None) -> tuple[list[str], d
     timed = screen_rank.spread_cases(ref.medians, n)
     if len(timed) == len(ref.medians):
         return timed, None
-    shapes = (history.baseline() or {}).get("shapes") or {}
-    ids = {case: (shapes.get(case) or {}).get("test_id") for case in timed}
+    recorded = shape_test_ids(history.baseline() or {})
+    ids = {case: recorded.get(case) for case in timed}
     missing = sorted(case for case, node in ids.items() if not node)
     if missing:
         raise UsageError(f"--cases: the baseline row names no test for case {missing[0]}, so no run can select it",

@@ -71,6 +71,11 @@ def shape_medians(entry: dict) -> dict[str, float]:
             if isinstance(s.get("median"), (int, float))}
 
 
+def shape_test_ids(entry: dict) -> dict[str, str | None]:
+    """``{case: the perf test's node id that recorded it}`` of one row (None where the row names none)."""
+    return {sid: s.get("test_id") if isinstance(s, dict) else None for sid, s in (entry.get("shapes") or {}).items()}
+
+
 def line_hash(line: str | bytes) -> str:
     data = line.encode("utf-8") if isinstance(line, str) else line
     return hashlib.sha256(data.rstrip(b"\n")).hexdigest()
