@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     table = repo / "sandbox/screen.md"
     print(table.read_text() if table.exists() else f"no table (exit {code})")
     print(f"screen: {wall} s wall; plain perf runs (cold, then warm): {plain}; "
-          f"= {summary['wall_in_plain_runs']} warm plain runs")
+          f"= {summary['wall_in_plain_runs']} of the last plain run")
     print(json.dumps(summary))
     if args.out:
         args.out.write_text(json.dumps(summary, indent=1))
